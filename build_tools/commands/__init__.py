@@ -1,0 +1,1 @@
+"""One module per ``python -m build_tools`` subcommand (and nox session)."""

@@ -1,0 +1,357 @@
+"""Step 2: build llama.cpp's shared libraries once per configuration, keyed by content.
+
+The result lives in the cache outside the clone at ``native/<config>-<key16>/``::
+
+    lib/                  the staged libraries, each under its SONAME (RUNPATH=$ORIGIN)
+    native-manifest.json  written last: its presence marks a finished build
+    build.log             the configure and build output
+    tools/                llama.cpp's own programs, on demand (never packaged)
+
+The CMake tree is kept beside it (``native/build/<config>-<key16>``) so reference tools
+can be added later without recompiling the libraries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from . import RECIPE_VERSION
+from .configs import BuildConfig
+from .errors import ManifestError, NativeBuildError
+from .fsutil import staging_dir
+from .hashing import sha256_json
+from .lock import SourceLock
+from .manifest import MANIFEST_NAME, LibraryRecord, NativeManifest, describe_library, load_manifest, verify_files
+from .paths import native_cache_dir
+from .toolchain import Toolchain, detect
+from .vendor import VendoredTree
+
+log = logging.getLogger(__name__)
+
+LIBRARY_TARGETS = ("llama", "mtmd")  # ggml, ggml-base and every backend module are their dependencies
+REFERENCE_TOOLS = (
+    "llama-completion", "llama-embedding", "llama-bench", "llama-tokenize", "llama-simple",
+    "llama-speculative-simple", "llama-mtmd-cli",
+)
+_LIB_PATTERN = re.compile(r"^lib.+\.so(\.\d+)*$|^.+\.(dylib|dll)$")
+_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+@dataclass(frozen=True)
+class NativeBuild:
+    """A finished, verified native build of one configuration."""
+
+    config: BuildConfig
+    key: str
+    root: Path
+    manifest: NativeManifest
+    reused: bool
+    seconds: float = 0.0
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.root / "lib"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / MANIFEST_NAME
+
+    @property
+    def tools_dir(self) -> Path:
+        return self.root / "tools"
+
+    @property
+    def build_dir(self) -> Path:
+        return native_cache_dir() / "build" / self.root.name
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything that determines a build's output, and the key that names it."""
+
+    config: BuildConfig
+    tree: VendoredTree
+    defines: dict[str, str]
+    toolchain: Toolchain
+    toolchain_versions: dict[str, str]
+    extra_defines: dict[str, str]
+    env: dict[str, str]
+
+    @property
+    def key_inputs(self) -> dict[str, object]:
+        return {
+            "recipe": RECIPE_VERSION,
+            "tree_sha256": self.tree.tree_sha256,
+            "backend": self.config.backend,
+            "defines": self.defines,
+            "toolchain": self.toolchain_versions,
+        }
+
+    @property
+    def key(self) -> str:
+        return sha256_json(self.key_inputs)
+
+    @property
+    def dir_name(self) -> str:
+        return f"{self.config.name}-{self.key[:16]}"
+
+
+def cmake_defines(config: BuildConfig, lock: SourceLock) -> dict[str, str]:
+    """The path-free CMake definitions of a configuration (they enter the content key)."""
+    d: dict[str, str] = {
+        "CMAKE_BUILD_TYPE": "Release",
+        "BUILD_SHARED_LIBS": "ON",
+        "CMAKE_BUILD_WITH_INSTALL_RPATH": "ON",
+        "CMAKE_INSTALL_RPATH": "$ORIGIN",
+        "LLAMA_BUILD_NUMBER": str(lock.build_number),
+        "LLAMA_BUILD_COMMIT": lock.short_commit,
+        # Library targets are all a wheel needs; tools and examples are configured so that the
+        # reference programs can be built on demand from this same tree, and never packaged.
+        "LLAMA_BUILD_COMMON": "ON",
+        "LLAMA_BUILD_TOOLS": "ON",
+        "LLAMA_BUILD_EXAMPLES": "ON",
+        "LLAMA_BUILD_TESTS": "OFF",
+        "LLAMA_BUILD_SERVER": "OFF",
+        "LLAMA_BUILD_APP": "OFF",
+        "LLAMA_BUILD_MTMD": "ON",
+        "LLAMA_USE_PREBUILT_UI": "OFF",
+        "LLAMA_OPENSSL": "OFF",
+        "GGML_BACKEND_DL": "ON",
+        "GGML_NATIVE": "OFF",  # incompatible with GGML_BACKEND_DL; "single" pins ISA flags instead
+        "GGML_CPU_ALL_VARIANTS": "ON" if config.cpu_variants == "all" else "OFF",
+        "GGML_CUDA": "ON" if config.backend == "cuda" else "OFF",
+    }
+    if config.cuda is not None:
+        d["CMAKE_CUDA_ARCHITECTURES"] = ";".join(config.cuda.architectures)
+        if config.cuda.fa_quants is not None:
+            d["GGML_CUDA_FA_QUANTS"] = config.cuda.fa_quants
+        if config.cuda.no_vmm:
+            d["GGML_CUDA_NO_VMM"] = "ON"
+    d.update(dict(config.cmake))
+    return dict(sorted(d.items()))
+
+
+def plan(config: BuildConfig, lock: SourceLock, tree: VendoredTree, toolchain: Toolchain | None = None) -> BuildPlan:
+    """Resolve a configuration into a build plan (provisioning a CUDA toolkit if one is needed)."""
+    toolchain = toolchain or detect()
+    versions = dict(toolchain.versions)
+    extra = {"CMAKE_C_COMPILER": str(toolchain.cc), "CMAKE_CXX_COMPILER": str(toolchain.cxx)}
+    env: dict[str, str] = {}
+    if config.cuda is not None:
+        from .cuda_toolkit import provision  # imported lazily: CPU builds never need it
+
+        kit = provision(config.cuda)
+        versions.update(kit.versions)
+        extra.update(kit.cmake_defines())
+        env.update(kit.env())
+    return BuildPlan(config, tree, cmake_defines(config, lock), toolchain, versions, extra, env)
+
+
+def _result_dir(p: BuildPlan) -> Path:
+    return native_cache_dir() / p.dir_name
+
+
+def _configure_cmd(p: BuildPlan, build_dir: Path) -> list[str]:
+    defs = {**p.defines, **p.extra_defines, "CMAKE_MAKE_PROGRAM": str(p.toolchain.ninja)}
+    return [
+        str(p.toolchain.cmake), "-S", str(p.tree.path), "-B", str(build_dir), "-G", "Ninja",
+        *(f"-D{k}={v}" for k, v in sorted(defs.items())),
+    ]
+
+
+def _build_cmd(p: BuildPlan, build_dir: Path, targets: tuple[str, ...], jobs: int | None) -> list[str]:
+    cmd = [str(p.toolchain.cmake), "--build", str(build_dir), "--target", *targets]
+    if jobs:
+        cmd += ["--parallel", str(jobs)]
+    return cmd
+
+
+def _run_logged(cmd: list[str], log_file: Path, label: str, env: dict[str, str]) -> None:
+    """Run ``cmd`` appending its output to ``log_file``, reporting ninja's progress as it goes."""
+    with open(log_file, "a", encoding="utf-8") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n")
+        out.flush()
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **env}, errors="replace",
+        )
+        assert proc.stdout is not None
+        last_report = 0.0
+        last_pct = -1
+        for line in proc.stdout:
+            out.write(line)
+            m = _PROGRESS.match(line)
+            if m:
+                done, total = int(m.group(1)), int(m.group(2))
+                pct = done * 100 // max(total, 1)
+                now = time.monotonic()
+                if pct >= last_pct + 10 or now - last_report > 30 or done == total:
+                    log.info("[%s] %d/%d steps (%d%%)", label, done, total, pct)
+                    last_report, last_pct = now, pct
+        rc = proc.wait()
+    if rc != 0:
+        tail = log_file.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
+        raise NativeBuildError(
+            f"[{label}] `{' '.join(cmd[:3])} …` failed with exit code {rc}; full log: {log_file}\n"
+            + "\n".join(tail)
+        )
+
+
+def _stage_libraries(bin_dir: Path, lib_dir: Path) -> list[str]:
+    """Copy each built library to ``lib_dir`` under its SONAME (one real file, no symlinks)."""
+    from .elf import is_elf, read_dynamic
+
+    lib_dir.mkdir(parents=True)
+    staged: list[str] = []
+    for entry in sorted(bin_dir.iterdir()):
+        if entry.is_symlink() or not entry.is_file() or not _LIB_PATTERN.match(entry.name):
+            continue
+        name = entry.name
+        if is_elf(entry):
+            name = read_dynamic(entry).soname or entry.name
+        if (lib_dir / name).exists():
+            raise NativeBuildError(f"two built libraries would be staged as {name}")
+        shutil.copy2(entry, lib_dir / name)
+        os.chmod(lib_dir / name, 0o755)
+        staged.append(name)
+    if not staged:
+        raise NativeBuildError(f"the build produced no libraries in {bin_dir}")
+    return staged
+
+
+def _backend_names(names: list[str]) -> tuple[str, ...]:
+    out = []
+    for n in names:
+        m = re.match(r"^(?:lib)?ggml-(.+?)\.(so|dll|dylib)", n)
+        if m and m.group(1) != "base":
+            out.append(m.group(1))
+    return tuple(sorted(out))
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def find_finished(p: BuildPlan) -> NativeBuild | None:
+    """The cached result for this plan's key, if a finished one exists and is intact."""
+    root = _result_dir(p)
+    if not (root / MANIFEST_NAME).is_file():
+        return None
+    try:
+        manifest = load_manifest(root)
+    except ManifestError as exc:
+        log.warning("ignoring cached build %s: %s", root, exc)
+        return None
+    if manifest.key != p.key:
+        log.warning("ignoring cached build %s: its manifest has key %s", root, manifest.key[:16])
+        return None
+    return NativeBuild(p.config, p.key, root, manifest, reused=True)
+
+
+def build(p: BuildPlan, *, jobs: int | None = None, force: bool = False) -> NativeBuild:
+    """Return the native build for ``p``: the cached one when its key exists, else a new one."""
+    final = _result_dir(p)
+    with _exclusive(final.with_name(final.name + ".lock")):
+        if not force:
+            cached = find_finished(p)
+            if cached is not None:
+                log.info("[%s] cache hit %s: nothing to compile", p.config.name, final)
+                return cached
+        started = time.monotonic()
+        build_dir = native_cache_dir() / "build" / p.dir_name
+        build_dir.mkdir(parents=True, exist_ok=True)
+        log.info("[%s] building key %s in %s", p.config.name, p.key[:16], build_dir)
+        with staging_dir(final) as stage:
+            log_file = stage / "build.log"
+            if not (build_dir / "build.ninja").exists():
+                _run_logged(_configure_cmd(p, build_dir), log_file, f"{p.config.name} configure", p.env)
+            _run_logged(_build_cmd(p, build_dir, LIBRARY_TARGETS, jobs), log_file, p.config.name, p.env)
+            staged = _stage_libraries(build_dir / "bin", stage / "lib")
+            libs = tuple(describe_library(stage, f"lib/{name}") for name in staged)
+            manifest = NativeManifest(
+                config=p.config.to_json(),
+                key=p.key,
+                key_inputs=p.key_inputs,
+                source={**p.tree.to_json()},
+                toolchain={**p.toolchain.to_json(), "versions": p.toolchain_versions},
+                cmake={
+                    "configure": _configure_cmd(p, build_dir),
+                    "build": _build_cmd(p, build_dir, LIBRARY_TARGETS, jobs),
+                },
+                libraries=libs,
+                backends=_backend_names(staged),
+            )
+            _check_runpath(libs)
+            manifest.write(stage)  # last: a manifest marks the result finished
+        seconds = time.monotonic() - started
+        log.info("[%s] built %d libraries in %.0f s -> %s", p.config.name, len(libs), seconds, final)
+        return NativeBuild(p.config, p.key, final, manifest, reused=False, seconds=seconds)
+
+
+def _check_runpath(libs: tuple[LibraryRecord, ...]) -> None:
+    for lib in libs:
+        if lib.rpath or (lib.runpath and lib.runpath != ("$ORIGIN",)):
+            raise NativeBuildError(
+                f"{lib.path} has RUNPATH {lib.runpath} RPATH {lib.rpath}; expected only $ORIGIN "
+                "(the recipe sets CMAKE_INSTALL_RPATH=$ORIGIN; a build path leaked in)"
+            )
+
+
+def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] = REFERENCE_TOOLS,
+                jobs: int | None = None) -> Path:
+    """Build llama.cpp's own programs from the same tree into ``<result>/tools`` (never packaged)."""
+    tools_dir = nb.tools_dir
+    stamp = tools_dir / ".tools.json"
+    import json
+
+    if stamp.is_file() and set(json.loads(stamp.read_text())).issuperset(tools):
+        return tools_dir
+    build_dir = nb.build_dir
+    with _exclusive(nb.root.with_name(nb.root.name + ".lock")):
+        log_file = nb.root / "tools.log"
+        if not (build_dir / "build.ninja").exists():
+            build_dir.mkdir(parents=True, exist_ok=True)
+            _run_logged(_configure_cmd(p, build_dir), log_file, f"{nb.config.name} configure", p.env)
+        _run_logged(_build_cmd(p, build_dir, tools, jobs), log_file, f"{nb.config.name} tools", p.env)
+        with staging_dir(tools_dir) as stage:
+            for tool in tools:
+                src = build_dir / "bin" / tool
+                if not src.is_file():
+                    raise NativeBuildError(f"tool {tool} was not produced in {build_dir / 'bin'}")
+                shutil.copy2(src, stage / tool)
+            # The programs find the packaged libraries (and CPU backends) next to themselves.
+            for lib in nb.manifest.libraries:
+                os.symlink(os.path.relpath(nb.root / lib.path, stage), stage / lib.name)
+            (stage / ".tools.json").write_text(json.dumps(sorted(tools)))
+    return tools_dir
+
+
+def verify(nb_root: Path) -> list[str]:
+    """Rehash a build result against its manifest; also flag libraries the manifest does not list."""
+    manifest = load_manifest(nb_root)
+    problems = verify_files(manifest, nb_root)
+    listed = {lib.path for lib in manifest.libraries}
+    lib_dir = nb_root / "lib"
+    if lib_dir.is_dir():
+        for f in sorted(lib_dir.iterdir()):
+            rel = f"lib/{f.name}"
+            if rel not in listed:
+                problems.append(f"{rel}: not in the manifest")
+    return problems

@@ -1,0 +1,74 @@
+"""Python bindings for llama.cpp.
+
+Importing the package loads nothing native: the libraries are loaded on first use, so
+``import llama_cpp`` is fast and prints nothing. Logs go through :mod:`logging`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._errors import (
+    BackendUnavailableError,
+    ClosedError,
+    ContextError,
+    ContextOverflowError,
+    DecodeError,
+    LibraryLoadError,
+    LibraryNotFoundError,
+    LlamaError,
+    ModelLoadError,
+    MultimodalError,
+    OptionalSymbolMissing,
+    SpeculativeError,
+    TemplateError,
+    TokenizationError,
+)
+from ._version import __version__
+
+# Public names resolved lazily: name -> module that defines it.
+_LAZY = {
+    "backends": "._loader",
+    "system_info": "._loader",
+    "lib_dir": "._loader",
+    "Llama": ".llama",
+    "LlamaEmbedding": ".llama_embedding",
+    "LlamaBatch": ".llama_batch",
+    "LlamaBatchExt": ".llama_batch",
+    "SpecConfig": ".speculative",
+    "SpeculativeType": ".speculative",
+    "MTMDEmbeddingHandler": ".mtmd",
+}
+
+__all__ = [
+    "__version__",
+    "BackendUnavailableError",
+    "ClosedError",
+    "ContextError",
+    "ContextOverflowError",
+    "DecodeError",
+    "LibraryLoadError",
+    "LibraryNotFoundError",
+    "LlamaError",
+    "ModelLoadError",
+    "MultimodalError",
+    "OptionalSymbolMissing",
+    "SpeculativeError",
+    "TemplateError",
+    "TokenizationError",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llama_cpp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

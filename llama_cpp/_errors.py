@@ -1,0 +1,59 @@
+"""The exception hierarchy of llama_cpp. Every message names the problem and the fix."""
+
+from __future__ import annotations
+
+
+class LlamaError(Exception):
+    """Base class of every error raised by llama_cpp."""
+
+
+class LibraryNotFoundError(LlamaError, FileNotFoundError):
+    """A native library is not where the package (or the override variable) says it is."""
+
+
+class LibraryLoadError(LlamaError, OSError):
+    """A native library exists but the dynamic loader refused it (a dependency is missing, say)."""
+
+
+class BackendUnavailableError(LlamaError, RuntimeError):
+    """A compute backend that was required (``require_gpu=True``) did not load."""
+
+
+class ClosedError(LlamaError, ValueError):
+    """An object was used after ``close()``."""
+
+
+class ModelLoadError(LlamaError, ValueError):
+    """llama.cpp could not load a model file."""
+
+
+class ContextError(LlamaError, RuntimeError):
+    """llama.cpp could not create a context with the requested parameters."""
+
+
+class DecodeError(LlamaError, RuntimeError):
+    """``llama_decode``/``llama_encode`` failed."""
+
+
+class TokenizationError(LlamaError, ValueError):
+    """Text could not be tokenized, or tokens are out of the vocabulary's range."""
+
+
+class ContextOverflowError(LlamaError, ValueError):
+    """The input does not fit ``n_ctx``, ``n_batch`` or ``n_ubatch``."""
+
+
+class TemplateError(LlamaError, ValueError):
+    """A chat template failed to render, or tried to leave its sandbox."""
+
+
+class SpeculativeError(LlamaError, ValueError):
+    """Speculative decoding was asked for in a way the model or context cannot serve."""
+
+
+class MultimodalError(LlamaError, ValueError):
+    """A multimodal input (image, audio, markers) is invalid or the projector refused it."""
+
+
+class OptionalSymbolMissing(LlamaError, AttributeError):
+    """An optional native symbol (e.g. the MTP staging API) is not exported by this build."""

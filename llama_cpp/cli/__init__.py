@@ -1,0 +1,45 @@
+"""``python -m llama_cpp COMMAND``: one subcommand per module in this package.
+
+Each command module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from typing import Sequence
+
+from .._errors import LlamaError
+
+
+def command_names() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llama_cpp", description="llama.cpp from Python")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's own log")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in command_names():
+        module = importlib.import_module(f"{__name__}.{name}")
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.func(args) or 0)
+    except (LlamaError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,88 @@
+"""Release sessions. Thin by design: every session calls into ``build_tools``.
+
+    nox -s release                 vendor → native → wheels → validate → smoke → publish (cpu)
+    nox -s native -- cpu-host      one step, with its own arguments after ``--``
+    nox -s tests                   the test suite (builds cpu-host once, cached)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = False
+
+RELEASE_REQS = "requirements/release.txt"
+TEST_REQS = "requirements/test.txt"
+
+
+def _step(session: nox.Session, step: str, *args: str) -> None:
+    session.run("python", "-m", "build_tools", step, *args, *session.posargs)
+
+
+def _stdlib_step(session: nox.Session, step: str) -> None:
+    # These steps need only the standard library: they run in nox's own interpreter.
+    session.run(sys.executable, "-m", "build_tools", step, *session.posargs, external=True)
+
+
+@nox.session(python=False)
+def vendor(session: nox.Session) -> None:
+    """Fetch, verify and unpack the pinned llama.cpp (manifests/llama.cpp.lock.json)."""
+    _stdlib_step(session, "vendor")
+
+
+@nox.session(python=False)
+def native(session: nox.Session) -> None:
+    """Build or reuse native libraries: nox -s native -- cpu-host [--verify] [--tools]."""
+    _stdlib_step(session, "native")
+
+
+def _release_step(name: str, doc: str) -> None:
+    def session_func(session: nox.Session) -> None:
+        session.install("-r", RELEASE_REQS)
+        _step(session, name)
+
+    session_func.__doc__ = doc
+    nox.session(name=name)(session_func)
+
+
+for _name, _doc in (
+    ("wheels", "Repack one native build into CPython 3.10-3.14 wheels: nox -s wheels -- cpu"),
+    ("validate", "Check wheels against the native manifest; refuse the release on any mismatch"),
+    ("smoke", "Install each wheel in a clean venv per interpreter and run embeddings and MTP"),
+    ("publish", "Write the PEP 503 index of validated, smoke-tested wheels (local folder by default)"),
+    ("release", "vendor → native → wheels → validate → smoke → publish, reusing cached steps"),
+    ("gpu-smoke", "On a GPU machine: install the CUDA wheel and compare GPU results with the CPU"),
+    ("bump", "Report what changed in llama.h/mtmd.h against the bindings after the lock moves"),
+):
+    _release_step(_name, _doc)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite against the cpu-host build: nox -s tests -- [pytest args]."""
+    session.install("-r", TEST_REQS)
+    session.run("python", "-m", "build_tools", "vendor")
+    session.run("python", "-m", "build_tools", "native", "cpu-host", "--tools")
+    session.run("python", "-m", "pytest", *(session.posargs or ["-q", "tests"]))
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks against llama.cpp's own tools: nox -s bench -- SCRIPT [args]."""
+    session.install("-r", TEST_REQS)
+    session.run("python", "-m", "build_tools", "native", "cpu-host", "--tools")
+    script, *rest = session.posargs or ["benchmarks/run_all.py"]
+    session.run("python", script, *rest)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Static checks (ruff)."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "llama_cpp", "build_tools", "tests", "noxfile.py")
