@@ -228,11 +228,11 @@ def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:
     budget = _typed(raw, "wheel_size_budget_mb", (int, float), where, 50.0)
     if budget <= 0:
         raise ConfigError(f"{where}.wheel_size_budget_mb: must be positive, got {budget}")
-    cuda = _parse_cuda(raw["cuda"], f"{where}.cuda") if "cuda" in raw else None
-    if backend == "cuda" and cuda is None:
+    if backend == "cuda" and "cuda" not in raw:
         raise ConfigError(f"{where}: backend 'cuda' needs a [config.cuda] table")
-    if backend == "cpu" and cuda is not None:
+    if backend == "cpu" and "cuda" in raw:
         raise ConfigError(f"{where}.cuda: only allowed with backend = 'cuda'")
+    cuda = _parse_cuda(raw["cuda"], f"{where}.cuda") if "cuda" in raw else None
     return BuildConfig(
         name=name,
         backend=backend,  # type: ignore[arg-type]

@@ -274,6 +274,7 @@ def build(p: BuildPlan, *, jobs: int | None = None, force: bool = False) -> Nati
             if cached is not None:
                 log.info("[%s] cache hit %s: nothing to compile", p.config.name, final)
                 return cached
+        _remove_stale_staging(final)
         started = time.monotonic()
         build_dir = native_cache_dir() / "build" / p.dir_name
         build_dir.mkdir(parents=True, exist_ok=True)
@@ -303,6 +304,13 @@ def build(p: BuildPlan, *, jobs: int | None = None, force: bool = False) -> Nati
         seconds = time.monotonic() - started
         log.info("[%s] built %d libraries in %.0f s -> %s", p.config.name, len(libs), seconds, final)
         return NativeBuild(p.config, p.key, final, manifest, reused=False, seconds=seconds)
+
+
+def _remove_stale_staging(final: Path) -> None:
+    """Delete staging dirs of earlier runs that died (killed, power loss): we hold the key's lock."""
+    for stale in final.parent.glob(f".{final.name}.tmp-*"):
+        log.info("removing the remains of an interrupted build: %s", stale)
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def _check_runpath(libs: tuple[LibraryRecord, ...]) -> None:

@@ -1,0 +1,178 @@
+"""Content keys, cache hits, manifests and interrupted builds, on a tiny fake tree (seconds, not minutes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from build_tools import native
+from build_tools.configs import load_matrix
+from build_tools.errors import NativeBuildError
+from build_tools.lock import load_lock
+from build_tools.manifest import MANIFEST_NAME, load_manifest
+from build_tools.toolchain import detect
+
+from .fake_tree import make_fake_tree
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "cache"
+    monkeypatch.setenv("LLAMA_CPP_PYTHON_CACHE", str(root))
+    return root
+
+
+@pytest.fixture(scope="module")
+def toolchain():
+    return detect()
+
+
+def _plan(tree, toolchain, config_name="cpu-host", **config_changes):
+    config = load_matrix().get(config_name)
+    if config_changes:
+        config = dataclasses.replace(config, **config_changes)
+    return native.plan(config, load_lock(), tree, toolchain)
+
+
+def test_key_is_stable_and_sensitive(tmp_path, toolchain):
+    tree = make_fake_tree(tmp_path / "a")
+    base = _plan(tree, toolchain).key
+    assert _plan(tree, toolchain).key == base  # same inputs, same key
+    other_tree = make_fake_tree(tmp_path / "b", flavour="b")
+    assert _plan(other_tree, toolchain).key != base  # source changed
+    assert _plan(tree, toolchain, cmake=(("GGML_OPENMP", "ON"),)).key != base  # CMake arguments changed
+    assert _plan(tree, toolchain, config_name="cpu").key != base  # another configuration
+    newer = dataclasses.replace(toolchain, versions={**toolchain.versions, "cc": "cc 99.0"})
+    assert _plan(tree, newer).key != base  # compiler changed
+    p = _plan(tree, toolchain)
+    assert dataclasses.replace(p, toolchain_versions={**p.toolchain_versions, "cmake": "cmake 9"}).key != base
+    # Paths are not part of the key: the same tree elsewhere gives the same key.
+    moved = dataclasses.replace(tree, path=tmp_path / "elsewhere")
+    assert _plan(moved, toolchain).key == base
+
+
+def test_recipe_version_is_part_of_the_key(tmp_path, toolchain, monkeypatch):
+    p = _plan(make_fake_tree(tmp_path / "a"), toolchain)
+    before = p.key
+    monkeypatch.setattr(native, "RECIPE_VERSION", "999")
+    assert p.key != before
+
+
+def test_build_then_cache_hit_without_compiler(cache, tmp_path, toolchain, monkeypatch):
+    p = _plan(make_fake_tree(tmp_path / "src"), toolchain)
+    first = native.build(p)
+    assert not first.reused
+    names = sorted(lib.name for lib in first.manifest.libraries)
+    assert names == ["libggml-base.so.0", "libggml-cpu.so", "libllama.so.0", "libmtmd.so.0"]
+    assert first.manifest.backends == ("cpu",)
+    llama = first.manifest.library("libllama.so.0")
+    assert llama.soname == "libllama.so.0" and llama.runpath == ("$ORIGIN",) and "libggml-base.so.0" in llama.needed
+    assert not any(f.is_symlink() for f in first.lib_dir.iterdir())
+    assert (first.root / "build.log").is_file()
+
+    def no_compiler(*a, **k):
+        raise AssertionError("a compiler ran on a cache hit")
+
+    monkeypatch.setattr(native.subprocess, "Popen", no_compiler)
+    started = time.monotonic()
+    second = native.build(p)
+    assert second.reused and second.root == first.root and second.manifest == first.manifest
+    assert time.monotonic() - started < 5
+
+
+def test_manifest_round_trip_and_tamper_detection(cache, tmp_path, toolchain):
+    nb = native.build(_plan(make_fake_tree(tmp_path / "src"), toolchain))
+    loaded = load_manifest(nb.root)
+    assert loaded == nb.manifest
+    assert loaded.to_json() == load_manifest(nb.root / MANIFEST_NAME).to_json()
+    assert native.verify(nb.root) == []
+
+    lib = nb.lib_dir / "libllama.so.0"
+    data = bytearray(lib.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    lib.write_bytes(bytes(data))
+    (nb.lib_dir / "libextra.so").write_bytes(b"\x7fELF")
+    (nb.lib_dir / "libmtmd.so.0").unlink()
+    problems = native.verify(nb.root)
+    assert any(p.startswith("lib/libllama.so.0: sha256") for p in problems)
+    assert "lib/libmtmd.so.0: missing" in problems
+    assert "lib/libextra.so: not in the manifest" in problems
+
+
+def test_failed_build_leaves_nothing(cache, tmp_path, toolchain):
+    tree = make_fake_tree(tmp_path / "src")
+    (tree.path / "llama.c").write_text("this is not C\n")
+    p = _plan(dataclasses.replace(tree, tree_sha256="f" * 64), toolchain)
+    with pytest.raises(NativeBuildError, match="failed with exit code"):
+        native.build(p)
+    assert native.find_finished(p) is None
+    assert not list((cache / "native").glob(f"*{p.dir_name}*.tmp-*"))
+    assert not (cache / "native" / p.dir_name).exists()
+
+
+def test_interrupted_build_is_not_reused(cache, tmp_path, toolchain):
+    """A build killed mid-way (no chance to clean up) leaves no result a later run would take."""
+    src = tmp_path / "src"
+    make_fake_tree(src)
+    script = textwrap.dedent(
+        f"""
+        import sys, logging
+        sys.path.insert(0, {str(REPO)!r})
+        from build_tools import native
+        from build_tools.configs import load_matrix
+        from build_tools.lock import load_lock
+        from tests.build_tools.fake_tree import make_fake_tree
+        p = native.plan(load_matrix().get("cpu-host"), load_lock(), make_fake_tree(__import__("pathlib").Path({str(src)!r})))
+        print(p.dir_name, flush=True)
+        native.build(p)
+        """
+    )
+    env = {**os.environ, "FAKE_SLOW_BUILD": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    dir_name = proc.stdout.readline().strip()
+    deadline = time.monotonic() + 60
+    native_dir = cache / "native"
+    while not list(native_dir.glob(f".{dir_name}.tmp-*/build.log")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert list(native_dir.glob(f".{dir_name}.tmp-*")), "the killed build should have left its staging dir"
+
+    p = _plan(make_fake_tree(src), toolchain)
+    assert p.dir_name == dir_name
+    assert native.find_finished(p) is None  # the remains are not a finished build
+    nb = native.build(p)  # completes now (the slow step is gone without FAKE_SLOW_BUILD)
+    assert not nb.reused and native.verify(nb.root) == []
+    assert not list(native_dir.glob(f".{dir_name}.tmp-*"))  # stale staging removed
+
+
+def test_cli_verify_reports_the_changed_file(cache, tmp_path, toolchain, monkeypatch, capsys):
+    from build_tools.commands import native as native_cmd
+
+    tree = make_fake_tree(tmp_path / "src")
+    p = _plan(tree, toolchain)
+    nb = native.build(p)
+    monkeypatch.setattr(native_cmd, "current_tree", lambda lock: tree)
+    monkeypatch.setattr(native, "detect", lambda: toolchain)
+    from build_tools.cli import main
+
+    assert main(["native", "--verify", "cpu-host"]) == 0
+    assert "cpu-host: OK" in capsys.readouterr().out
+    lib = nb.lib_dir / "libggml-cpu.so"
+    data = bytearray(lib.read_bytes())
+    data[100] ^= 0x01  # one byte
+    lib.write_bytes(bytes(data))
+    assert main(["native", "--verify", "cpu-host"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "lib/libggml-cpu.so: sha256" in out
