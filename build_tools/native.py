@@ -157,7 +157,7 @@ def plan(config: BuildConfig, lock: SourceLock, tree: VendoredTree, toolchain: T
     return BuildPlan(config, tree, cmake_defines(config, lock), toolchain, versions, extra, env)
 
 
-def _result_dir(p: BuildPlan) -> Path:
+def result_dir(p: BuildPlan) -> Path:
     return native_cache_dir() / p.dir_name
 
 
@@ -251,7 +251,7 @@ def _exclusive(path: Path) -> Iterator[None]:
 
 def find_finished(p: BuildPlan) -> NativeBuild | None:
     """The cached result for this plan's key, if a finished one exists and is intact."""
-    root = _result_dir(p)
+    root = result_dir(p)
     if not (root / MANIFEST_NAME).is_file():
         return None
     try:
@@ -267,7 +267,7 @@ def find_finished(p: BuildPlan) -> NativeBuild | None:
 
 def build(p: BuildPlan, *, jobs: int | None = None, force: bool = False) -> NativeBuild:
     """Return the native build for ``p``: the cached one when its key exists, else a new one."""
-    final = _result_dir(p)
+    final = result_dir(p)
     with _exclusive(final.with_name(final.name + ".lock")):
         if not force:
             cached = find_finished(p)

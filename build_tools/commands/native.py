@@ -18,6 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true", help="rehash a finished build against its manifest")
     p.add_argument("--tools", action="store_true", help="also build llama.cpp's reference programs")
     p.add_argument("--force", action="store_true", help="rebuild even on a cache hit")
+    p.add_argument("--print-key", action="store_true",
+                   help="print each configuration's content key and result directory, build nothing "
+                        "(CI cache keys); provisions a CUDA toolkit if the key needs its versions")
     p.add_argument("-j", "--jobs", type=int, default=None)
 
 
@@ -45,6 +48,11 @@ def run(args: argparse.Namespace) -> int:
     tree = current_tree(lock)
     if args.verify:
         return _verify(configs, lock, tree)
+    if args.print_key:
+        for config in configs:
+            p = native.plan(config, lock, tree)
+            print(f"{config.name} {p.key} {native.result_dir(p)}")
+        return 0
     for config in configs:
         started = time.monotonic()
         p = native.plan(config, lock, tree)
