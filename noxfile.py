@@ -42,9 +42,9 @@ def native(session: nox.Session) -> None:
     _stdlib_step(session, "native")
 
 
-def _release_step(name: str, doc: str) -> None:
+def _release_step(name: str, doc: str, reqs: str = RELEASE_REQS) -> None:
     def session_func(session: nox.Session) -> None:
-        session.install("-r", RELEASE_REQS)
+        session.install("-r", reqs)
         _step(session, name)
 
     session_func.__doc__ = doc
@@ -58,9 +58,9 @@ for _name, _doc in (
     ("publish", "Write the PEP 503 index of validated, smoke-tested wheels (local folder by default)"),
     ("release", "vendor → native → wheels → validate → smoke → publish, reusing cached steps"),
     ("gpu-smoke", "On a GPU machine: install the CUDA wheel and compare GPU results with the CPU"),
-    ("bump", "Report what changed in llama.h/mtmd.h against the bindings after the lock moves"),
 ):
     _release_step(_name, _doc)
+_release_step("bump", "Report what changed in llama.h/mtmd.h against the bindings after the lock moves", TEST_REQS)
 
 
 @nox.session

@@ -1,0 +1,210 @@
+"""The loader: lazy and silent import, backend report, a fake CUDA backend with no driver, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from build_tools import headers as H
+
+REPO = Path(__file__).resolve().parents[2]
+
+REPORT = (
+    "import json, llama_cpp\n"
+    "print(json.dumps([dict(name=b.name, path=b.path and b.path.name, loaded=b.loaded, reason=b.reason,"
+    " devices=[d.type for d in b.devices]) for b in llama_cpp.backends()]))\n"
+)
+
+
+def run_py(code: str, lib_dir: Path | str | None, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    e = {k: v for k, v in os.environ.items() if k not in ("LLAMA_CPP_LIB_PATH", "LLAMA_CPP_REQUIRE_GPU")}
+    e["PYTHONPATH"] = str(REPO)
+    if lib_dir is not None:
+        e["LLAMA_CPP_LIB_PATH"] = str(lib_dir)
+    e.update(env)
+    cmd = [sys.executable, *(("-c", code) if code else ()), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=str(REPO), timeout=120, check=False)
+
+
+def _cc(*args: str) -> None:
+    subprocess.run([*H.find_cc().split(), *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def fake_cuda_dir(lib_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the lib dir (symlinks) plus a libggml-cuda.so that NEEDs a libcuda.so.1 that is gone."""
+    root = tmp_path_factory.mktemp("fakecuda")
+    stub, out = root / "stub", root / "lib"
+    stub.mkdir()
+    out.mkdir()
+    (root / "cuda.c").write_text("void cuInit(void) {}\n")
+    _cc("-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so.1"), str(root / "cuda.c"))
+    (root / "backend.c").write_text("extern void cuInit(void);\nint ggml_backend_fake(void) { cuInit(); return 0; }\n")
+    _cc("-shared", "-fPIC", "-o", str(out / "libggml-cuda.so"), str(root / "backend.c"),
+        f"-L{stub}", "-l:libcuda.so.1")
+    (stub / "libcuda.so.1").unlink()
+    stub.rmdir()
+    for p in lib_dir.iterdir():
+        (out / p.name).symlink_to(p.resolve())
+    return out
+
+
+def test_import_is_silent_and_loads_nothing(lib_dir):
+    r = run_py("import llama_cpp", lib_dir)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+    r = run_py("import llama_cpp, llama_cpp.llama_cpp, llama_cpp.mtmd_cpp, llama_cpp.ggml_cpp\n"
+               "from llama_cpp._loader import loaded_library_paths\nprint(sorted(loaded_library_paths()))", lib_dir)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]" and r.stderr == ""
+
+
+def test_backends_report_cpu(lib_dir):
+    r = run_py(REPORT, lib_dir)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    cpu = [b for b in rows if b["name"] == "CPU"]
+    assert cpu and cpu[0]["loaded"] and cpu[0]["devices"] == ["CPU"]
+    assert r.stderr == ""  # nothing logged at WARNING for a healthy install
+
+
+def test_fake_cuda_backend_without_driver(fake_cuda_dir):
+    r = run_py(REPORT, fake_cuda_dir)
+    assert r.returncode == 0, r.stderr
+    rows = {b["path"]: b for b in json.loads(r.stdout)}
+    cuda = rows["libggml-cuda.so"]
+    assert cuda["name"] == "CUDA" and cuda["loaded"] is False
+    assert cuda["reason"] == "libcuda.so.1 not found (NVIDIA driver not installed)"
+    assert rows["libggml-cpu.so"]["loaded"] is True
+    assert "CUDA backend not loaded: libcuda.so.1 not found (NVIDIA driver not installed)" in r.stderr
+
+    cli = run_py("", fake_cuda_dir, "-m", "llama_cpp", "backends")
+    assert cli.returncode == 0, cli.stderr
+    lines = cli.stdout.splitlines()
+    cuda_line = next(line for line in lines if "libggml-cuda.so" in line)
+    assert "not loaded" in cuda_line and "libcuda.so.1 not found" in cuda_line
+    cpu_line = next(line for line in lines if "libggml-cpu.so" in line)
+    assert " loaded " in cpu_line
+
+    gpu = run_py("import llama_cpp.llama_cpp as C\nC.llama_max_devices()", fake_cuda_dir, LLAMA_CPP_REQUIRE_GPU="1")
+    assert gpu.returncode != 0
+    assert "BackendUnavailableError" in gpu.stderr and "libcuda.so.1 not found" in gpu.stderr
+    ensure = run_py("from llama_cpp import _loader\n_loader.ensure_backends(require_gpu=True)", fake_cuda_dir)
+    assert "BackendUnavailableError" in ensure.stderr
+
+
+def test_cli_backends_table_and_json(lib_dir):
+    r = run_py("", lib_dir, "-m", "llama_cpp", "backends")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1].split()[:3] == ["BACKEND", "FILE", "STATUS"]
+    assert any(line.startswith("CPU") and " loaded " in line for line in r.stdout.splitlines())
+    j = run_py("", lib_dir, "-m", "llama_cpp", "backends", "--json")
+    doc = json.loads(j.stdout)
+    assert doc["lib_dir"] == str(lib_dir.resolve()) and any(b["loaded"] for b in doc["backends"])
+
+
+def test_require_gpu_on_a_cpu_build(lib_dir):
+    r = run_py("import llama_cpp\nllama_cpp.system_info()", lib_dir, LLAMA_CPP_REQUIRE_GPU="1")
+    assert r.returncode != 0 and "no GPU backend" in r.stderr
+
+
+def test_lib_path_errors(tmp_path):
+    r = run_py("import llama_cpp\nllama_cpp.system_info()", tmp_path / "nope")
+    assert "LibraryNotFoundError" in r.stderr and "is not a directory" in r.stderr
+    r = run_py("import llama_cpp\nllama_cpp.system_info()", tmp_path)
+    assert "LibraryNotFoundError" in r.stderr and str(tmp_path) in r.stderr and "ggml-base" in r.stderr
+
+
+def test_cwd_is_never_searched(lib_dir, tmp_path):
+    # libraries in the CWD but not in LLAMA_CPP_LIB_PATH: not found
+    for p in lib_dir.iterdir():
+        (tmp_path / p.name).symlink_to(p.resolve())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    e = {**os.environ, "PYTHONPATH": str(REPO), "LLAMA_CPP_LIB_PATH": str(empty)}
+    r = subprocess.run([sys.executable, "-c", "import llama_cpp\nllama_cpp.system_info()"], cwd=str(tmp_path),
+                       capture_output=True, text=True, env=e, timeout=60, check=False)
+    assert r.returncode != 0 and "LibraryNotFoundError" in r.stderr
+
+
+def test_load_is_once_and_thread_safe(lib_dir):
+    code = ("import threading, llama_cpp._loader as L\nres=[]\n"
+            "ts=[threading.Thread(target=lambda: res.append(id(L.load()))) for _ in range(8)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\nprint(len(set(res)), len(res))")
+    r = run_py(code, lib_dir)
+    assert r.stdout.split() == ["1", "8"], r.stderr
+
+
+def test_null_constructors_raise(lib_dir, tmp_path):
+    from llama_cpp import ContextError, ModelLoadError, MultimodalError
+    from llama_cpp import _ctypes_util as U
+
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        U.model_load_from_file(tmp_path / "missing.gguf")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf file at all" * 10)
+    with pytest.raises(ModelLoadError, match="junk.gguf"):
+        U.model_load_from_file(junk)
+    with pytest.raises(ModelLoadError, match="directory"):
+        U.model_load_from_file(tmp_path)
+    with pytest.raises(ContextError, match="NULL model"):
+        U.init_from_model(None)
+    with pytest.raises(MultimodalError, match="expected"):
+        U.mtmd_bitmap_init(2, 2, b"\0" * 5)
+    assert U.sampler_chain_init()
+
+
+def test_native_logs_reach_logging(lib_dir, tmp_path, caplog):
+    import logging
+
+    from llama_cpp import ModelLoadError
+    from llama_cpp import _ctypes_util as U
+
+    junk = tmp_path / "junk2.gguf"
+    junk.write_bytes(b"GGUF" + b"\xff" * 64)
+    with caplog.at_level(logging.DEBUG, logger="llama_cpp.native"), pytest.raises(ModelLoadError):
+        U.model_load_from_file(junk)
+    native = [r for r in caplog.records if r.name == "llama_cpp.native"]
+    assert native and any(r.levelno >= logging.WARNING for r in native)
+    assert all(not r.getMessage().endswith("\n") for r in native)
+
+
+def test_log_router_joins_continuations():
+    import logging
+
+    from llama_cpp._logging import NativeLogRouter
+    from llama_cpp.ggml_cpp import GGML_LOG_LEVEL_CONT, GGML_LOG_LEVEL_DEBUG, GGML_LOG_LEVEL_INFO, GGML_LOG_LEVEL_WARN
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    r = NativeLogRouter("llama_cpp.native.test")
+    r.logger.addHandler(Keep())
+    r.logger.setLevel(logging.INFO)
+    r.logger.propagate = False
+    r.handle(GGML_LOG_LEVEL_INFO, "loading")
+    for _ in range(3):
+        r.handle(GGML_LOG_LEVEL_CONT, ".")
+    r.handle(GGML_LOG_LEVEL_CONT, " done\n")
+    r.handle(GGML_LOG_LEVEL_DEBUG, "hidden\n")
+    r.handle(GGML_LOG_LEVEL_CONT, "hidden too\n")
+    r.handle(GGML_LOG_LEVEL_WARN, "no newline")
+    r.handle(GGML_LOG_LEVEL_INFO, "next\n")
+    assert [(x.levelno, x.getMessage()) for x in records] == [
+        (logging.INFO, "loading... done"), (logging.WARNING, "no newline"), (logging.INFO, "next")]
+
+
+def test_explain_dlerror():
+    from llama_cpp._loader import explain_dlerror
+
+    assert explain_dlerror("libcuda.so.1: cannot open shared object file: No such file or directory") == \
+        "libcuda.so.1 not found (NVIDIA driver not installed)"
+    assert "CUDA runtime" in explain_dlerror("libcublas.so.12: cannot open shared object file: No such file")
+    assert explain_dlerror("/x/libggml-cuda.so: undefined symbol: ggml_foo").startswith("undefined symbol ggml_foo")
