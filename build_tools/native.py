@@ -322,15 +322,27 @@ def _check_runpath(libs: tuple[LibraryRecord, ...]) -> None:
             )
 
 
+TOOLS_RECIPE = 2  # bump when the staged tools layout changes
+
+
 def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] = REFERENCE_TOOLS,
-                jobs: int | None = None) -> Path:
-    """Build llama.cpp's own programs from the same tree into ``<result>/tools`` (never packaged)."""
-    tools_dir = nb.tools_dir
-    stamp = tools_dir / ".tools.json"
+                          jobs: int | None = None) -> Path:
+    """Build llama.cpp's own programs from the same tree into ``<result>/tools`` (never packaged).
+
+    The packaged libraries are linked in from ``lib/`` so the programs run exactly the bytes a wheel
+    carries; the tools-only libraries (``libllama-common``, ``libllama-*-impl``) are copied beside them.
+    """
     import json
 
-    if stamp.is_file() and set(json.loads(stamp.read_text())).issuperset(tools):
-        return tools_dir
+    from .elf import is_elf, read_dynamic
+
+    tools_dir = nb.tools_dir
+    stamp = tools_dir / ".tools.json"
+    if stamp.is_file():
+        recorded = json.loads(stamp.read_text())
+        if isinstance(recorded, dict) and recorded.get("recipe") == TOOLS_RECIPE \
+                and set(recorded.get("tools", ())).issuperset(tools):
+            return tools_dir
     build_dir = nb.build_dir
     with _exclusive(nb.root.with_name(nb.root.name + ".lock")):
         log_file = nb.root / "tools.log"
@@ -338,16 +350,22 @@ def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] 
             build_dir.mkdir(parents=True, exist_ok=True)
             _run_logged(_configure_cmd(p, build_dir), log_file, f"{nb.config.name} configure", p.env)
         _run_logged(_build_cmd(p, build_dir, tools, jobs), log_file, f"{nb.config.name} tools", p.env)
+        packaged = {lib.name for lib in nb.manifest.libraries}
         with staging_dir(tools_dir) as stage:
             for tool in tools:
                 src = build_dir / "bin" / tool
                 if not src.is_file():
                     raise NativeBuildError(f"tool {tool} was not produced in {build_dir / 'bin'}")
                 shutil.copy2(src, stage / tool)
-            # The programs find the packaged libraries (and CPU backends) next to themselves.
             for lib in nb.manifest.libraries:
                 os.symlink(os.path.relpath(nb.root / lib.path, stage), stage / lib.name)
-            (stage / ".tools.json").write_text(json.dumps(sorted(tools)))
+            for entry in sorted((build_dir / "bin").iterdir()):
+                if entry.is_symlink() or not entry.is_file() or not _LIB_PATTERN.match(entry.name):
+                    continue
+                name = (read_dynamic(entry).soname if is_elf(entry) else None) or entry.name
+                if name not in packaged:
+                    shutil.copy2(entry, stage / name)
+            (stage / ".tools.json").write_text(json.dumps({"recipe": TOOLS_RECIPE, "tools": sorted(tools)}))
     return tools_dir
 
 
