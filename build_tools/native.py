@@ -14,7 +14,6 @@ can be added later without recompiling the libraries.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import re
@@ -240,13 +239,27 @@ def _backend_names(names: list[str]) -> tuple[str, ...]:
 
 @contextlib.contextmanager
 def _exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``: one build of a key at a time, across processes."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with open(path, "a+b") as fh:
+        if os.name == "nt":
+            import msvcrt
+
+            fh.seek(0)
+            msvcrt.locking(fh.fileno(), msvcrt.LK_LOCK, 1)
+            try:
+                yield
+            finally:
+                fh.seek(0)
+                msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def find_finished(p: BuildPlan) -> NativeBuild | None:

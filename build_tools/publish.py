@@ -1,0 +1,280 @@
+"""Step 6: publish exactly the wheels that passed validate and smoke, as a PEP 503 index.
+
+Gate: ``dist/<config>/release-manifest.json`` is written only when validation and smoke both
+passed (:func:`record_release`); :func:`publish` refuses any file whose sha256 is not in such
+a manifest. Output (default ``dist/index`` in the repository)::
+
+    <out>/whl/index.html                                  the variants
+    <out>/whl/<variant>/index.html                        PEP 503 root: llama-cpp-python
+    <out>/whl/<variant>/llama-cpp-python/index.html       the files, #sha256= and data-requires-python
+    <out>/whl/<variant>/llama-cpp-python/*.whl
+    <out>/whl/<variant>/SHA256SUMS, release-manifest.json
+
+The whole ``<out>/whl`` tree is built in a temp dir beside it and renamed into place: a
+publish that fails half-way leaves the previous index exactly as it was. Files published
+earlier for other versions are carried over (re-verified against the old SHA256SUMS).
+Uploads (twine to ``$TWINE_REPOSITORY_URL``, GitHub Releases via ``gh``) run only on request.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from .errors import BuildToolsError
+from .fsutil import replace_dir, write_json_atomic
+from .hashing import sha256_file
+from .paths import REPO_ROOT
+
+log = logging.getLogger(__name__)
+
+RELEASE_MANIFEST = "release-manifest.json"
+DEFAULT_OUT = REPO_ROOT / "dist" / "index"
+PROJECT = "llama-cpp-python"
+
+
+class PublishError(BuildToolsError):
+    """A file is not cleared for release, or writing the index failed."""
+
+
+def record_release(dist_dir: Path, *, config: Any, wheels: Sequence[Any], validation: Any, smoke: Any,
+                   native: Any, strict: bool) -> Path:
+    """Write the release manifest: the wheels that passed validation and smoke, by sha256.
+
+    ``validation`` is a :class:`~build_tools.validate.ValidationReport`, ``smoke`` a
+    :class:`~build_tools.smoke.SmokeReport`; raises unless both passed for these exact files.
+    """
+    if not validation.ok:
+        raise PublishError(f"validation of {config.name} failed; no release manifest written")
+    if not smoke.ok:
+        raise PublishError(f"smoke tests of {config.name} failed; no release manifest written")
+    validated = {w.sha256 for w in validation.wheels if w.ok}
+    entries = []
+    for w in wheels:
+        if w.sha256 not in validated:
+            raise PublishError(f"{w.filename} (sha256 {w.sha256[:16]}) was not the file that passed validation")
+        verdict = smoke.verdict(w.filename)
+        if verdict == "fail" or (verdict == "skip" and strict):
+            raise PublishError(f"{w.filename}: smoke verdict {verdict}")
+        entries.append({"filename": w.filename, "sha256": w.sha256, "size": w.size, "tag": w.tag,
+                        "version": w.version, "requires_python": w.requires_python, "smoke": verdict})
+    src = native.source
+    data = {
+        "schema_version": 1,
+        "project": PROJECT,
+        "config": config.name,
+        "variant": config.variant,
+        "release": config.release,
+        "version": wheels[0].version if wheels else None,
+        "native_key": native.key,
+        "llama_cpp": {"commit": src.get("commit"), "build_number": src.get("build_number")},
+        "source_date_epoch": wheels[0].epoch if wheels else None,
+        "gates": {"validate": "passed", "smoke": "passed (strict)" if strict else "passed"},
+        "wheels": entries,
+    }
+    path = dist_dir / RELEASE_MANIFEST
+    write_json_atomic(path, data)
+    return path
+
+
+def load_release(dist_dir: Path) -> dict[str, Any]:
+    path = dist_dir / RELEASE_MANIFEST
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PublishError(f"{path} is missing: these wheels have not passed validate and smoke "
+                           "(nox -s validate, nox -s smoke)") from None
+    except ValueError as exc:
+        raise PublishError(f"{path}: invalid JSON ({exc})") from None
+    if data.get("schema_version") != 1 or not isinstance(data.get("wheels"), list):
+        raise PublishError(f"{path}: not a release manifest of schema 1")
+    return data
+
+
+@dataclass(frozen=True)
+class PublishedFile:
+    variant: str
+    filename: str
+    sha256: str
+    requires_python: str | None
+    path: Path
+
+
+@dataclass
+class PublishedIndex:
+    root: Path  # <out>/whl
+    files: list[PublishedFile] = field(default_factory=list)
+    new: list[PublishedFile] = field(default_factory=list)
+
+    def variant_url(self, variant: str) -> str:
+        return (self.root / variant).as_uri() + "/"
+
+    def variants(self) -> list[str]:
+        return sorted({f.variant for f in self.files})
+
+
+def _cleared(dist_dirs: Sequence[Path]) -> list[tuple[dict[str, Any], dict[str, Any], Path]]:
+    """(release manifest, wheel entry, file) for every wheel cleared for release; refuses mismatches."""
+    out = []
+    for d in dist_dirs:
+        rel = load_release(d)
+        for entry in rel["wheels"]:
+            path = d / entry["filename"]
+            if not path.is_file():
+                raise PublishError(f"{path} is listed in {d / RELEASE_MANIFEST} but missing")
+            digest = sha256_file(path)
+            if digest != entry["sha256"]:
+                raise PublishError(f"refusing {path.name}: its sha256 {digest[:16]} is not the validated and "
+                                   f"smoke-tested {entry['sha256'][:16]} (re-run validate and smoke)")
+            out.append((rel, entry, path))
+        for extra in sorted(set(d.glob("*.whl")) - {d / e["filename"] for e in rel["wheels"]}):
+            log.warning("not publishing %s: it is not in %s", extra.name, d / RELEASE_MANIFEST)
+    return out
+
+
+def _place(src: Path, dst: Path) -> None:
+    """Put a file into the staged index (a hard link when possible: wheels can be hundreds of MB)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _read_sums(variant_dir: Path) -> dict[str, str]:
+    sums: dict[str, str] = {}
+    path = variant_dir / "SHA256SUMS"
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                digest, name = line.split(None, 1)
+                sums[name.strip().lstrip("*")] = digest
+    return sums
+
+
+def _page(title: str, links: list[str]) -> str:
+    body = "\n".join(f"    {a}<br/>" for a in links)
+    return (f"<!DOCTYPE html>\n<html>\n  <head>\n    <meta name=\"pypi:repository-version\" content=\"1.0\">\n"
+            f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n    <h1>{html.escape(title)}</h1>\n"
+            f"{body}\n  </body>\n</html>\n")
+
+
+def _write_variant(stage: Path, variant: str, files: list[PublishedFile], releases: list[dict[str, Any]]) -> None:
+    vdir = stage / variant
+    proj = canonicalize_name(PROJECT)
+    links = []
+    for f in sorted(files, key=lambda f: f.filename):
+        attrs = f' data-requires-python="{html.escape(f.requires_python, quote=True)}"' if f.requires_python else ""
+        links.append(f'<a href="{html.escape(f.filename)}#sha256={f.sha256}"{attrs}>{html.escape(f.filename)}</a>')
+    (vdir / proj).mkdir(parents=True, exist_ok=True)
+    (vdir / proj / "index.html").write_text(_page(f"Links for {proj}", links), encoding="utf-8")
+    (vdir / "index.html").write_text(_page(f"Simple index ({variant})", [f'<a href="{proj}/">{proj}</a>']),
+                                     encoding="utf-8")
+    (vdir / "SHA256SUMS").write_text("".join(f"{f.sha256}  {f.filename}\n" for f in sorted(
+        files, key=lambda f: f.filename)), encoding="utf-8")
+    manifest = {"schema_version": 1, "project": PROJECT, "variant": variant,
+                "files": [{"filename": f.filename, "sha256": f.sha256, "requires_python": f.requires_python}
+                          for f in sorted(files, key=lambda f: f.filename)],
+                "releases": releases}
+    (vdir / RELEASE_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def publish(dist_dirs: Sequence[Path], out: Path = DEFAULT_OUT, *, allow_dev: bool = True) -> PublishedIndex:
+    """Write (atomically) the index of every cleared wheel in ``dist_dirs`` under ``out/whl``."""
+    cleared = _cleared(dist_dirs)
+    if not cleared:
+        raise PublishError("nothing to publish: the release manifests list no wheels")
+    for rel, _e, _p in cleared:
+        if not rel.get("release", True) and not allow_dev:
+            raise PublishError(f"{rel['config']} is a development configuration (release = false)")
+    root = out / "whl"
+    previous = {}
+    if root.is_dir():
+        for vdir in sorted(p for p in root.iterdir() if p.is_dir()):
+            previous[vdir.name] = (vdir, _read_sums(vdir))
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".whl.tmp-", dir=out))
+    index = PublishedIndex(root)
+    try:
+        by_variant: dict[str, list[PublishedFile]] = {}
+        releases: dict[str, list[dict[str, Any]]] = {}
+        proj = canonicalize_name(PROJECT)
+        for rel, entry, path in cleared:
+            v = rel["variant"]
+            f = PublishedFile(v, entry["filename"], entry["sha256"], entry.get("requires_python"),
+                              root / v / proj / entry["filename"])
+            _place(path, stage / v / proj / entry["filename"])
+            by_variant.setdefault(v, []).append(f)
+            index.new.append(f)
+            rels = releases.setdefault(v, [])
+            if not any(r.get("config") == rel["config"] and r.get("version") == rel["version"] for r in rels):
+                rels.append(rel)
+        for v, (vdir, sums) in previous.items():
+            names = {f.filename for f in by_variant.get(v, [])}
+            old_manifest = {}
+            try:
+                old_manifest = json.loads((vdir / RELEASE_MANIFEST).read_text(encoding="utf-8"))
+            except (FileNotFoundError, ValueError):
+                pass
+            old_meta = {f["filename"]: f for f in old_manifest.get("files", [])}
+            for name, digest in sums.items():
+                src = vdir / proj / name
+                if name in names:
+                    continue  # replaced by this release
+                if not src.is_file() or sha256_file(src) != digest:
+                    raise PublishError(f"the existing index has a damaged {src} (sha256 differs from its "
+                                       "SHA256SUMS); remove it or re-publish that release")
+                _place(src, stage / v / proj / name)
+                by_variant.setdefault(v, []).append(PublishedFile(
+                    v, name, digest, old_meta.get(name, {}).get("requires_python"), root / v / proj / name))
+            seen = {(r.get("config"), r.get("version")) for r in releases.get(v, [])}
+            for r in old_manifest.get("releases", []):
+                if (r.get("config"), r.get("version")) not in seen:
+                    releases.setdefault(v, []).append(r)
+        for v, files in by_variant.items():
+            _write_variant(stage, v, files, releases.get(v, []))
+            index.files += files
+        (stage / "index.html").write_text(
+            _page("llama-cpp-python wheel variants", [f'<a href="{v}/">{v}</a>' for v in sorted(by_variant)]),
+            encoding="utf-8")
+        replace_dir(stage, root)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    log.info("published %d new file(s) into %s", len(index.new), root)
+    return index
+
+
+def upload_twine(files: Sequence[Path], repository_url: str | None = None) -> None:
+    """Upload to a PyPI-compatible repository (URL and credentials from the environment)."""
+    url = repository_url or os.environ.get("TWINE_REPOSITORY_URL")
+    if not url:
+        raise PublishError("set TWINE_REPOSITORY_URL (and TWINE_USERNAME/TWINE_PASSWORD or a token) to upload")
+    cmd = [sys.executable, "-m", "twine", "upload", "--non-interactive", "--repository-url", url, *map(str, files)]
+    if subprocess.run(cmd, check=False).returncode != 0:
+        raise PublishError(f"twine upload to {url} failed")
+
+
+def upload_github(files: Sequence[Path], tag: str) -> None:
+    """Attach the files to the GitHub release ``tag`` (created if missing) with the ``gh`` CLI."""
+    gh = shutil.which("gh")
+    if gh is None:
+        raise PublishError("the GitHub CLI (gh) is not installed; it is needed for --github-release")
+    exists = subprocess.run([gh, "release", "view", tag], capture_output=True, check=False).returncode == 0
+    create = [gh, "release", "create", tag, "--title", tag, "--notes", f"llama-cpp-python {tag}"]
+    if not exists and subprocess.run(create, check=False).returncode != 0:
+        raise PublishError(f"gh release create {tag} failed")
+    if subprocess.run([gh, "release", "upload", tag, "--clobber", *map(str, files)], check=False).returncode != 0:
+        raise PublishError(f"gh release upload {tag} failed")

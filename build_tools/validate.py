@@ -1,0 +1,357 @@
+"""Step 4: refuse a release unless every wheel is exactly what the native build and sources say.
+
+Each check has a name; a failing wheel's report lists every failure by that name:
+
+    archive             the file is a readable zip with one .dist-info
+    library-hash        a library differs from the native manifest's sha256 (or is missing / extra)
+    libraries-identical the N wheels do not all carry byte-identical libraries
+    embedded-manifest   llama_cpp/native-manifest.json is not the build's manifest
+    version             filename, .dist-info, METADATA, llama_cpp/_version.py and the intended version disagree
+    tag                 filename and WHEEL tags disagree with each other or with the intended tag
+    record              RECORD hashes or sizes are wrong, or it lists too few / too many files
+    unexpected-file     tests, vendored sources, build files or bytecode inside
+    sbom                the CycloneDX SBOM is missing or its hashes disagree with the manifest
+    metadata            `twine check --strict` fails (or twine is missing)
+    size-budget         the wheel exceeds the configuration's wheel_size_budget_mb
+    cuda-runtime        a CUDA wheel lacks a runtime Requires-Dist of its configuration
+    driver-library      the wheel carries the CUDA driver or runtime libraries
+"""
+
+from __future__ import annotations
+
+import csv
+import email.parser
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from .configs import BuildConfig
+from .fsutil import write_json_atomic
+from .inwheel import WheelError, parse_wheel_name, record_hash
+from .manifest import MANIFEST_NAME, NativeManifest
+from .sbom import SBOM_NAME
+from .wheels import PACKAGE, PACKAGE_FILES, PACKAGE_SUFFIXES, BuiltWheel
+
+REPORT_FILE = "validation.json"
+_DRIVER = re.compile(r"^(libcuda\.so|libcudart\.so|libcublas(Lt)?\.so|libnvidia-|nvcuda\.dll|cudart64_|cublas(Lt)?64_)")
+_BUILD_FILE = re.compile(r"(^|/)(CMakeLists\.txt|CMakeCache\.txt|Makefile|build\.ninja|\.ninja_.*)$|\.(o|a|obj|lib|"
+                         r"c|cc|cpp|h|hpp|cu|cuh|pyc|pyo|log)$")
+_VERSION_RE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Failure:
+    check: str
+    message: str
+
+
+@dataclass
+class WheelReport:
+    filename: str
+    sha256: str
+    size: int
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def fail(self, check: str, message: str) -> None:
+        self.failures.append(Failure(check, message))
+
+
+@dataclass
+class ValidationReport:
+    config: str
+    version: str
+    native_key: str
+    wheels: list[WheelReport]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.wheels) and all(w.ok for w in self.wheels)
+
+    def failed_checks(self) -> set[str]:
+        return {f.check for w in self.wheels for f in w.failures}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": 1, "config": self.config, "version": self.version, "native_key": self.native_key,
+            "ok": self.ok,
+            "wheels": [{"filename": w.filename, "sha256": w.sha256, "size": w.size, "ok": w.ok,
+                        "failures": [{"check": f.check, "message": f.message} for f in w.failures]}
+                       for w in self.wheels],
+        }
+
+    def render(self) -> str:
+        lines = [f"validate {self.config} {self.version}: {'OK' if self.ok else 'REFUSED'}"]
+        for w in self.wheels:
+            lines.append(f"  {'ok  ' if w.ok else 'FAIL'} {w.filename} ({w.size / 1e6:.1f} MB)")
+            lines += [f"       [{f.check}] {f.message}" for f in w.failures]
+        return "\n".join(lines)
+
+
+def _allowed(name: str, dist_info: str, lib_names: set[str]) -> str | None:
+    """None if ``name`` belongs in a wheel, else why it does not."""
+    parts = name.split("/")
+    if _BUILD_FILE.search(name):
+        return "a build file or compiled artefact"
+    if any(p in ("tests", "test", "vendor", "__pycache__", "build") for p in parts[:-1]):
+        return "tests, vendored sources or build output"
+    if name.startswith(dist_info + "/"):
+        rest = name[len(dist_info) + 1:]
+        if rest in ("METADATA", "WHEEL", "RECORD", "entry_points.txt") or rest.startswith("licenses/"):
+            return None
+        if rest.startswith("sboms/") and rest.endswith(".cdx.json"):
+            return None
+        return "not a known .dist-info file"
+    if parts[0] != PACKAGE:
+        return f"outside the {PACKAGE}/ package"
+    if name == f"{PACKAGE}/{MANIFEST_NAME}":
+        return None
+    if parts[1] == "lib":
+        return None if len(parts) == 3 and parts[2] in lib_names else "a library the native manifest does not list"
+    if name.endswith(PACKAGE_SUFFIXES) or parts[-1] in PACKAGE_FILES:
+        return None
+    return "not a Python source file of the package"
+
+
+def _check_record(rep: WheelReport, zf: zipfile.ZipFile, dist_info: str) -> None:
+    record_name = f"{dist_info}/RECORD"
+    try:
+        text = zf.read(record_name).decode("utf-8")
+        rows = list(csv.reader(io.StringIO(text)))
+    except KeyError:
+        rep.fail("record", "RECORD is missing")
+        return
+    except (UnicodeDecodeError, csv.Error) as exc:
+        rep.fail("record", f"RECORD is unreadable ({exc})")
+        return
+    listed: dict[str, tuple[str, str]] = {}
+    for i, row in enumerate(rows):
+        if not row:
+            continue
+        if len(row) != 3:
+            rep.fail("record", f"RECORD line {i + 1} has {len(row)} fields: {row!r}")
+            continue
+        if row[0] in listed:
+            rep.fail("record", f"RECORD lists {row[0]} twice")
+        listed[row[0]] = (row[1], row[2])
+    files = {i.filename for i in zf.infolist() if not i.is_dir()}
+    for name in sorted(files - set(listed)):
+        rep.fail("record", f"{name} is in the archive but not in RECORD")
+    for name in sorted(set(listed) - files):
+        rep.fail("record", f"RECORD lists {name}, which is not in the archive")
+    for name in sorted(files & set(listed)):
+        digest, size = listed[name]
+        if name == record_name:
+            continue
+        data = zf.read(name)
+        if digest != record_hash(data):
+            rep.fail("record", f"{name}: RECORD hash {digest or '(empty)'} != actual {record_hash(data)}")
+        if size != str(len(data)):
+            rep.fail("record", f"{name}: RECORD size {size or '(empty)'} != actual {len(data)}")
+
+
+def _check_version(rep: WheelReport, w: BuiltWheel, zf: zipfile.ZipFile, dist_info: str, meta: Any,
+                   intended: str, local: str | None) -> None:
+    name = parse_wheel_name(w.path.name)
+    seen = {"filename": name.version, ".dist-info": dist_info[: -len(".dist-info")].split("-", 1)[-1],
+            "METADATA": str(meta.get("Version", "")), "intended": intended}
+    try:
+        m = _VERSION_RE.search(zf.read(f"{PACKAGE}/_version.py").decode("utf-8"))
+        base = m.group(1) if m else "(no __version__)"
+    except KeyError:
+        base = "(missing _version.py)"
+    seen["llama_cpp.__version__"] = f"{base}+{local}" if local else base
+    if len(set(seen.values())) != 1:
+        rep.fail("version", "versions disagree: " + ", ".join(f"{k} {v}" for k, v in seen.items()))
+    wanted_name = canonicalize_name(w.name).replace("-", "_")
+    if name.name != wanted_name or canonicalize_name(str(meta.get("Name", ""))) != canonicalize_name(w.name):
+        rep.fail("version", f"distribution name {name.name!r} / METADATA {meta.get('Name')!r} is not {w.name!r}")
+
+
+def _check_tags(rep: WheelReport, w: BuiltWheel, zf: zipfile.ZipFile, dist_info: str,
+                intended_python: set[str]) -> None:
+    name = parse_wheel_name(w.path.name)
+    file_tags = set(name.tags)
+    try:
+        wheel_meta = email.parser.Parser().parsestr(zf.read(f"{dist_info}/WHEEL").decode("utf-8"))
+        wheel_tags = set(wheel_meta.get_all("Tag") or [])
+        if wheel_meta.get("Root-Is-Purelib", "").strip().lower() != "false":
+            rep.fail("tag", "WHEEL says Root-Is-Purelib: true for a wheel carrying native libraries")
+    except KeyError:
+        rep.fail("tag", "WHEEL is missing")
+        return
+    if file_tags != wheel_tags:
+        rep.fail("tag", f"filename tags {sorted(file_tags)} != WHEEL tags {sorted(wheel_tags)}")
+    if name.tag != w.tag:
+        rep.fail("tag", f"filename tag {name.tag} is not the intended {w.tag}")
+    if name.python not in intended_python:
+        rep.fail("tag", f"python tag {name.python} is not one of the intended {sorted(intended_python)}")
+    if name.python.startswith("cp") and name.abi != name.python:
+        rep.fail("tag", f"abi tag {name.abi} does not match python tag {name.python}")
+    if name.python == "py3" and name.abi != "none":
+        rep.fail("tag", f"py3 wheel with abi tag {name.abi}; expected none")
+    if "any" in name.platform.split("."):
+        rep.fail("tag", "platform tag 'any' on a wheel with native libraries")
+
+
+def _check_metadata_deps(rep: WheelReport, meta: Any, config: BuildConfig) -> None:
+    if config.cuda is None:
+        return
+    have: dict[str, list[Requirement]] = {}
+    for r in meta.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(r)
+        except InvalidRequirement:
+            rep.fail("cuda-runtime", f"Requires-Dist {r!r} is not a valid requirement")
+            continue
+        have.setdefault(canonicalize_name(req.name), []).append(req)
+    for want in config.cuda.runtime_requires:
+        req = Requirement(want)
+        got = have.get(canonicalize_name(req.name), [])
+        if not got:
+            rep.fail("cuda-runtime", f"METADATA lacks Requires-Dist {want!r} (CUDA {config.cuda.version} runtime)")
+        elif not any(g.specifier == req.specifier for g in got):
+            rep.fail("cuda-runtime", f"Requires-Dist for {req.name} is {[str(g) for g in got]}, expected {want!r}")
+
+
+def _check_sbom(rep: WheelReport, zf: zipfile.ZipFile, dist_info: str, manifest: NativeManifest) -> None:
+    try:
+        sbom = json.loads(zf.read(f"{dist_info}/sboms/{SBOM_NAME}"))
+    except KeyError:
+        rep.fail("sbom", f"{dist_info}/sboms/{SBOM_NAME} is missing")
+        return
+    except ValueError as exc:
+        rep.fail("sbom", f"SBOM is not JSON ({exc})")
+        return
+    if sbom.get("bomFormat") != "CycloneDX":
+        rep.fail("sbom", "SBOM bomFormat is not CycloneDX")
+    hashes = {c.get("name"): {h.get("content") for h in c.get("hashes", [])}
+              for c in sbom.get("components", []) if c.get("type") == "file"}
+    for lib in manifest.libraries:
+        if lib.sha256 not in hashes.get(f"{PACKAGE}/lib/{lib.name}", set()):
+            rep.fail("sbom", f"SBOM has no matching SHA-256 for {PACKAGE}/lib/{lib.name}")
+
+
+def twine_check(paths: Sequence[Path]) -> dict[str, list[str]]:
+    """``twine check --strict`` per file: filename -> problems (empty when it passed)."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, paths)],
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "10000"}, check=False)
+    except subprocess.TimeoutExpired:
+        return {p.name: ["twine check timed out"] for p in paths}
+    out = proc.stdout + proc.stderr
+    if "No module named twine" in out:
+        return {p.name: ["twine is not installed: pip install -r requirements/release.txt"] for p in paths}
+    # twine's console may wrap long lines anywhere (even inside a path): unwrap before parsing.
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out).replace("\r", "")
+    text = re.sub(r"\s*\n\s*", "", text)
+    results: dict[str, list[str]] = {}
+    hits = list(re.finditer(r"Checking\s*(\S+?\.whl)\s*:\s*(PASSED|FAILED)", text))
+    for n, m in enumerate(hits):
+        rest = text[m.end(): hits[n + 1].start() if n + 1 < len(hits) else len(text)].strip()
+        passed = m.group(2) == "PASSED" and "warning" not in rest[:40].lower()
+        results[Path(m.group(1)).name] = [] if passed else [f"twine check {m.group(2)}: {rest[:1000]}"]
+    for p in paths:
+        if p.name not in results:
+            results[p.name] = [f"twine check gave no verdict (exit {proc.returncode}): {out.strip()[-500:]}"]
+    return results
+
+
+def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: BuildConfig, *,
+             version: str, python_tags: Sequence[str], twine: bool = True) -> ValidationReport:
+    """Check every wheel; the report names each failure (``report.ok`` decides the release)."""
+    report = ValidationReport(config.name, version, manifest.key, [])
+    lib_names = {lib.name for lib in manifest.libraries}
+    lib_sets: dict[str, list[str]] = {}
+    intended_python = set(python_tags)
+    twine_results = twine_check([w.path for w in wheels]) if twine and wheels else {}
+    for w in wheels:
+        data = w.path.read_bytes() if w.path.is_file() else b""
+        rep = WheelReport(w.path.name, hashlib.sha256(data).hexdigest(), len(data))
+        report.wheels.append(rep)
+        if not data:
+            rep.fail("archive", f"{w.path} is missing or empty")
+            continue
+        try:
+            zf = zipfile.ZipFile(io.BytesIO(data))
+            names = [i.filename for i in zf.infolist() if not i.is_dir()]
+            dirs = {n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")}
+            if len(dirs) != 1:
+                raise WheelError(f"expected one .dist-info directory, found {sorted(dirs)}")
+            dist_info = dirs.pop()
+            meta = email.parser.Parser().parsestr(zf.read(f"{dist_info}/METADATA").decode("utf-8"))
+            parse_wheel_name(w.path.name)
+        except (zipfile.BadZipFile, WheelError, KeyError, UnicodeDecodeError) as exc:
+            rep.fail("archive", f"unreadable wheel: {exc}")
+            continue
+        digests = []
+        for lib in manifest.libraries:
+            arc = f"{PACKAGE}/lib/{lib.name}"
+            try:
+                got = hashlib.sha256(zf.read(arc)).hexdigest()
+            except KeyError:
+                rep.fail("library-hash", f"{arc} is missing")
+                continue
+            digests.append(got)
+            if got != lib.sha256:
+                rep.fail("library-hash", f"{arc}: sha256 {got} != native manifest {lib.sha256}")
+        lib_sets.setdefault("|".join(digests), []).append(w.path.name)
+        try:
+            embedded = json.loads(zf.read(f"{PACKAGE}/{MANIFEST_NAME}"))
+            if embedded.get("key") != manifest.key or embedded != manifest.to_json():
+                rep.fail("embedded-manifest", f"embedded manifest (key {str(embedded.get('key'))[:16]}) is not "
+                                              f"the native build's (key {manifest.key[:16]})")
+        except (KeyError, ValueError) as exc:
+            rep.fail("embedded-manifest", f"{PACKAGE}/{MANIFEST_NAME} missing or invalid ({exc})")
+        _check_version(rep, w, zf, dist_info, meta, version, config.local_version)
+        _check_tags(rep, w, zf, dist_info, intended_python)
+        _check_record(rep, zf, dist_info)
+        for n in names:
+            why = _allowed(n, dist_info, lib_names)
+            if why:
+                rep.fail("unexpected-file", f"{n}: {why}")
+            if _DRIVER.match(n.rsplit("/", 1)[-1]):
+                rep.fail("driver-library", f"{n}: the CUDA driver/runtime must come from the system or "
+                                           "NVIDIA's wheels, never from this wheel")
+        _check_sbom(rep, zf, dist_info, manifest)
+        _check_metadata_deps(rep, meta, config)
+        for problem in twine_results.get(w.path.name, []):
+            rep.fail("metadata", problem)
+        budget = config.wheel_size_budget_mb * 1e6
+        if len(data) > budget:
+            rep.fail("size-budget", f"{len(data) / 1e6:.1f} MB exceeds the {config.name} budget of "
+                                    f"{config.wheel_size_budget_mb:g} MB (wheel_size_budget_mb in configs.toml)")
+    if len(lib_sets) > 1:
+        groups = "; ".join(f"{', '.join(v)}" for v in lib_sets.values())
+        for rep in report.wheels:
+            rep.fail("libraries-identical", f"the wheels do not carry identical libraries (groups: {groups})")
+    return report
+
+
+def save_report(report: ValidationReport, out_dir: Path) -> Path:
+    path = out_dir / REPORT_FILE
+    write_json_atomic(path, report.to_json())
+    return path
+
+
+def load_report(out_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out_dir / REPORT_FILE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None

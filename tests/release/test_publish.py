@@ -1,0 +1,211 @@
+"""publish: only cleared files, a PEP 503 index, atomic replacement; pip installs from it over HTTP."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from build_tools import publish, release, smoke, validate, wheels
+from build_tools.interpreters import Interpreter
+
+
+def _passing_smoke(ws) -> smoke.SmokeReport:
+    """A smoke report in which every wheel passed (publish's gate input; smoke itself is tested elsewhere)."""
+    return smoke.SmokeReport([smoke.SmokeResult(w.filename, w.sha256, "3.x", "pass") for w in ws],
+                             [Interpreter("3.x")])
+
+
+@pytest.fixture
+def cleared(built, native_build, config, tmp_path):
+    """A dist folder with the release wheels and a release manifest that clears them."""
+    d = tmp_path / "dist" / config.name
+    d.mkdir(parents=True)
+    ws = []
+    for w in built.wheels:
+        shutil.copyfile(w.path, d / w.path.name)
+        ws.append(replace(w, path=d / w.path.name))
+    report = validate.validate(ws, native_build.manifest, config, version=release.expected_version(config),
+                               python_tags=wheels.PYTHON_TAGS, twine=False)
+    publish.record_release(d, config=config, wheels=ws, validation=report, smoke=_passing_smoke(ws),
+                           native=native_build.manifest, strict=False)
+    return d, ws
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_index_layout(cleared, config, tmp_path):
+    d, ws = cleared
+    index = publish.publish([d], tmp_path / "index")
+    vdir = tmp_path / "index" / "whl" / config.variant
+    page = (vdir / "llama-cpp-python" / "index.html").read_text()
+    for w in ws:
+        assert f'href="{w.filename}#sha256={w.sha256}"' in page
+        assert (vdir / "llama-cpp-python" / w.filename).read_bytes() == w.path.read_bytes()
+    assert 'data-requires-python="&gt;=3.10"' in page
+    assert '<a href="llama-cpp-python/">llama-cpp-python</a>' in (vdir / "index.html").read_text()
+    sums = (vdir / "SHA256SUMS").read_text().splitlines()
+    assert sorted(sums) == sorted(f"{w.sha256}  {w.filename}" for w in ws)
+    rel = json.loads((vdir / "release-manifest.json").read_text())
+    assert {f["sha256"] for f in rel["files"]} == {w.sha256 for w in ws}
+    assert rel["releases"][0]["gates"]["validate"] == "passed"
+    assert index.variants() == [config.variant] and len(index.new) == len(ws)
+    assert not [p for p in (tmp_path / "index").iterdir() if p.name.startswith(".")]
+
+
+def test_refuses_without_release_manifest(built, tmp_path):
+    d = tmp_path / "dist"
+    d.mkdir()
+    shutil.copyfile(built.wheels[0].path, d / built.wheels[0].filename)
+    with pytest.raises(publish.PublishError, match="not passed validate and smoke"):
+        publish.publish([d], tmp_path / "index")
+
+
+def test_refuses_a_file_changed_after_validation(cleared, tmp_path):
+    d, ws = cleared
+    data = bytearray(ws[1].path.read_bytes())
+    data[-100] ^= 0xFF
+    ws[1].path.write_bytes(bytes(data))
+    with pytest.raises(publish.PublishError, match=f"refusing {ws[1].filename}"):
+        publish.publish([d], tmp_path / "index")
+    assert not (tmp_path / "index" / "whl").exists()
+
+
+def test_unlisted_wheels_are_not_published(cleared, tmp_path):
+    d, ws = cleared
+    assert ws
+    stray = d / ws[0].filename.replace("0.4.0", "0.4.0.post9")
+    shutil.copyfile(ws[0].path, stray)
+    index = publish.publish([d], tmp_path / "index")
+    assert stray.name not in {f.filename for f in index.files}
+
+
+def test_record_release_needs_both_gates(built, native_build, config, tmp_path):
+    ws = built.wheels
+    good = validate.validate(ws, native_build.manifest, config, version=release.expected_version(config),
+                             python_tags=wheels.PYTHON_TAGS, twine=False)
+    bad_validation = validate.ValidationReport(config.name, "x", "y", [validate.WheelReport("a", "b", 1)])
+    bad_validation.wheels[0].fail("record", "broken")
+    with pytest.raises(publish.PublishError, match="validation"):
+        publish.record_release(tmp_path, config=config, wheels=ws, validation=bad_validation,
+                               smoke=_passing_smoke(ws), native=native_build.manifest, strict=False)
+    failing = _passing_smoke(ws)
+    failing.results[0].status = "fail"
+    with pytest.raises(publish.PublishError, match="smoke"):
+        publish.record_release(tmp_path, config=config, wheels=ws, validation=good, smoke=failing,
+                               native=native_build.manifest, strict=False)
+    skipped = _passing_smoke(ws)
+    skipped.results[0].status = "skip"
+    with pytest.raises(publish.PublishError, match="smoke"):
+        publish.record_release(tmp_path, config=config, wheels=ws, validation=good, smoke=skipped,
+                               native=native_build.manifest, strict=True)
+    assert not (tmp_path / publish.RELEASE_MANIFEST).exists()
+
+
+def test_failure_half_way_leaves_the_previous_index(cleared, tmp_path, monkeypatch):
+    d, _ws = cleared
+    out = tmp_path / "index"
+    publish.publish([d], out)
+    before = _tree(out)
+    real_place = publish._place
+    calls = []
+
+    def flaky(src: Path, dst: Path) -> None:
+        calls.append(dst)
+        if len(calls) == 3:
+            raise OSError("disk full (injected)")
+        real_place(src, dst)
+
+    monkeypatch.setattr(publish, "_place", flaky)
+    with pytest.raises(OSError, match="injected"):
+        publish.publish([d], out)
+    assert len(calls) == 3
+    assert _tree(out) == before
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_earlier_files_are_carried_over(cleared, tmp_path):
+    d, ws = cleared
+    out = tmp_path / "index"
+    publish.publish([d], out)
+    vdir = out / "whl" / ws[0].variant / "llama-cpp-python"
+    old = "llama_cpp_python-0.3.0-cp312-cp312-manylinux_2_34_x86_64.whl"
+    shutil.copyfile(ws[0].path, vdir / old)
+    sums = vdir.parent / "SHA256SUMS"
+    sums.write_text(sums.read_text() + f"{ws[0].sha256}  {old}\n")
+    publish.publish([d], out)
+    assert old in (vdir / "index.html").read_text() and (vdir / old).is_file()
+    (vdir / old).write_bytes(b"damaged")
+    with pytest.raises(publish.PublishError, match="damaged"):
+        publish.publish([d], out)
+
+
+@pytest.fixture
+def served(tmp_path):
+    """Serve a directory on 127.0.0.1 (a thread; stopped at teardown)."""
+    servers = []
+
+    def serve(root: Path) -> str:
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        servers.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    yield serve
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def test_pip_installs_from_the_served_index(cleared, tmp_path, served, smoke_interpreter):
+    d, ws = cleared
+    out = tmp_path / "index"
+    publish.publish([d], out)
+    base = served(out)
+    variant = ws[0].variant
+    venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_CPP_", "PIP_", "PYTHON"))}
+    subprocess.run([str(smoke_interpreter.path), "-m", "venv", str(venv)], check=True, timeout=180, env=env)
+    py = venv / "bin" / "python"
+    wheel = next(w for w in ws if w.python_tag == smoke_interpreter.tag)
+    deps = smoke.dependency_wheelhouse(py, smoke_interpreter, smoke._requires(wheel.path), timeout=300)
+    proc = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--index-url",
+         f"{base}/whl/{variant}/", "--find-links", str(deps), "llama-cpp-python"],
+        capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    probe = ("import llama_cpp, pathlib, json; p = pathlib.Path(llama_cpp.__file__).parent; "
+             "print(json.dumps([llama_cpp.__version__, str(p), sorted(x.name for x in (p / 'lib').iterdir())]))")
+    proc = subprocess.run([str(py), "-I", "-c", probe], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    version, pkg, libs = json.loads(proc.stdout)
+    assert version == ws[0].version.split("+")[0] and pkg.startswith(str(venv))
+    assert libs == sorted(lib.name for lib in __import__("build_tools.manifest").manifest.load_manifest(
+        Path(pkg) / "native-manifest.json").libraries)
+    import llama_cpp
+
+    if not hasattr(llama_cpp, "LlamaEmbedding"):
+        pytest.skip("llama_cpp.LlamaEmbedding does not exist yet: the embedding part needs the runtime")
+    models = smoke.fixture_models()
+    if models.embedding is None:
+        pytest.skip(f"no embedding fixture model: {models.reason}")
+    code = ("import sys, numpy as np, llama_cpp; e = llama_cpp.LlamaEmbedding(sys.argv[1]).embed(['a', 'b']); "
+            "a = np.asarray(e); assert a.dtype == np.float32 and a.shape[0] == 2 and np.isfinite(a).all(); "
+            "print(a.shape)")
+    proc = subprocess.run([str(py), "-I", "-c", code, str(models.embedding)], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,184 @@
+"""validate refuses each kind of broken wheel, naming the failed check."""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from build_tools import inwheel, release, validate, wheels
+from build_tools.configs import load_matrix
+
+from .conftest import fake_native
+
+
+def _check(ws, native_build, config, twine=False):
+    return validate.validate(ws, native_build.manifest, config, version=release.expected_version(config),
+                             python_tags=wheels.PYTHON_TAGS, twine=twine)
+
+
+def _raw_edit(path: Path, replace_: dict[str, bytes]) -> None:
+    """Rewrite entries without regenerating RECORD (what a careless tool would do)."""
+    entries = inwheel.read_entries(path)
+    tmp = path.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for e in entries:
+            zf.writestr(e.name, replace_.get(e.name, e.data))
+    tmp.replace(path)
+
+
+def _refresh(w):
+    return w.refreshed(w.path)
+
+
+def test_release_wheels_pass_including_twine(built, native_build, config):
+    report = _check(built.wheels, native_build, config, twine=True)
+    assert report.ok, report.render()
+    assert len(report.wheels) == 5
+
+
+def test_one_changed_byte_in_one_library(wheel_copy, native_build, config):
+    w = wheel_copy[2]
+    entries = {e.name: e.data for e in inwheel.read_entries(w.path)}
+    lib = "llama_cpp/lib/libggml.so.0"
+    data = bytearray(entries[lib])
+    data[len(data) // 2] ^= 0x01
+    inwheel.rewrite(w.path, w.path, replace={lib: bytes(data)})  # RECORD rewritten: only the hash check sees it
+    wheel_copy[2] = _refresh(w)
+    report = _check(wheel_copy, native_build, config)
+    assert not report.ok
+    bad = report.wheels[2]
+    assert {f.check for f in bad.failures} == {"library-hash", "libraries-identical"}
+    assert any("libggml.so.0" in f.message for f in bad.failures)
+    assert all(not any(f.check == "library-hash" for f in r.failures) for i, r in enumerate(report.wheels) if i != 2)
+
+
+def test_version_mismatch(wheel_copy, native_build, config):
+    w = wheel_copy[0]
+    meta_name = next(e.name for e in inwheel.read_entries(w.path) if e.name.endswith("METADATA"))
+    meta = next(e.data for e in inwheel.read_entries(w.path) if e.name == meta_name).decode()
+    inwheel.rewrite(w.path, w.path, replace={meta_name: meta.replace(f"Version: {w.version}", "Version: 9.9.9")
+                                             .encode()})
+    report = _check([_refresh(w)], native_build, config)
+    assert report.failed_checks() == {"version"}
+    assert "METADATA 9.9.9" in report.wheels[0].failures[0].message
+
+
+def test_wrong_tag(wheel_copy, native_build, config):
+    w = wheel_copy[0]
+    wrong = w.path.with_name(w.path.name.replace("cp310-cp310", "cp39-cp39"))
+    wheel_name = next(e.name for e in inwheel.read_entries(w.path) if e.name.endswith(".dist-info/WHEEL"))
+    text = next(e.data for e in inwheel.read_entries(w.path) if e.name == wheel_name).decode()
+    inwheel.rewrite(w.path, wrong, replace={wheel_name: text.replace("cp310-cp310", "cp39-cp39").encode()})
+    report = _check([w.refreshed(wrong)], native_build, config)
+    assert report.failed_checks() == {"tag"}
+    messages = " ".join(f.message for f in report.wheels[0].failures)
+    assert "cp39" in messages and "intended" in messages
+
+
+def test_filename_and_wheel_tags_disagree(wheel_copy, native_build, config):
+    w = wheel_copy[1]
+    renamed = w.path.with_name(w.path.name.replace(w.platform_tag, "linux_x86_64"))
+    w.path.rename(renamed)
+    report = _check([replace(w, path=renamed)], native_build, config)
+    assert "tag" in report.failed_checks()
+    assert any("WHEEL tags" in f.message for f in report.wheels[0].failures)
+
+
+def test_corrupted_record(wheel_copy, native_build, config):
+    w = wheel_copy[0]
+    entries = {e.name: e.data for e in inwheel.read_entries(w.path)}
+    rec_name = next(n for n in entries if n.endswith("RECORD"))
+    lines = entries[rec_name].decode().splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith("llama_cpp/__init__.py,"))
+    path, _h, size = lines[i].split(",")
+    lines[i] = f"{path},sha256=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA,{int(size) + 1}"
+    _raw_edit(w.path, {rec_name: ("\n".join(lines) + "\n").encode()})
+    report = _check([_refresh(w)], native_build, config)
+    assert report.failed_checks() == {"record"}
+    msgs = [f.message for f in report.wheels[0].failures]
+    assert any("RECORD hash" in m for m in msgs) and any("RECORD size" in m for m in msgs)
+
+
+def test_file_missing_from_record(wheel_copy, native_build, config):
+    w = wheel_copy[0]
+    _raw_edit(w.path, {})
+    entries = inwheel.read_entries(w.path)
+    tmp = w.path.with_suffix(".x")
+    with zipfile.ZipFile(tmp, "w") as zf:
+        for e in entries:
+            zf.writestr(e.name, e.data)
+        zf.writestr("llama_cpp/sneaky.py", "print('hi')\n")
+    tmp.replace(w.path)
+    report = _check([_refresh(w)], native_build, config)
+    assert report.failed_checks() == {"record"}
+    assert "sneaky.py is in the archive but not in RECORD" in report.wheels[0].failures[0].message
+
+
+def test_unexpected_files(wheel_copy, native_build, config):
+    w = wheel_copy[0]
+    inwheel.rewrite(w.path, w.path, replace={"llama_cpp/tests/test_x.py": b"", "vendor/llama.cpp/CMakeLists.txt": b"",
+                                             "llama_cpp/_native.cpython-312.pyc": b""})
+    report = _check([_refresh(w)], native_build, config)
+    assert report.failed_checks() == {"unexpected-file"}
+    assert len(report.wheels[0].failures) == 3
+
+
+def test_size_budget(built, native_build, config):
+    tight = replace(config, wheel_size_budget_mb=1.0)
+    report = _check(built.wheels[:1], native_build, tight)
+    assert report.failed_checks() == {"size-budget"}
+    assert "budget of 1 MB" in report.wheels[0].failures[0].message
+
+
+def test_twine_rejects_broken_metadata(wheel_copy, native_build, config):
+    w = wheel_copy[0]
+    meta_name = next(e.name for e in inwheel.read_entries(w.path) if e.name.endswith("METADATA"))
+    meta = next(e.data for e in inwheel.read_entries(w.path) if e.name == meta_name).decode()
+    head, _body = meta.split("\n\n", 1)
+    head = head.replace("Description-Content-Type: text/markdown", "Description-Content-Type: text/x-rst")
+    broken = head + "\n\n" + "Title\n===\n\n.. image::\n\n`unclosed\n"
+    inwheel.rewrite(w.path, w.path, replace={meta_name: broken.encode()})
+    report = _check([_refresh(w)], native_build, config, twine=True)
+    assert report.failed_checks() == {"metadata"}, report.render()
+
+
+@pytest.fixture
+def cuda_wheel(tmp_path):
+    cfg = load_matrix().get("cuda-13.0")
+    nb = fake_native(tmp_path, cfg)
+    (w,) = wheels.build_wheels(nb, cfg, wheels.WheelOptions(out_dir=tmp_path / "out", python_tags=("cp312",)))
+    return cfg, nb, w
+
+
+def test_cuda_wheel_passes_with_its_runtime_dependencies(cuda_wheel):
+    cfg, nb, w = cuda_wheel
+    report = _check([w], nb, cfg)
+    assert report.ok, report.render()
+
+
+def test_cuda_wheel_missing_runtime_dependency(cuda_wheel):
+    cfg, nb, w = cuda_wheel
+    meta_name = next(e.name for e in inwheel.read_entries(w.path) if e.name.endswith("METADATA"))
+    meta = next(e.data for e in inwheel.read_entries(w.path) if e.name == meta_name).decode()
+    dropped = cfg.cuda.runtime_requires[1]
+    inwheel.rewrite(w.path, w.path, replace={meta_name: meta.replace(f"Requires-Dist: {dropped}\n", "").encode()})
+    report = _check([_refresh(w)], nb, cfg)
+    assert report.failed_checks() == {"cuda-runtime"}
+    assert dropped in report.wheels[0].failures[0].message
+
+
+def test_cuda_wheel_carrying_the_driver(cuda_wheel):
+    cfg, nb, w = cuda_wheel
+    inwheel.rewrite(w.path, w.path, replace={"llama_cpp/lib/libcuda.so.1": b"\x7fELF fake driver"})
+    report = _check([_refresh(w)], nb, cfg)
+    assert "driver-library" in report.failed_checks()
+    assert report.failed_checks() <= {"driver-library", "unexpected-file"}
+
+
+def test_missing_file_is_reported_not_raised(built, native_build, config, tmp_path):
+    gone = replace(built.wheels[0], path=tmp_path / built.wheels[0].path.name)
+    report = _check([gone], native_build, config)
+    assert report.failed_checks() == {"archive"}

@@ -1,0 +1,102 @@
+"""The GitHub workflows: valid YAML, the intended job graph, least privilege, every action pinned."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+WORKFLOWS = Path(__file__).resolve().parents[2] / ".github" / "workflows"
+PINNED = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40}$")
+
+
+def _load(name: str) -> dict:
+    data = yaml.safe_load((WORKFLOWS / name).read_text())
+    assert isinstance(data, dict) and "jobs" in data
+    return data
+
+
+def _needs(job: dict) -> set[str]:
+    n = job.get("needs", [])
+    return {n} if isinstance(n, str) else set(n)
+
+
+def _uses(data: dict) -> list[str]:
+    return [step["uses"] for job in data["jobs"].values() for step in job.get("steps", []) if "uses" in step] + \
+        [job["uses"] for job in data["jobs"].values() if "uses" in job]
+
+
+@pytest.mark.parametrize("name", ["release.yml", "ci.yml"])
+def test_every_action_is_pinned_to_a_commit(name):
+    uses = _uses(_load(name))
+    assert uses
+    for u in uses:
+        assert PINNED.match(u), f"{name}: {u} is not pinned to a 40-hex commit SHA"
+    text = (WORKFLOWS / name).read_text()
+    for line in text.splitlines():
+        if "uses:" in line and "@" in line:
+            assert re.search(r"# v\d", line), f"{name}: say which release a SHA is: {line.strip()}"
+
+
+@pytest.mark.parametrize("name", ["release.yml", "ci.yml"])
+def test_no_permissions_by_default(name):
+    data = _load(name)
+    assert data["permissions"] == {}
+    for job_name, job in data["jobs"].items():
+        perms = job.get("permissions", {})
+        assert isinstance(perms, dict), job_name
+        if job_name not in ("publish", "pypi"):
+            assert set(perms.values()) <= {"read"}, f"{job_name} asks for {perms}"
+
+
+def test_release_job_graph():
+    jobs = _load("release.yml")["jobs"]
+    assert set(jobs) == {"native", "wheels", "smoke", "publish", "pypi"}
+    assert _needs(jobs["native"]) == set()
+    assert _needs(jobs["wheels"]) == {"native"}
+    assert _needs(jobs["smoke"]) == {"wheels"}
+    assert _needs(jobs["publish"]) == {"native", "wheels", "smoke"}
+    assert _needs(jobs["pypi"]) == {"publish"}
+    configs = jobs["native"]["strategy"]["matrix"]["config"]
+    assert jobs["wheels"]["strategy"]["matrix"]["config"] == configs
+    assert "cpu" in configs and any(c.startswith("cuda") for c in configs)
+    assert jobs["smoke"]["strategy"]["matrix"]["python"] == ["3.10", "3.11", "3.12", "3.13", "3.14"]
+    smoke_run = " ".join(s.get("run", "") for s in jobs["smoke"]["steps"])
+    assert "--strict" in smoke_run and "build_tools smoke" in smoke_run
+    assert "refs/tags/v" in jobs["publish"]["if"]
+
+
+def test_trusted_publishing_and_attestations():
+    jobs = _load("release.yml")["jobs"]
+    pypi = jobs["pypi"]
+    assert pypi["permissions"] == {"id-token": "write"}
+    assert pypi["environment"]["name"] == "pypi"
+    step = next(s for s in pypi["steps"] if s.get("uses", "").startswith("pypa/gh-action-pypi-publish@"))
+    assert "password" not in step.get("with", {})  # OIDC, no stored token
+    publish = jobs["publish"]
+    assert publish["permissions"]["attestations"] == "write" and publish["permissions"]["id-token"] == "write"
+    assert any(s.get("uses", "").startswith("actions/attest-build-provenance@") for s in publish["steps"])
+    gate = " ".join(s.get("run", "") for s in publish["steps"])
+    assert "--merge-reports" in gate and "build_tools publish" in gate
+
+
+def test_native_is_cached_by_content_key_and_handed_over_as_artifact():
+    jobs = _load("release.yml")["jobs"]
+    steps = jobs["native"]["steps"]
+    assert any("--print-key" in s.get("run", "") for s in steps)
+    cache = next(s for s in steps if s.get("uses", "").startswith("actions/cache@"))
+    assert "steps.key.outputs.key" in cache["with"]["key"]
+    assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in steps)
+    wheel_runs = " ".join(s.get("run", "") for s in jobs["wheels"]["steps"])
+    assert "--native-root" in wheel_runs and "build_tools validate" in wheel_runs
+
+
+def test_checkout_does_not_persist_credentials():
+    for name in ("release.yml", "ci.yml"):
+        for job in _load(name)["jobs"].values():
+            for s in job.get("steps", []):
+                if s.get("uses", "").startswith("actions/checkout@"):
+                    assert s["with"]["persist-credentials"] is False
