@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -67,6 +68,8 @@ _release_step("bump", "Report what changed in llama.h/mtmd.h against the binding
 def tests(session: nox.Session) -> None:
     """Run the test suite against the cpu-host build: nox -s tests -- [pytest args]."""
     session.install("-r", TEST_REQS)
+    if os.environ.get("LLAMA_CPP_SKIP_REAL_MODELS") != "1":
+        session.install("-r", "requirements/realmodels.txt")
     session.run("python", "-m", "build_tools", "vendor")
     session.run("python", "-m", "build_tools", "native", "cpu-host", "--tools")
     session.run("python", "-m", "pytest", *(session.posargs or ["-q", "tests"]))

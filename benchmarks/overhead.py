@@ -1,0 +1,101 @@
+"""Per-token Python overhead of ``Llama`` generation.
+
+    python benchmarks/overhead.py [--model M] [--n-gen N] [--threads T]
+
+Three loops generate the same greedy tokens on the same context:
+1. ``Llama.create_completion(stream=True)`` (the full API: stop/UTF-8 handling, chunks),
+2. ``Llama.generate`` (token ids only),
+3. a bare ctypes loop (``llama_decode`` + ``llama_sampler_sample``, nothing else).
+llama.cpp's own decode time per token (``llama_perf_context``) is the floor. Prints microseconds
+per token for each (best of --reps, as the machine may be shared), and each one's share over
+the C time (no assertions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from generation import default_model, native_tools
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path)
+    ap.add_argument("--gemma", action="store_true")
+    ap.add_argument("--n-gen", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=5)
+    a = ap.parse_args(argv)
+    native_tools()  # sets LLAMA_CPP_LIB_PATH to the cpu-host build
+    from llama_cpp import Llama
+    from llama_cpp import llama_cpp as C
+    from llama_cpp._internals import LlamaSampler
+
+    model = a.model or default_model(a.gemma)
+    n = a.n_gen
+    res: dict[str, list[float]] = {"completion": [], "generate": [], "ctypes": [], "c_decode": []}
+    with Llama(model, n_ctx=n + 64, n_batch=64, n_ubatch=64, n_threads=a.threads, n_threads_batch=a.threads,
+               verbose=False) as llm:
+        prompt = llm.tokenize(b"hello there")
+        ctx = llm.ctx
+        for _ in range(a.reps):
+            # timers start at the first token, so the prompt's evaluation is not counted
+            llm.reset()
+            stream = llm(prompt, max_tokens=n + 1, temperature=0, stream=True)
+            next(stream)
+            t = time.perf_counter()
+            for _ in stream:
+                pass
+            res["completion"].append((time.perf_counter() - t) / n)
+
+            llm.reset()
+            it = llm.generate(prompt, temp=0)
+            next(it)
+            ctx.perf_reset()
+            t = time.perf_counter()
+            for i, _ in enumerate(it, start=1):
+                if i == n:
+                    break
+            res["generate"].append((time.perf_counter() - t) / n)
+            it.close()
+            perf = ctx.perf()
+            res["c_decode"].append(perf["t_eval_ms"] / 1000 / max(perf["n_eval"], 1))
+
+            llm.reset()
+            with LlamaSampler() as chain:
+                chain.add_greedy()
+                llm.eval(prompt[:-1])
+                one, s = llm._one, llm._one_struct
+                ctx_p, ch_p = ctx.ptr, chain.ptr
+                decode, sample = C.llama_decode, C.llama_sampler_sample
+                pos = len(prompt) - 1
+                tok = prompt[-1]
+                t = time.perf_counter()
+                for _ in range(n):
+                    one.token_arr[0] = tok
+                    one.pos[0] = pos
+                    decode(ctx_p, s)
+                    tok = sample(ch_p, ctx_p, -1)
+                    pos += 1
+                res["ctypes"].append((time.perf_counter() - t) / n)
+                llm._input_ids.clear()
+    med = {k: min(v) * 1e6 for k, v in res.items()}  # best of reps: the machine is shared
+    c = med["c_decode"]
+    print(f"model {model.name}  threads {a.threads}  tokens {n}  reps {a.reps}   (microseconds per token)")
+    print(f"  llama.cpp decode (perf counters)     {c:9.1f}")
+    for key, label in (("ctypes", "bare ctypes loop"), ("generate", "Llama.generate"),
+                       ("completion", "create_completion(stream=True)")):
+        print(f"  {label:36s} {med[key]:9.1f}   overhead {med[key] - c:7.1f} us ({(med[key] - c) / med[key]:5.1%})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1039 @@
+"""``Llama``: the high-level text-generation API, compatible with llama-cpp-python's core.
+
+Sampling runs in llama.cpp's native sampler chain (``llama_sampler_chain_*``); Python only moves
+token ids. ``temperature=0`` is llama.cpp's greedy decoding, token for token. Prompts are
+validated (token ids, length against ``n_ctx``) before any native call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import llama_chat_format as _chat
+from . import llama_types as T
+from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError, TokenizationError
+from ._internals import (
+    LLAMA_DEFAULT_SEED,
+    LlamaBatch,
+    LlamaContext,
+    LlamaLoraAdapter,
+    LlamaModel,
+    LlamaSampler,
+    TokenCandidates,
+)
+from .llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+
+log = logging.getLogger("llama_cpp")
+
+# enum values used as keyword defaults (mirrors of llama.h, kept here so that constructing the
+# signature needs no native library)
+LLAMA_SPLIT_MODE_LAYER = 1
+LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED = -1
+LLAMA_POOLING_TYPE_UNSPECIFIED = -1
+LLAMA_POOLING_TYPE_NONE = 0
+LLAMA_POOLING_TYPE_RANK = 4
+LLAMA_FLASH_ATTN_TYPE_AUTO = -1
+
+
+@dataclasses.dataclass
+class LlamaState:
+    """A saved context state (``Llama.save_state``), restorable with ``load_state``."""
+
+    input_ids: np.ndarray
+    scores: np.ndarray | None
+    n_tokens: int
+    llama_state: bytes
+    llama_state_size: int
+    seed: int
+
+
+def _utf8_complete(b: bytes) -> int:
+    """Length of the longest prefix of ``b`` that does not end inside a UTF-8 sequence."""
+    n = len(b)
+    for back in range(1, min(4, n) + 1):
+        c = b[n - back]
+        if c & 0xC0 == 0x80:  # continuation byte: keep looking for the lead byte
+            continue
+        if c & 0x80 == 0:
+            return n
+        need = 2 if c & 0xE0 == 0xC0 else 3 if c & 0xF0 == 0xE0 else 4 if c & 0xF8 == 0xF0 else 1
+        return n if back >= need else n - back
+    return n
+
+
+def _held_suffix(text: bytes, stops: Sequence[bytes]) -> int:
+    """Bytes at the end of ``text`` that could be the start of a stop sequence."""
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best
+
+
+class Llama:
+    """A llama.cpp model and context for completion, chat and embeddings.
+
+    Keyword arguments follow llama-cpp-python. ``use_mmap``/``use_mlock`` map onto llama.cpp's
+    ``load_mode`` (pass ``load_mode=`` to choose it directly); ``flash_attn`` accepts a bool or
+    ``None`` (auto). Unknown keywords raise ``TypeError``.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        n_gpu_layers: int = 0,
+        split_mode: int = LLAMA_SPLIT_MODE_LAYER,
+        main_gpu: int = 0,
+        tensor_split: list[float] | None = None,
+        vocab_only: bool = False,
+        use_mmap: bool = True,
+        use_mlock: bool = False,
+        load_mode: int | None = None,
+        kv_overrides: dict[str, bool | int | float | str] | None = None,
+        seed: int = LLAMA_DEFAULT_SEED,
+        n_ctx: int = 512,
+        n_batch: int = 512,
+        n_ubatch: int = 512,
+        n_threads: int | None = None,
+        n_threads_batch: int | None = None,
+        n_seq_max: int | None = None,
+        rope_scaling_type: int | None = LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
+        pooling_type: int = LLAMA_POOLING_TYPE_UNSPECIFIED,
+        rope_freq_base: float = 0.0,
+        rope_freq_scale: float = 0.0,
+        yarn_ext_factor: float = -1.0,
+        yarn_attn_factor: float = 1.0,
+        yarn_beta_fast: float = 32.0,
+        yarn_beta_slow: float = 1.0,
+        yarn_orig_ctx: int = 0,
+        logits_all: bool = False,
+        embedding: bool = False,
+        offload_kqv: bool = True,
+        flash_attn: bool | None = False,
+        op_offload: bool | None = None,
+        swa_full: bool | None = None,
+        kv_unified: bool | None = None,
+        no_perf: bool = False,
+        last_n_tokens_size: int = 64,
+        lora_base: str | None = None,
+        lora_scale: float = 1.0,
+        lora_path: str | None = None,
+        numa: bool = False,
+        chat_format: str | None = None,
+        chat_handler: Callable[..., Any] | None = None,
+        type_k: int | None = None,
+        type_v: int | None = None,
+        spm_infill: bool = False,
+        verbose: bool = True,
+        progress_callback: Callable[[float], Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs:
+            raise TypeError(f"Llama() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
+        self._model: LlamaModel | None = None
+        self._ctx: LlamaContext | None = None
+        self._batch: LlamaBatch | None = None
+        self._lora: LlamaLoraAdapter | None = None
+        self._one: LlamaBatch | None = None
+        self._input_ids: list[int] = []
+        self._embedding = bool(embedding)
+        self.verbose = verbose
+        self.model_path = os.fspath(model_path)
+        self._seed = int(seed)
+        self.last_n_tokens_size = int(last_n_tokens_size)
+        self.logits_all = bool(logits_all)
+        self.spm_infill = spm_infill
+        if lora_base is not None:
+            log.warning("lora_base is ignored: llama.cpp applies LoRA adapters to the loaded model directly")
+
+        cpu = os.cpu_count() or 1
+        self.n_threads = int(n_threads) if n_threads is not None else max(cpu // 2, 1)
+        self.n_threads_batch = int(n_threads_batch) if n_threads_batch is not None else cpu
+        if self.n_threads <= 0 or self.n_threads_batch <= 0:
+            raise ValueError("n_threads and n_threads_batch must be positive")
+        for name, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
+            if int(v) < 0 or (name != "n_ctx" and int(v) == 0):
+                raise ValueError(f"{name} must be positive, got {v}")
+
+        self._model = LlamaModel(
+            model_path, n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
+            tensor_split=tensor_split, vocab_only=vocab_only, use_mmap=use_mmap, use_mlock=use_mlock,
+            load_mode=load_mode, kv_overrides=kv_overrides, progress_callback=progress_callback,
+        )
+        self._n_vocab = self._model.n_vocab
+        try:
+            self._init_context(vocab_only=vocab_only, embedding=embedding, flash_attn=flash_attn,
+                               n_seq_max=n_seq_max, kv_unified=kv_unified, n_ctx=n_ctx, n_batch=n_batch,
+                               n_ubatch=n_ubatch, rope_scaling_type=rope_scaling_type, pooling_type=pooling_type,
+                               rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale,
+                               yarn_ext_factor=yarn_ext_factor, yarn_attn_factor=yarn_attn_factor,
+                               yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow,
+                               yarn_orig_ctx=yarn_orig_ctx, offload_kqv=offload_kqv, op_offload=op_offload,
+                               swa_full=swa_full, no_perf=no_perf, type_k=type_k, type_v=type_v,
+                               lora_path=lora_path, lora_scale=lora_scale)
+        except BaseException:
+            self.close()
+            raise
+
+        self.chat_handler = chat_handler
+        self.chat_format = chat_format
+        self._formatter: _chat.Jinja2ChatFormatter | None = None
+        if chat_format is not None:
+            try:
+                _chat.get_chat_formatter(chat_format)  # a typo fails now, not at the first chat
+            except ValueError:
+                self.close()
+                raise
+
+    def _init_context(self, *, vocab_only: bool, embedding: bool, flash_attn: Any, n_seq_max: int | None,
+                      kv_unified: bool | None, n_ctx: int, n_batch: int, n_ubatch: int,
+                      rope_scaling_type: int | None, pooling_type: int, rope_freq_base: float,
+                      rope_freq_scale: float, yarn_ext_factor: float, yarn_attn_factor: float,
+                      yarn_beta_fast: float, yarn_beta_slow: float, yarn_orig_ctx: int, offload_kqv: bool,
+                      op_offload: bool | None, swa_full: bool | None, no_perf: bool, type_k: int | None,
+                      type_v: int | None, lora_path: str | None, lora_scale: float) -> None:
+        if not vocab_only:
+            if flash_attn is None:
+                fa = LLAMA_FLASH_ATTN_TYPE_AUTO
+            elif isinstance(flash_attn, bool):
+                fa = 1 if flash_attn else 0
+            else:
+                fa = int(flash_attn)
+            if n_seq_max is None:
+                n_seq_max = 16 if embedding else 1
+            if kv_unified is None and n_seq_max > 1:
+                kv_unified = True
+            self._ctx = LlamaContext(
+                self._model, n_ctx=int(n_ctx), n_batch=int(n_batch), n_ubatch=int(n_ubatch),
+                n_seq_max=int(n_seq_max), n_threads=self.n_threads, n_threads_batch=self.n_threads_batch,
+                rope_scaling_type=rope_scaling_type, pooling_type=int(pooling_type),
+                rope_freq_base=float(rope_freq_base), rope_freq_scale=float(rope_freq_scale),
+                yarn_ext_factor=float(yarn_ext_factor), yarn_attn_factor=float(yarn_attn_factor),
+                yarn_beta_fast=float(yarn_beta_fast), yarn_beta_slow=float(yarn_beta_slow),
+                yarn_orig_ctx=int(yarn_orig_ctx), embeddings=bool(embedding), offload_kqv=bool(offload_kqv),
+                flash_attn_type=fa, op_offload=op_offload, swa_full=swa_full, kv_unified=kv_unified,
+                no_perf=bool(no_perf), type_k=type_k, type_v=type_v,
+            )
+            self._batch = LlamaBatch(self._ctx.n_batch(), 0, 1)
+            one = LlamaBatch(1, 0, 1)
+            one.logits[0] = 1
+            one.n_tokens = 1
+            self._one = one
+            self._one_struct = one.validated_view(self._ctx, 0, 1)
+            if lora_path:
+                self._lora = LlamaLoraAdapter(self._model, lora_path)
+                self._ctx.set_adapters_lora([self._lora], [lora_scale])
+
+    # ------------------------------------------------------------------------------------------
+    # lifetime
+    # ------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the context, adapter and model now (idempotent)."""
+        for attr in ("_batch", "_one"):
+            b = getattr(self, attr, None)
+            if b is not None:
+                b.close()
+        self._one_struct = None
+        for attr in ("_ctx", "_lora", "_model"):
+            obj = getattr(self, attr, None)
+            if obj is not None:
+                obj.close()
+                setattr(self, attr, None)
+
+    def __enter__(self) -> Llama:  # noqa: PYI034 (typing.Self needs 3.11)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _need_model(self) -> LlamaModel:
+        if self._model is None:
+            raise ClosedError("this Llama is closed; create a new one")
+        return self._model
+
+    def _need_ctx(self) -> LlamaContext:
+        m = self._need_model()
+        if self._ctx is None:
+            assert m.vocab_only
+            raise ContextError("this model was opened with vocab_only=True: it can tokenize but not generate "
+                               "or embed; open it again without vocab_only")
+        return self._ctx
+
+    # ------------------------------------------------------------------------------------------
+    # properties (llama-cpp-python names)
+    # ------------------------------------------------------------------------------------------
+    @property
+    def model(self) -> LlamaModel:
+        return self._need_model()
+
+    @property
+    def ctx(self) -> LlamaContext:
+        return self._need_ctx()
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return self._need_model().metadata
+
+    @property
+    def input_ids(self) -> np.ndarray:
+        return np.asarray(self._input_ids, dtype=np.int32)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self._input_ids)
+
+    def n_ctx(self) -> int:
+        return self._need_ctx().n_ctx()
+
+    def n_embd(self) -> int:
+        return self._need_model().n_embd()
+
+    def n_vocab(self) -> int:
+        return self._need_model().n_vocab
+
+    def token_bos(self) -> int:
+        return self._need_model().token_bos()
+
+    def token_eos(self) -> int:
+        return self._need_model().token_eos()
+
+    def token_nl(self) -> int:
+        return self._need_model().token_nl()
+
+    def set_seed(self, seed: int) -> None:
+        self._seed = int(seed)
+
+    # ------------------------------------------------------------------------------------------
+    # tokens
+    # ------------------------------------------------------------------------------------------
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Tokenize UTF-8 bytes; ``add_bos`` adds the model's BOS/EOS as configured, ``special``
+        parses control-token text such as ``<|im_end|>``."""
+        return self._need_model().tokenize(text, add_special=add_bos, parse_special=special)
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
+                   special: bool = False) -> bytes:
+        """Token ids back to UTF-8 bytes (``prev_tokens`` gives the preceding context)."""
+        m = self._need_model()
+        tokens = [int(t) for t in tokens]
+        if prev_tokens:
+            prev = [int(t) for t in prev_tokens]
+            whole = m.detokenize(prev + tokens, special=special)
+            head = m.detokenize(prev, special=special)
+            return whole.removeprefix(head)
+        return m.detokenize(tokens, special=special)
+
+    # ------------------------------------------------------------------------------------------
+    # evaluation
+    # ------------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the evaluated tokens and clear the KV cache."""
+        self._input_ids.clear()
+        if self._ctx is not None:
+            self._ctx.memory_clear(True)
+
+    def _check_prompt(self, tokens: Sequence[int]) -> None:
+        ctx = self._need_ctx()
+        if not tokens:
+            raise ValueError("the prompt is empty (and the model adds no BOS token): give at least one token")
+        self._model.check_tokens(tokens, "prompt token")
+        if len(tokens) >= ctx.n_ctx():
+            raise ContextOverflowError(
+                f"the prompt has {len(tokens)} tokens; the context holds n_ctx={ctx.n_ctx()} (and needs room "
+                "for at least one generated token): shorten the prompt or create Llama(n_ctx=...) larger")
+
+    def _decode_tokens(self, tokens: Sequence[int], start_pos: int, all_logits: bool) -> None:
+        ctx, batch = self._need_ctx(), self._batch
+        n_batch = ctx.n_batch()
+        n = len(tokens)
+        for i in range(0, n, n_batch):
+            chunk = tokens[i:i + n_batch]
+            batch.clear()
+            last = i + n_batch >= n
+            batch.add_sequence(np.asarray(chunk, dtype=np.int32), 0, start_pos + i,
+                               logits=True if all_logits else ("last" if last else False))
+            ctx.decode(batch)
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Evaluate ``tokens`` after those already in the context (llama-cpp-python's ``eval``)."""
+        ctx = self._need_ctx()
+        tokens = [int(t) for t in tokens]
+        self._model.check_tokens(tokens)
+        if len(self._input_ids) + len(tokens) > ctx.n_ctx():
+            raise ContextOverflowError(
+                f"{len(self._input_ids)} + {len(tokens)} tokens exceed n_ctx={ctx.n_ctx()}")
+        if tokens:
+            self._decode_tokens(tokens, len(self._input_ids), self.logits_all)
+            self._input_ids.extend(tokens)
+
+    def _prepare(self, tokens: Sequence[int], reuse_prefix: bool = True) -> None:
+        """Make the KV cache hold exactly ``tokens`` with the logits of the last one available."""
+        ctx = self._need_ctx()
+        n_past = 0
+        if reuse_prefix and self._input_ids:
+            lim = min(len(self._input_ids), len(tokens))
+            a = np.asarray(self._input_ids[:lim], dtype=np.int64)
+            b = np.asarray(tokens[:lim], dtype=np.int64)
+            diff = np.nonzero(a != b)[0]
+            n_past = int(diff[0]) if diff.size else lim
+            n_past = min(n_past, len(tokens) - 1)  # the last prompt token is always re-evaluated
+        if n_past < len(self._input_ids):
+            if n_past == 0 or not ctx.seq_rm(0, n_past, -1):
+                ctx.memory_clear(True)
+                n_past = 0
+            del self._input_ids[n_past:]
+        rest = list(tokens[n_past:])
+        self._decode_tokens(rest, n_past, self.logits_all)
+        self._input_ids.extend(rest)
+
+    # ------------------------------------------------------------------------------------------
+    # sampling
+    # ------------------------------------------------------------------------------------------
+    def _suppress_bias(self) -> dict[int, float]:
+        m = self._need_model()
+        C = m._C
+        n = ctypes.c_int32(0)
+        try:
+            ptr = C.llama_vocab_get_suppress_tokens(m.vocab, ctypes.byref(n))
+        except (AttributeError, LlamaError):  # a library without the suppress-token list
+            return {}
+        if not ptr or n.value <= 0:
+            return {}
+        if isinstance(ptr, int):
+            ptr = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int32))
+        return {int(ptr[i]): float("-inf") for i in range(n.value)}
+
+    def _make_sampler(self, *, temperature: float, top_k: int, top_p: float, min_p: float, typical_p: float,
+                      repeat_penalty: float, frequency_penalty: float, presence_penalty: float,
+                      penalty_last_n: int | None, mirostat_mode: int, mirostat_tau: float,
+                      mirostat_eta: float, seed: int | None,
+                      logit_bias: dict[Any, float] | None) -> LlamaSampler:
+        n_vocab = self._n_vocab
+        chain = LlamaSampler()
+        try:
+            bias: dict[int, float] = {}
+            if logit_bias:
+                for k, v in logit_bias.items():
+                    try:
+                        tok = int(k)
+                    except (TypeError, ValueError):
+                        raise TokenizationError(f"logit_bias key {k!r} is not a token id") from None
+                    bias[tok] = float(v)
+            for tok, v in self._suppress_bias().items():
+                bias.setdefault(tok, v)
+            if bias:
+                chain.add_logit_bias(n_vocab, bias)
+            if repeat_penalty != 1.0 or frequency_penalty != 0.0 or presence_penalty != 0.0:
+                last_n = self.last_n_tokens_size if penalty_last_n is None else int(penalty_last_n)
+                chain.add_penalties(n_vocab, last_n, repeat_penalty, frequency_penalty, presence_penalty)
+            s = self._seed if seed is None else int(seed)
+            if temperature == 0:
+                chain.add_greedy()
+            elif temperature < 0:
+                chain.add_dist(s)
+            elif mirostat_mode == 1:
+                chain.add_temp(temperature)
+                chain.add_mirostat(n_vocab, s, mirostat_tau, mirostat_eta, 100)
+            elif mirostat_mode == 2:
+                chain.add_temp(temperature)
+                chain.add_mirostat_v2(s, mirostat_tau, mirostat_eta)
+            else:
+                chain.add_top_k(top_k)
+                chain.add_typical(typical_p, 1)
+                chain.add_top_p(top_p, 1)
+                chain.add_min_p(min_p, 1)
+                chain.add_temp(temperature)
+                chain.add_dist(s)
+        except BaseException:
+            chain.close()
+            raise
+        return chain
+
+    def _grammar_sampler(self, grammar: None | str | LlamaGrammar) -> LlamaSampler | None:
+        if grammar is None:
+            return None
+        g = grammar if isinstance(grammar, LlamaGrammar) else LlamaGrammar(grammar)
+        s = LlamaSampler()
+        try:
+            s.add_grammar(self._need_model(), g.grammar, g.root)
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    # ------------------------------------------------------------------------------------------
+    # the token loop
+    # ------------------------------------------------------------------------------------------
+    def _token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
+                      grammar: LlamaSampler | None, want_logprobs: bool,
+                      reuse_prefix: bool = True) -> Iterator[tuple[int, np.ndarray | None]]:
+        """Yield ``(token, logits_row_or_None)`` until EOG or ``max_tokens``; EOG is yielded last."""
+        ctx = self._need_ctx()
+        model = self._model
+        C = model._C
+        self._prepare(prompt_tokens, reuse_prefix)
+        # the penalty sampler sees the prompt, as in llama.cpp's own tools
+        if "penalties" in chain.names:
+            for t in prompt_tokens[-max(self.last_n_tokens_size, 0):] if self.last_n_tokens_size else ():
+                chain.accept(t)
+        ctx_ptr, chain_ptr, vocab = ctx.ptr, chain.ptr, model.vocab
+        sample, decode, is_eog = C.llama_sampler_sample, C.llama_decode, C.llama_vocab_is_eog
+        one, one_struct = self._one, self._one_struct
+        cand = TokenCandidates(self._n_vocab) if grammar is not None else None
+        n_ctx = ctx.n_ctx()
+        produced = 0
+        while produced < max_tokens:
+            row = ctx.logits_ith(-1) if (want_logprobs or cand is not None) else None
+            if cand is not None:
+                cand.fill(row)
+                grammar.apply(cand.ref)
+                chain.apply(cand.ref)
+                tok = cand.selected_token()
+                grammar.accept(tok)
+                chain.accept(tok)
+            else:
+                tok = sample(chain_ptr, ctx_ptr, -1)
+            produced += 1
+            if is_eog(vocab, tok):
+                yield tok, (np.array(row) if row is not None else None)
+                return
+            yield tok, (np.array(row) if row is not None else None)
+            if produced >= max_tokens or len(self._input_ids) >= n_ctx:
+                return
+            one.token_arr[0] = tok
+            one.pos[0] = len(self._input_ids)
+            rc = decode(ctx_ptr, one_struct)
+            if rc != 0:
+                from ._errors import DecodeError
+
+                raise DecodeError(f"llama_decode returned {rc} while generating token {produced}")
+            self._input_ids.append(tok)
+
+    # ------------------------------------------------------------------------------------------
+    # completion
+    # ------------------------------------------------------------------------------------------
+    def _prompt_tokens(self, prompt: str | bytes | Sequence[int], suffix: str | None,
+                       add_bos: bool = True) -> list[int]:
+        m = self._need_model()
+        if isinstance(prompt, (str, bytes)):
+            data = prompt.encode("utf-8") if isinstance(prompt, str) else prompt
+            if suffix is not None:
+                return self._infill_tokens(data, suffix.encode("utf-8"))
+            toks = m.tokenize(data, add_special=add_bos, parse_special=True) if data or add_bos else []
+        else:
+            if suffix is not None:
+                raise ValueError("suffix needs a text prompt")
+            toks = [int(t) for t in prompt]
+        if not toks and m.add_bos() and m.token_bos() >= 0:
+            toks = [m.token_bos()]
+        return toks
+
+    def _infill_tokens(self, prefix: bytes, suffix: bytes) -> list[int]:
+        m = self._need_model()
+        C = m._C
+        pre, suf, mid = (int(C.llama_vocab_fim_pre(m.vocab)), int(C.llama_vocab_fim_suf(m.vocab)),
+                         int(C.llama_vocab_fim_mid(m.vocab)))
+        if min(pre, suf, mid) < 0:
+            raise ValueError("suffix (fill-in-the-middle) needs a model with FIM tokens; this one has none")
+        p = m.tokenize(prefix, add_special=False, parse_special=False)
+        s = m.tokenize(suffix, add_special=False, parse_special=False)
+        bos = [m.token_bos()] if m.add_bos() and m.token_bos() >= 0 else []
+        if self.spm_infill:
+            return bos + [suf] + s + [pre] + p + [mid]
+        return bos + [pre] + p + [suf] + s + [mid]
+
+    def _completion_chunks(self, prompt_tokens: list[int], *, max_tokens: int | None, stop: Any,
+                           logprobs: int | None, echo: bool, chain: LlamaSampler,
+                           grammar: LlamaSampler | None, completion_id: str, created: int, model_name: str,
+                           ) -> Iterator[dict[str, Any]]:
+        """The one generation path: streaming yields these chunks, non-streaming joins them."""
+        m = self._need_model()
+        ctx = self._need_ctx()
+        self._check_prompt(prompt_tokens)
+        room = ctx.n_ctx() - len(prompt_tokens)
+        if max_tokens is None or max_tokens <= 0:
+            max_tokens = room
+        max_tokens = min(int(max_tokens), room)
+        stops = [stop] if isinstance(stop, (str, bytes)) else list(stop or [])
+        stop_b = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in stops if s]
+        longest = max((len(s) for s in stop_b), default=0)
+        want_lp = logprobs is not None and logprobs >= 0
+
+        text = bytearray()
+        emitted = 0
+        token_list: list[int] = []
+        piece_ends: list[int] = []
+        lp_pending: list[tuple[int, np.ndarray | None, int]] = []
+        finish = "length"
+        token_to_piece = m.token_to_piece
+
+        def chunk(data: bytes, reason: str | None, lps: Any) -> dict[str, Any]:
+            return {"id": completion_id, "object": "text_completion", "created": created, "model": model_name,
+                    "choices": [{"text": data.decode("utf-8", errors="ignore"), "index": 0, "logprobs": lps,
+                                 "finish_reason": reason}]}
+
+        def logprob_block(entries: list[tuple[int, np.ndarray | None, int]]) -> dict[str, Any] | None:
+            if not want_lp:
+                return None
+            out: dict[str, Any] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+            for tok, row, offset in entries:
+                piece = token_to_piece(tok).decode("utf-8", errors="ignore")
+                out["tokens"].append(piece)
+                out["text_offset"].append(offset)
+                if row is None:
+                    out["token_logprobs"].append(None)
+                    out["top_logprobs"].append(None)
+                    continue
+                r = row.astype(np.float64)
+                mx = r.max()
+                lse = mx + np.log(np.exp(r - mx).sum())
+                out["token_logprobs"].append(float(r[tok] - lse))
+                k = int(logprobs)
+                top = {}
+                if k > 0:
+                    idx = np.argpartition(-r, min(k, len(r) - 1))[:k]
+                    for j in idx[np.argsort(-r[idx])]:
+                        top[token_to_piece(int(j)).decode("utf-8", errors="ignore")] = float(r[j] - lse)
+                top[piece] = float(r[tok] - lse)
+                out["top_logprobs"].append(top)
+            return out
+
+        if echo:
+            head = m.detokenize(prompt_tokens)
+            text.extend(head)
+        prompt_len = len(text)
+
+        for tok, row in self._token_stream(prompt_tokens, max_tokens, chain, grammar, want_lp):
+            if m.is_eog(tok):
+                finish = "stop"
+                break
+            token_list.append(tok)
+            start_off = len(text)
+            text.extend(token_to_piece(tok))
+            piece_ends.append(len(text))
+            lp_pending.append((tok, row, start_off - (0 if echo else prompt_len)))
+            if stop_b:
+                search_from = max(prompt_len, emitted - longest)
+                hit = min((i for i in (bytes(text).find(s, search_from) for s in stop_b) if i >= 0), default=-1)
+                if hit >= 0:
+                    del text[hit:]
+                    finish = "stop"
+                    break
+                safe = len(text) - _held_suffix(bytes(text[emitted:]), stop_b)
+            else:
+                safe = len(text)
+            safe = emitted + _utf8_complete(bytes(text[emitted:safe]))
+            if safe > emitted:
+                yield chunk(bytes(text[emitted:safe]), None, logprob_block(lp_pending))
+                lp_pending = []
+                emitted = safe
+        tail = bytes(text[emitted:])
+        usage = {"prompt_tokens": len(prompt_tokens), "completion_tokens": len(token_list),
+                 "total_tokens": len(prompt_tokens) + len(token_list)}
+        final = chunk(tail, finish, logprob_block(lp_pending))
+        final["usage"] = usage
+        yield final
+
+    def create_completion(
+        self,
+        prompt: str | list[int],
+        suffix: str | None = None,
+        max_tokens: int | None = 16,
+        temperature: float = 0.8,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        logprobs: int | None = None,
+        echo: bool = False,
+        stop: str | list[str] | None = None,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        repeat_penalty: float = 1.0,
+        top_k: int = 40,
+        stream: bool = False,
+        seed: int | None = None,
+        tfs_z: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
+        model: str | None = None,
+        stopping_criteria: Any = None,
+        logits_processor: Any = None,
+        grammar: str | LlamaGrammar | None = None,
+        logit_bias: dict[int, float] | None = None,
+        penalty_last_n: int | None = None,
+    ) -> T.CreateCompletionResponse | Iterator[T.CreateCompletionStreamResponse]:
+        """Complete ``prompt`` (text or token ids); returns an OpenAI-style dict, or an iterator of
+        chunks with ``stream=True``."""
+        if logits_processor is not None or stopping_criteria is not None:
+            raise NotImplementedError("logits_processor/stopping_criteria run Python over every logit row; this "
+                                      "runtime samples natively: use grammar, logit_bias or stop instead")
+        self._need_ctx()
+        prompt_tokens = self._prompt_tokens(prompt, suffix)
+        self._check_prompt(prompt_tokens)
+        chain = self._make_sampler(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, penalty_last_n=penalty_last_n, mirostat_mode=mirostat_mode,
+            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias)
+        try:
+            gsampler = self._grammar_sampler(grammar)
+        except BaseException:
+            chain.close()
+            raise
+        chunks = self._completion_chunks(
+            prompt_tokens, max_tokens=max_tokens, stop=stop, logprobs=logprobs, echo=echo, chain=chain,
+            grammar=gsampler, completion_id=f"cmpl-{uuid.uuid4()}", created=int(time.time()),
+            model_name=model or self.model_path)
+
+        def closing() -> Iterator[dict[str, Any]]:
+            try:
+                yield from chunks
+            finally:
+                chain.close()
+                if gsampler is not None:
+                    gsampler.close()
+
+        if stream:
+            return closing()  # type: ignore[return-value]
+        return self._join_chunks(list(closing()))
+
+    @staticmethod
+    def _join_chunks(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        first, last = parts[0], parts[-1]
+        lp: dict[str, Any] | None = None
+        for p in parts:
+            block = p["choices"][0]["logprobs"]
+            if block is not None:
+                if lp is None:
+                    lp = {k: [] for k in block}
+                for k, v in block.items():
+                    lp[k].extend(v)
+        return {
+            "id": first["id"], "object": "text_completion", "created": first["created"], "model": first["model"],
+            "choices": [{"text": "".join(p["choices"][0]["text"] for p in parts), "index": 0, "logprobs": lp,
+                         "finish_reason": last["choices"][0]["finish_reason"]}],
+            "usage": last["usage"],
+        }
+
+    __call__ = create_completion
+
+    def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
+                 typical_p: float = 1.0, temp: float = 0.80, repeat_penalty: float = 1.0, reset: bool = True,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0, tfs_z: float = 1.0,
+                 mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+                 penalize_nl: bool = True, logits_processor: Any = None, stopping_criteria: Any = None,
+                 grammar: LlamaGrammar | None = None, seed: int | None = None,
+                 logit_bias: dict[int, float] | None = None) -> Iterator[int]:
+        """Yield sampled token ids after ``tokens`` until the context is full (EOG tokens included)."""
+        if logits_processor is not None or stopping_criteria is not None:
+            raise NotImplementedError("logits_processor/stopping_criteria are not supported: sampling is native")
+        tokens = [int(t) for t in tokens]
+        self._check_prompt(tokens)
+        chain = self._make_sampler(
+            temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+            penalty_last_n=None, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias)
+        g = self._grammar_sampler(grammar)
+        try:
+            room = self.n_ctx() - len(tokens)
+            for tok, _ in self._token_stream(tokens, room, chain, g, False, reuse_prefix=True):
+                yield tok
+        finally:
+            chain.close()
+            if g is not None:
+                g.close()
+
+    def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
+               temp: float = 0.80, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
+               presence_penalty: float = 0.0, mirostat_mode: int = 0, mirostat_eta: float = 0.1,
+               mirostat_tau: float = 5.0, grammar: LlamaGrammar | None = None, seed: int | None = None,
+               logit_bias: dict[int, float] | None = None, **_ignored: Any) -> int:
+        """Sample one token from the last evaluated position (after ``eval``)."""
+        ctx = self._need_ctx()
+        if not self._input_ids:
+            raise LlamaError("nothing evaluated yet: call eval(tokens) first")
+        chain = self._make_sampler(
+            temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+            penalty_last_n=None, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias)
+        try:
+            if "penalties" in chain.names:
+                for t in self._input_ids[-self.last_n_tokens_size:]:
+                    chain.accept(t)
+            if grammar is None:
+                return chain.sample(ctx, -1)
+            g = self._grammar_sampler(grammar)
+            try:
+                cand = TokenCandidates(self._n_vocab)
+                cand.fill(ctx.logits_ith(-1))
+                g.apply(cand.ref)
+                chain.apply(cand.ref)
+                return cand.selected_token()
+            finally:
+                g.close()
+        finally:
+            chain.close()
+
+    # ------------------------------------------------------------------------------------------
+    # chat
+    # ------------------------------------------------------------------------------------------
+    def _chat_formatter(self) -> _chat.Jinja2ChatFormatter:
+        if self._formatter is None:
+            m = self._need_model()
+            bos = m.token_text(m.token_bos()) if m.token_bos() >= 0 else ""
+            eos = m.token_text(m.token_eos()) if m.token_eos() >= 0 else ""
+            if self.chat_format is not None:
+                self._formatter = _chat.get_chat_formatter(self.chat_format, bos_token=bos, eos_token=eos)
+            else:
+                template = m.chat_template()
+                if template:
+                    self._formatter = _chat.Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)
+                else:
+                    log.info("the model has no chat template; using the llama-2 chat format")
+                    self._formatter = _chat.get_chat_formatter("llama-2", bos_token=bos, eos_token=eos)
+        return self._formatter
+
+    def create_chat_completion(
+        self,
+        messages: list[T.ChatCompletionRequestMessage],
+        functions: list[dict[str, Any]] | None = None,
+        function_call: Any = None,
+        tools: list[T.ChatCompletionTool] | None = None,
+        tool_choice: T.ChatCompletionToolChoiceOption | None = None,
+        temperature: float = 0.2,
+        top_p: float = 0.95,
+        top_k: int = 40,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        stream: bool = False,
+        stop: str | list[str] | None = None,
+        seed: int | None = None,
+        response_format: T.ChatCompletionRequestResponseFormat | None = None,
+        max_tokens: int | None = None,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        repeat_penalty: float = 1.0,
+        tfs_z: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
+        model: str | None = None,
+        logits_processor: Any = None,
+        grammar: str | LlamaGrammar | None = None,
+        logit_bias: dict[int, float] | None = None,
+        logprobs: bool | None = None,
+        top_logprobs: int | None = None,
+    ) -> T.CreateChatCompletionResponse | Iterator[T.CreateChatCompletionStreamResponse]:
+        """Chat with the model's own template (sandboxed Jinja) or the named ``chat_format``."""
+        if self.chat_handler is not None:
+            return self.chat_handler(
+                llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
+                tool_choice=tool_choice, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                typical_p=typical_p, stream=stream, stop=stop, seed=seed, response_format=response_format,
+                max_tokens=max_tokens, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                repeat_penalty=repeat_penalty, model=model, grammar=grammar, logit_bias=logit_bias)
+        msgs = _chat.validate_messages(messages)
+        if functions and not tools:
+            tools = [{"type": "function", "function": f} for f in functions]
+            if isinstance(function_call, dict):
+                tool_choice = {"type": "function", "function": {"name": function_call["name"]}}
+        fmt = self._chat_formatter()
+        result = fmt(messages=msgs, tools=tools)
+        tool_name: str | None = None
+        if tools and tool_choice not in (None, "none", "auto"):
+            tool = self._select_tool(tools, tool_choice)
+            tool_name = tool["function"]["name"]
+            if grammar is None:
+                grammar = json_schema_to_gbnf(tool["function"].get("parameters") or {"type": "object"})
+        if grammar is None and response_format:
+            kind = response_format.get("type")
+            if kind == "json_object":
+                schema = response_format.get("schema")
+                grammar = json_schema_to_gbnf(schema) if schema else JSON_GBNF
+            elif kind == "json_schema":
+                js = response_format.get("json_schema") or {}
+                schema = js.get("schema", js) if isinstance(js, dict) else js
+                grammar = json_schema_to_gbnf(schema)
+            elif kind not in (None, "text"):
+                raise ValueError(f"unsupported response_format type {kind!r}")
+        m = self._need_model()
+        prompt_tokens = m.tokenize(result.prompt.encode("utf-8"), add_special=not result.added_special,
+                                   parse_special=True)
+        stops = list(result.stop)
+        if stop:
+            stops += [stop] if isinstance(stop, str) else list(stop)
+        completion = self.create_completion(
+            prompt_tokens, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+            typical_p=typical_p, logprobs=(top_logprobs or 0) if logprobs else None, stop=stops,
+            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
+            stream=stream, seed=seed, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta, model=model, grammar=grammar, logit_bias=logit_bias)
+        if stream:
+            return self._chat_stream(completion, tool_name)  # type: ignore[arg-type]
+        return self._chat_result(completion, tool_name)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _select_tool(tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name")
+            for t in tools:
+                if t.get("function", {}).get("name") == name:
+                    return t
+            raise ValueError(f"tool_choice names {name!r}, which is not in tools")
+        if choice == "required":
+            if len(tools) != 1:
+                raise ValueError("tool_choice='required' with several tools is not supported: name the tool")
+            return tools[0]
+        raise ValueError(f"unsupported tool_choice {choice!r}")
+
+    @staticmethod
+    def _chat_logprobs(lp: dict[str, Any] | None) -> dict[str, Any] | None:
+        if not lp:
+            return None
+        content = []
+        for tok, val, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+            content.append({"token": tok, "logprob": val, "bytes": None,
+                            "top_logprobs": [{"token": k, "logprob": v, "bytes": None} for k, v in (top or {}).items()]})
+        return {"content": content, "refusal": None}
+
+    def _chat_result(self, completion: dict[str, Any], tool_name: str | None) -> dict[str, Any]:
+        choice = completion["choices"][0]
+        message: dict[str, Any] = {"role": "assistant", "content": choice["text"]}
+        finish = choice["finish_reason"]
+        if tool_name is not None:
+            message = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                "function": {"name": tool_name, "arguments": choice["text"]}}]}
+            finish = "tool_calls"
+        return {"id": "chat" + completion["id"], "object": "chat.completion", "created": completion["created"],
+                "model": completion["model"],
+                "choices": [{"index": 0, "message": message, "logprobs": self._chat_logprobs(choice["logprobs"]),
+                             "finish_reason": finish}],
+                "usage": completion["usage"]}
+
+    def _chat_stream(self, chunks: Iterator[dict[str, Any]], tool_name: str | None) -> Iterator[dict[str, Any]]:
+        first = True
+        call_id = f"call_{uuid.uuid4().hex[:24]}"
+        for c in chunks:
+            choice = c["choices"][0]
+            base = {"id": "chat" + c["id"], "object": "chat.completion.chunk", "created": c["created"],
+                    "model": c["model"]}
+            if first:
+                yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None,
+                                            "logprobs": None}]}
+                first = False
+            if choice["text"]:
+                if tool_name is None:
+                    delta: dict[str, Any] = {"content": choice["text"]}
+                else:
+                    delta = {"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                             "function": {"name": tool_name, "arguments": choice["text"]}}]}
+                yield {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None,
+                                            "logprobs": self._chat_logprobs(choice["logprobs"])}]}
+            if choice["finish_reason"] is not None:
+                reason = "tool_calls" if tool_name is not None else choice["finish_reason"]
+                yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
+
+    # ------------------------------------------------------------------------------------------
+    # embeddings
+    # ------------------------------------------------------------------------------------------
+    def embed(self, input: str | list[str], normalize: bool = False, truncate: bool = True,
+              return_count: bool = False) -> Any:
+        """Embeddings as lists of floats (llama-cpp-python's shape; L2-normalised with ``normalize``).
+
+        With pooling NONE each input gives one row per token.
+        """
+        from .llama_embedding import embed_token_lists
+
+        ctx = self._need_ctx()
+        if not self._embedding:
+            raise LlamaError("this Llama was created without embedding=True: create Llama(..., embedding=True)")
+        inputs = [input] if isinstance(input, str) else list(input)
+        m = self._model
+        token_lists = [m.tokenize(s.encode("utf-8"), add_special=True, parse_special=True) for s in inputs]
+        self.reset()
+        rows, counts = embed_token_lists(ctx, m, token_lists, normalize=2 if normalize else -1, truncate=truncate)
+        self._input_ids.clear()
+        ctx.memory_clear(True)
+        if ctx.pooling_type() == LLAMA_POOLING_TYPE_NONE:
+            out: Any = [r.tolist() for r in rows]
+        else:
+            out = np.asarray(rows).tolist()
+        if isinstance(input, str):
+            out = out[0]
+        total = int(sum(counts))
+        return (out, total) if return_count else out
+
+    def create_embedding(self, input: str | list[str], model: str | None = None) -> T.CreateEmbeddingResponse:
+        """OpenAI-style embedding response."""
+        inputs = [input] if isinstance(input, str) else list(input)
+        embeds, total = self.embed(inputs, return_count=True)
+        return {"object": "list",
+                "data": [{"object": "embedding", "embedding": e, "index": i} for i, e in enumerate(embeds)],
+                "model": model or self.model_path,
+                "usage": {"prompt_tokens": total, "total_tokens": total}}
+
+    # ------------------------------------------------------------------------------------------
+    # state
+    # ------------------------------------------------------------------------------------------
+    def save_state(self) -> LlamaState:
+        """Snapshot the KV cache and token history (``scores`` holds the last logits row)."""
+        ctx = self._need_ctx()
+        data = ctx.state_get()
+        scores = None
+        if self._input_ids:
+            try:
+                scores = np.array(ctx.logits_ith(-1))[None, :]
+            except IndexError:
+                scores = None
+        return LlamaState(input_ids=self.input_ids.copy(), scores=scores, n_tokens=len(self._input_ids),
+                          llama_state=data, llama_state_size=len(data), seed=self._seed)
+
+    def load_state(self, state: LlamaState) -> None:
+        """Restore a :meth:`save_state` snapshot.
+
+        llama.cpp's state holds the memory, not the logits: the last token is evaluated again so
+        that sampling can continue right away.
+        """
+        ctx = self._need_ctx()
+        ctx.state_set(state.llama_state)
+        self._input_ids = [int(t) for t in state.input_ids[: state.n_tokens]]
+        self._seed = state.seed
+        if self._input_ids:
+            last = len(self._input_ids) - 1
+            if ctx.seq_rm(0, last, -1):
+                self._decode_tokens(self._input_ids[last:], last, False)
+            else:  # memory that cannot drop one position (recurrent): rebuild it
+                tokens, self._input_ids = self._input_ids, []
+                ctx.memory_clear(True)
+                self._decode_tokens(tokens, 0, False)
+                self._input_ids = tokens
+
+    # ------------------------------------------------------------------------------------------
+    @staticmethod
+    def logits_to_logprobs(logits: np.ndarray, axis: int = -1) -> np.ndarray:
+        x = np.asarray(logits, dtype=np.float64)
+        mx = np.max(x, axis=axis, keepdims=True)
+        return (x - mx - np.log(np.sum(np.exp(x - mx), axis=axis, keepdims=True))).astype(np.float32)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._model is None else f"n_ctx={self._ctx.n_ctx() if self._ctx else 0}"
+        return f"Llama({self.model_path!r}, {state})"
+
+
+__all__ = ["Llama", "LlamaGrammar", "LlamaState"]

@@ -1,0 +1,352 @@
+"""``LlamaEmbedding``: batched sentence embeddings and reranking on llama.cpp.
+
+Many inputs are packed into one ``llama_decode`` (one sequence id per input, up to ``n_batch``
+tokens and ``n_seq_max`` sequences per call), like llama.cpp's ``llama-embedding``. Rows are
+``llama_model_n_embd_out`` wide; results are NumPy ``float32`` arrays.
+
+Normalisation follows llama.cpp's ``--embd-normalize`` convention:
+
+====  ==========================================================
+ -1   none
+  0   max-abs, scaled to the int16 range (values in [-32760, 32760])
+  1   L1 (taxicab)
+  2   L2 (euclidean, the default)
+ p>2  p-norm
+====  ==========================================================
+
+Norms are computed in float64 after scaling by the largest magnitude, so tiny and huge vectors
+normalise without underflow or overflow; an all-zero row stays zero.
+
+Length limits: an input longer than the model can take in one pass (``n_ubatch`` for non-causal
+models such as BERT, ``n_batch`` otherwise, and never more than the model's training context,
+which bounds BERT's position table) raises :class:`~llama_cpp.ContextOverflowError` with
+``truncate=False``; with ``truncate=True`` (the default) its tokens beyond the limit are dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._errors import ContextOverflowError, LlamaError, TokenizationError
+from ._internals import LlamaBatch, LlamaContext, LlamaModel, float_view
+
+POOLING_TYPES: dict[str, int] = {"unspecified": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+POOLING_NONE, POOLING_RANK = 0, 4
+PACK_TOKENS = 256  # default tokens per decode when inputs are short (see embed_token_lists)
+
+
+def _pooling_value(pooling: int | str | None) -> int:
+    if pooling is None:
+        return -1
+    if isinstance(pooling, str):
+        key = pooling.lower()
+        if key not in POOLING_TYPES:
+            raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING_TYPES)}")
+        return POOLING_TYPES[key]
+    value = int(pooling)
+    if value not in POOLING_TYPES.values():
+        raise ValueError(f"pooling_type {value} is not a llama_pooling_type (-1..4)")
+    return value
+
+
+def normalize_embeddings(x: np.ndarray, mode: int = 2) -> np.ndarray:
+    """Normalise each row of ``x`` with llama.cpp's convention (see the module docstring)."""
+    a = np.asarray(x)
+    if a.dtype.kind != "f":
+        raise TypeError(f"embeddings must be floating point, got {a.dtype}")
+    mode = int(mode)
+    if mode < -1:
+        raise ValueError(f"normalize must be -1 (none), 0 (max-abs), 1 (L1), 2 (L2) or p > 2, got {mode}")
+    if mode == -1:
+        return a.astype(np.float32, copy=True)
+    d = a.astype(np.float64)
+    scale = np.max(np.abs(d), axis=-1, keepdims=True)
+    if mode == 0:
+        norm = scale / 32760.0
+    else:
+        safe = np.where(scale > 0, scale, 1.0)
+        y = np.abs(d / safe)
+        if mode == 1:
+            norm = scale * np.sum(y, axis=-1, keepdims=True)
+        elif mode == 2:
+            norm = scale * np.sqrt(np.sum(y * y, axis=-1, keepdims=True))
+        else:
+            norm = scale * np.power(np.sum(np.power(y, mode), axis=-1, keepdims=True), 1.0 / mode)
+    inv = np.where(norm > 0, 1.0 / np.where(norm > 0, norm, 1.0), 0.0)
+    return (d * inv).astype(np.float32)
+
+
+def input_limit(ctx: LlamaContext, model: LlamaModel) -> int:
+    """The most tokens one input may have in this context (see the module docstring)."""
+    limit = ctx.n_batch()
+    if not ctx.causal_attn():
+        limit = min(limit, ctx.n_ubatch())
+    n_train = model.n_ctx_train()
+    if n_train > 0:
+        limit = min(limit, n_train)
+    return limit
+
+
+def embed_token_lists(ctx: LlamaContext, model: LlamaModel, token_lists: Sequence[Sequence[int]], *,
+                      normalize: int = 2, truncate: bool = True, width: int | None = None,
+                      pack_tokens: int | None = None) -> tuple[Any, list[int]]:
+    """Embed tokenized inputs, packing many per decode (up to ``pack_tokens`` tokens, or the
+    longest input, within ``n_batch``).
+
+    Returns ``(rows, counts)``: a float32 ``(n_inputs, width)`` array for pooled contexts, or a
+    list of ``(n_tokens_i, n_embd_out)`` arrays for pooling NONE; ``counts`` are the tokens used.
+    """
+    if not ctx.embeddings_enabled:
+        raise LlamaError("the context was created without embeddings=True")
+    pooling = ctx.pooling_type()
+    n_out = ctx.n_embd_out()
+    if width is None:
+        width = model.n_cls_out() if pooling == POOLING_RANK else n_out
+    limit = input_limit(ctx, model)
+    inputs: list[np.ndarray] = []
+    for i, toks in enumerate(token_lists):
+        arr = np.asarray(toks, dtype=np.int64)
+        if arr.ndim != 1:
+            raise ValueError(f"input {i}: token ids must be a flat sequence")
+        if arr.size == 0:
+            raise ValueError(f"input {i} is empty (no tokens): embeddings need at least one token")
+        bad = np.nonzero((arr < 0) | (arr >= model.n_vocab))[0]
+        if bad.size:
+            raise TokenizationError(f"input {i}: token id {int(arr[bad[0]])} at position {int(bad[0])} is outside "
+                                    f"the vocabulary [0, {model.n_vocab})")
+        if arr.size > limit:
+            if not truncate:
+                raise ContextOverflowError(
+                    f"input {i} has {arr.size} tokens; this model takes at most {limit} per input "
+                    "(pass truncate=True to cut it, or raise n_batch/n_ubatch up to the model's context)")
+            arr = arr[:limit]
+        inputs.append(arr.astype(np.int32))
+
+    n_batch = ctx.n_batch()
+    if not ctx.causal_attn():
+        n_batch = min(n_batch, ctx.n_ubatch())
+    # Attention over a packed batch costs O(tokens^2) per decode (sequences are masked, not
+    # skipped), so the total cost grows with the tokens per decode: pack only as many as the
+    # longest input needs (at least PACK_TOKENS) instead of filling n_batch.
+    longest = max((len(t) for t in inputs), default=1)
+    n_batch = min(n_batch, max(PACK_TOKENS if pack_tokens is None else int(pack_tokens), longest))
+    n_seq_max = ctx.n_seq_max()
+    pooled = pooling != POOLING_NONE
+    out_pooled = np.zeros((len(inputs), width), dtype=np.float32) if pooled else None
+    out_tokens: list[np.ndarray] = []
+    batch = LlamaBatch(n_batch, 0, 1)
+    C = ctx._C
+    try:
+        first = 0  # index of the first input in the current batch
+        pending: list[int] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            ctx.memory_clear(True)
+            ctx.decode(batch)
+            if pooled:
+                for s, k in enumerate(pending):
+                    out_pooled[k] = ctx.embeddings_seq(s, width)
+            else:
+                allrows = float_view(C.llama_get_embeddings(ctx.ptr), batch.n_tokens * n_out)
+                if allrows is None:
+                    raise LlamaError("llama.cpp returned no token embeddings")
+                allrows = allrows.reshape(batch.n_tokens, n_out)
+                off = 0
+                for k in pending:
+                    n = len(inputs[k])
+                    out_tokens.append(np.array(allrows[off:off + n], dtype=np.float32))
+                    off += n
+            batch.clear()
+            pending.clear()
+
+        for k, toks in enumerate(inputs):
+            if batch.n_tokens + len(toks) > n_batch or len(pending) >= n_seq_max:
+                flush()
+                first = k
+            batch.add_sequence(toks, seq_id=len(pending), start_pos=0, logits=True)
+            pending.append(k)
+        flush()
+        del first
+    finally:
+        batch.close()
+        ctx.memory_clear(True)
+    counts = [len(t) for t in inputs]
+    if pooled:
+        rows: Any = normalize_embeddings(out_pooled, normalize) if normalize != -1 else out_pooled
+    else:
+        rows = [normalize_embeddings(r, normalize) if normalize != -1 else r for r in out_tokens]
+    return rows, counts
+
+
+class LlamaEmbedding:
+    """A model opened for embeddings (or reranking with RANK pooling).
+
+    ``pooling_type`` overrides the model's pooling (``"mean"``, ``"cls"``, ``"last"``, ``"none"``,
+    ``"rank"`` or the enum value). Up to ``n_seq_max`` inputs and ``n_batch`` tokens go into one
+    decode; ``pack_tokens`` (default 256, or the longest input) bounds the tokens actually packed,
+    since attention over a packed batch costs the square of its size;
+    ``n_ctx`` defaults to ``n_batch`` (at most the model's training context). Flash attention is off by default: its CPU kernel's rounding
+    depends on how many inputs share a batch, and embeddings should not (``flash_attn=None`` is
+    llama.cpp's auto).
+    """
+
+    def __init__(self, model_path: str | os.PathLike[str], *, pooling_type: int | str | None = -1,
+                 n_batch: int = 2048, n_ctx: int | None = None, n_seq_max: int | None = None,
+                 n_threads: int | None = None, n_threads_batch: int | None = None, n_gpu_layers: int = 0,
+                 main_gpu: int = 0, use_mmap: bool = True, use_mlock: bool = False,
+                 kv_overrides: dict[str, Any] | None = None, flash_attn: bool | None = False,
+                 attention_type: int = -1, progress_callback: Callable[[float], Any] | None = None,
+                 pack_tokens: int | None = None, verbose: bool = False) -> None:
+        self.pack_tokens = pack_tokens
+        self._ctx: LlamaContext | None = None
+        self._model: LlamaModel | None = None
+        self.model_path = os.fspath(model_path)
+        if n_batch <= 0:
+            raise ValueError(f"n_batch must be positive, got {n_batch}")
+        self._model = LlamaModel(model_path, n_gpu_layers=n_gpu_layers, main_gpu=main_gpu, use_mmap=use_mmap,
+                                 use_mlock=use_mlock, kv_overrides=kv_overrides, progress_callback=progress_callback)
+        try:
+            C = self._model._C
+            if self._model.has_encoder() and self._model.has_decoder():
+                raise LlamaError("embeddings from encoder-decoder models are not supported (as in llama.cpp)")
+            if n_ctx is None:
+                n_train = self._model.n_ctx_train()
+                n_ctx = min(n_batch, n_train) if n_train > 0 else n_batch
+            elif n_ctx == 0:
+                n_ctx = self._model.n_ctx_train()
+            n_batch = max(int(n_batch), int(n_ctx))
+            if n_seq_max is None:
+                n_seq_max = int(C.llama_max_parallel_sequences())
+            n_seq_max = max(1, min(int(n_seq_max), n_batch))
+            while n_batch % n_seq_max:  # mean pooling needs n_ubatch to be a multiple of it
+                n_seq_max -= 1
+            cpu = os.cpu_count() or 1
+            fa = -1 if flash_attn is None else (1 if flash_attn else 0)
+            self._ctx = LlamaContext(
+                self._model, n_ctx=int(n_ctx), n_batch=n_batch, n_ubatch=n_batch, n_seq_max=int(n_seq_max),
+                n_threads=n_threads or cpu, n_threads_batch=n_threads_batch or n_threads or cpu,
+                embeddings=True, pooling_type=_pooling_value(pooling_type), attention_type=int(attention_type),
+                kv_unified=True, flash_attn_type=fa)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._ctx is not None:
+            self._ctx.close()
+            self._ctx = None
+        if self._model is not None:
+            self._model.close()
+            self._model = None
+
+    def __enter__(self) -> LlamaEmbedding:  # noqa: PYI034 (typing.Self needs 3.11)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _parts(self) -> tuple[LlamaContext, LlamaModel]:
+        if self._ctx is None or self._model is None:
+            from ._errors import ClosedError
+
+            raise ClosedError("this LlamaEmbedding is closed; create a new one")
+        return self._ctx, self._model
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def pooling_type(self) -> int:
+        return self._parts()[0].pooling_type()
+
+    @property
+    def n_embd_out(self) -> int:
+        return self._parts()[1].n_embd_out()
+
+    @property
+    def max_input_tokens(self) -> int:
+        ctx, model = self._parts()
+        return input_limit(ctx, model)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return self._parts()[1].metadata
+
+    def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self._parts()[1].tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    # -- embeddings -----------------------------------------------------------------------------
+    def embed(self, input: str | Sequence[str] | Sequence[Sequence[int]], *, normalize: int = 2,
+              truncate: bool = True, return_count: bool = False) -> Any:
+        """Embed text (or pre-tokenized inputs).
+
+        Returns a float32 ``(n_inputs, n_embd_out)`` array (one row for a single string), or with
+        pooling NONE a list of ``(n_tokens, n_embd_out)`` arrays. ``return_count`` adds the number
+        of tokens processed.
+        """
+        ctx, model = self._parts()
+        if ctx.pooling_type() == POOLING_RANK:
+            raise LlamaError("this model pools with RANK (a reranker): use rank(query, documents)")
+        single = isinstance(input, (str, bytes))
+        items = [input] if single else list(input)
+        if not items:
+            raise ValueError("no inputs given")
+        token_lists = []
+        for i, it in enumerate(items):
+            if isinstance(it, (str, bytes)):
+                token_lists.append(model.tokenize(it, add_special=True, parse_special=True))
+            elif isinstance(it, (list, tuple, np.ndarray)):
+                token_lists.append(list(it))
+            else:
+                raise TypeError(f"input {i} must be a string or a list of token ids, not {type(it).__name__}")
+        rows, counts = embed_token_lists(ctx, model, token_lists, normalize=normalize, truncate=truncate,
+                                         pack_tokens=self.pack_tokens)
+        result: Any = rows[0] if single else rows
+        return (result, int(sum(counts))) if return_count else result
+
+    def rank_inputs(self, query: str, documents: Sequence[str]) -> list[list[int]]:
+        """Token ids of each (query, document) pair, as ``llama-embedding`` builds them."""
+        _, model = self._parts()
+        template = model.chat_template("rerank")
+        out = []
+        if template:
+            for d in documents:
+                text = template.replace("{query}", query).replace("{document}", d)
+                out.append(model.tokenize(text, add_special=True, parse_special=True))
+            return out
+        eos = model.token_text(model.token_eos()) if model.add_eos() and model.token_eos() >= 0 else ""
+        sep = model.token_text(model.token_sep()) if model.add_sep() and model.token_sep() >= 0 else ""
+        for d in documents:
+            out.append(model.tokenize(query + eos + sep + d, add_special=True, parse_special=True))
+        return out
+
+    def rank(self, query: str, documents: Sequence[str], *, truncate: bool = True) -> np.ndarray:
+        """Reranker scores of each document for ``query`` (RANK pooling): shape ``(n_docs,)``, or
+        ``(n_docs, n_cls_out)`` for multi-label heads. Raw scores, not normalised."""
+        ctx, model = self._parts()
+        if ctx.pooling_type() != POOLING_RANK:
+            raise LlamaError("rank() needs a reranking model (pooling RANK); this context pools with "
+                             f"{ctx.pooling_type()}: open it with pooling_type='rank' if the model has a head")
+        if isinstance(documents, str):
+            documents = [documents]
+        if not documents:
+            raise ValueError("no documents to rank")
+        rows, _ = embed_token_lists(ctx, model, self.rank_inputs(query, documents), normalize=-1, truncate=truncate,
+                                    pack_tokens=self.pack_tokens)
+        return rows[:, 0].copy() if rows.shape[1] == 1 else rows
+
+    def create_embedding(self, input: str | list[str], model: str | None = None) -> dict[str, Any]:
+        """OpenAI-style response (L2-normalised rows)."""
+        items = [input] if isinstance(input, str) else list(input)
+        rows, total = self.embed(items, return_count=True)
+        data = [{"object": "embedding", "index": i, "embedding": np.asarray(r).tolist()} for i, r in enumerate(rows)]
+        return {"object": "list", "data": data, "model": model or self.model_path,
+                "usage": {"prompt_tokens": total, "total_tokens": total}}
+
+
+__all__ = ["POOLING_TYPES", "LlamaEmbedding", "embed_token_lists", "normalize_embeddings"]
