@@ -202,8 +202,11 @@ class LlamaEmbedding:
                  main_gpu: int = 0, use_mmap: bool = True, use_mlock: bool = False,
                  kv_overrides: dict[str, Any] | None = None, flash_attn: bool | None = False,
                  attention_type: int = -1, progress_callback: Callable[[float], Any] | None = None,
-                 pack_tokens: int | None = None, verbose: bool = False) -> None:
+                 pack_tokens: int | None = None, mmproj_path: str | os.PathLike[str] | None = None,
+                 verbose: bool = False) -> None:
         self.pack_tokens = pack_tokens
+        self.mmproj_path = None if mmproj_path is None else os.fspath(mmproj_path)
+        self._mm: Any = None  # MTMDEmbeddingHandler, created on the first embed_multimodal
         self._ctx: LlamaContext | None = None
         self._model: LlamaModel | None = None
         self.model_path = os.fspath(model_path)
@@ -239,6 +242,9 @@ class LlamaEmbedding:
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
         if self._ctx is not None:
             self._ctx.close()
             self._ctx = None
@@ -308,6 +314,33 @@ class LlamaEmbedding:
                                          pack_tokens=self.pack_tokens)
         result: Any = rows[0] if single else rows
         return (result, int(sum(counts))) if return_count else result
+
+    def embed_multimodal(self, inputs: Any, *, normalize: float = 2, pooling: int | str | None = None,
+                         add_special: bool = True, parse_special: bool = False,
+                         mmproj_path: str | os.PathLike[str] | None = None) -> np.ndarray:
+        """Pooled float32 rows ``(n_inputs, n_embd_out)`` of text + image + audio inputs.
+
+        Needs a projector: ``mmproj_path`` here or in the constructor. Inputs are lists of parts or
+        marker prompts, as :meth:`llama_cpp.mtmd.MTMDEmbeddingHandler.embed` documents; pooling
+        defaults to this model's pooling type.
+        """
+        _, model = self._parts()
+        path = os.fspath(mmproj_path) if mmproj_path is not None else self.mmproj_path
+        if path is None:
+            from ._errors import MultimodalError
+
+            raise MultimodalError("embed_multimodal needs a projector: pass mmproj_path=<mmproj.gguf> "
+                                  "here or to LlamaEmbedding(...)")
+        if self._mm is None or os.path.abspath(path) != os.path.abspath(self.mmproj_path or ""):
+            from .mtmd import MTMDEmbeddingHandler
+
+            if self._mm is not None:
+                self._mm.close()
+                self._mm = None
+            self._mm = MTMDEmbeddingHandler(model, path)
+            self.mmproj_path = path
+        return self._mm.embed(inputs, normalize=normalize, pooling=pooling, add_special=add_special,
+                              parse_special=parse_special)
 
     def rank_inputs(self, query: str, documents: Sequence[str]) -> list[list[int]]:
         """Token ids of each (query, document) pair, as ``llama-embedding`` builds them."""

@@ -32,7 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # A command whose trailing positional is a list (``TRAILING``) accepts it between options too,
+    # e.g. ``embed --mmproj P MODEL --image x.png "text"``.
+    trailing = getattr(importlib.import_module(f"{__name__}.{args.command}"), "TRAILING", None)
+    if extra and trailing and not any(e.startswith("-") and e != "-" for e in extra):
+        getattr(args, trailing).extend(extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

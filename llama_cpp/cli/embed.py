@@ -8,12 +8,14 @@ import sys
 
 from .info import add_model_arguments, progress_printer
 
-HELP = "embed texts (one per argument, or lines of stdin with '-') and print JSON or write .npy"
+HELP = ("embed texts (one per argument, or lines of stdin with '-') and print JSON or write .npy; "
+        "with --mmproj, the --image/--audio files and the texts form one multimodal input")
+TRAILING = "text"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
-    p.add_argument("text", nargs="+", help="texts to embed ('-' reads one text per line from stdin)")
+    p.add_argument("text", nargs="*", help="texts to embed ('-' reads one text per line from stdin)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print a JSON list of vectors (the default)")
     out.add_argument("--npy", metavar="FILE", help="write a float32 (n_texts, n_embd_out) .npy file")
@@ -23,6 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override the model's pooling")
     p.add_argument("--batch", type=int, default=2048, help="tokens per decode")
     p.add_argument("--no-truncate", action="store_true", help="refuse inputs longer than the model's limit")
+    mm = p.add_argument_group("multimodal")
+    mm.add_argument("--mmproj", metavar="FILE", help="the model's multimodal projector (mmproj GGUF)")
+    mm.add_argument("--image", action="append", default=[], metavar="FILE", help="an image part (repeatable)")
+    mm.add_argument("--audio", action="append", default=[], metavar="FILE", help="an audio part (repeatable)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,19 +42,29 @@ def run(args: argparse.Namespace) -> int:
             texts.extend(line.rstrip("\n") for line in sys.stdin if line.strip())
         else:
             texts.append(t)
-    if not texts:
+    media = args.image or args.audio
+    if media and not args.mmproj:
+        print("error: --image/--audio need --mmproj <projector.gguf>", file=sys.stderr)
+        return 2
+    if not texts and not media:
         print("error: no texts to embed", file=sys.stderr)
         return 2
     cb = None if args.quiet else progress_printer()
     with LlamaEmbedding(args.model, pooling_type=args.pooling or -1, n_batch=args.batch, n_threads=args.threads,
-                        n_gpu_layers=args.n_gpu_layers, progress_callback=cb) as emb:
-        rows = emb.embed(texts, normalize=args.normalize, truncate=not args.no_truncate)
+                        n_gpu_layers=args.n_gpu_layers, progress_callback=cb, mmproj_path=args.mmproj) as emb:
+        if args.mmproj:
+            from ..mtmd import Audio, Image
+
+            parts = [Image(p) for p in args.image] + [Audio(p) for p in args.audio] + texts
+            rows = emb.embed_multimodal([parts], normalize=args.normalize, pooling=args.pooling)
+        else:
+            rows = emb.embed(texts, normalize=args.normalize, truncate=not args.no_truncate)
     if args.npy:
         if isinstance(rows, list):
             print("error: pooling 'none' gives one row per token; use --json", file=sys.stderr)
             return 2
         np.save(args.npy, np.asarray(rows, dtype=np.float32))
-        print(f"wrote {len(texts)} x {rows.shape[1]} float32 to {args.npy}", file=sys.stderr)
+        print(f"wrote {rows.shape[0]} x {rows.shape[1]} float32 to {args.npy}", file=sys.stderr)
         return 0
     data = [np.asarray(r).tolist() for r in rows]
     json.dump(data, sys.stdout)
