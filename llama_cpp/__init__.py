@@ -38,7 +38,11 @@ _LAZY = {
     "LlamaBatchExt": ".llama_batch",
     "SpecConfig": ".speculative",
     "SpeculativeType": ".speculative",
+    "SpeculativeStats": ".speculative",
+    "MTPDecoder": ".speculative",
     "MTMDEmbeddingHandler": ".mtmd",
+    "MTMDChatHandler": ".mtmd_chat",
+    "MultimodalChat": ".mtmd_chat",
 }
 
 __all__ = [

@@ -240,6 +240,9 @@ class LlamaModel(_Owned):
                  progress_callback: Callable[[float], bool | None] | None = None) -> None:
         self._ref = None
         self.path = check_gguf_file(path)
+        # llama_model_n_layer_nextn reports the file's count even when the NextN tensors were not
+        # loaded, and an MTP context over such a model aborts in C: remember what was asked for.
+        self.load_mtp = bool(load_mtp)
         C = _lib()
         params = C.llama_model_default_params()
         params.n_gpu_layers = int(n_gpu_layers)

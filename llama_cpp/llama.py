@@ -7,6 +7,7 @@ validated (token ids, length against ``n_ctx``) before any native call.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import dataclasses
 import logging
@@ -20,6 +21,7 @@ import numpy as np
 
 from . import llama_chat_format as _chat
 from . import llama_types as T
+from . import speculative as _spec
 from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError, TokenizationError
 from ._internals import (
     LLAMA_DEFAULT_SEED,
@@ -54,6 +56,7 @@ class LlamaState:
     llama_state: bytes
     llama_state_size: int
     seed: int
+    speculative: Any = None  # the MTP decoder's MTPState (Llama(speculative=...))
 
 
 def _utf8_complete(b: bytes) -> int:
@@ -138,6 +141,7 @@ class Llama:
         spm_infill: bool = False,
         verbose: bool = True,
         progress_callback: Callable[[float], Any] | None = None,
+        speculative: _spec.SpecConfig | None = None,
         **kwargs: Any,
     ) -> None:
         if kwargs:
@@ -148,6 +152,8 @@ class Llama:
         self._lora: LlamaLoraAdapter | None = None
         self._one: LlamaBatch | None = None
         self._input_ids: list[int] = []
+        self._spec: _spec.MTPDecoder | None = None
+        self.last_speculative_stats: _spec.SpeculativeStats | None = None
         self._embedding = bool(embedding)
         self.verbose = verbose
         self.model_path = os.fspath(model_path)
@@ -167,11 +173,23 @@ class Llama:
             if int(v) < 0 or (name != "n_ctx" and int(v) == 0):
                 raise ValueError(f"{name} must be positive, got {v}")
 
+        if speculative is not None and not isinstance(speculative, _spec.SpecConfig):
+            raise TypeError(f"speculative must be a SpecConfig, got {type(speculative).__name__}")
+        spec_on = speculative is not None and speculative.enabled and not vocab_only
+        if spec_on:
+            # everything checkable without loading: the file's NextN layers, the batch sizes
+            _spec.check_model_file(model_path, speculative)
+            _spec.check_context_params(speculative, {
+                "n_ctx": int(n_ctx), "n_batch": int(n_batch), "n_ubatch": int(n_ubatch),
+                "n_seq_max": 1 if n_seq_max is None else int(n_seq_max), "embeddings": bool(embedding)})
+        self.speculative = speculative
         self._model = LlamaModel(
-            model_path, n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
+            model_path, load_mtp=spec_on, n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
             tensor_split=tensor_split, vocab_only=vocab_only, use_mmap=use_mmap, use_mlock=use_mlock,
             load_mode=load_mode, kv_overrides=kv_overrides, progress_callback=progress_callback,
         )
+        if spec_on:
+            self._model.load_mtp = True  # its NextN tensors are loaded (see speculative.load_mtp_model)
         self._n_vocab = self._model.n_vocab
         try:
             self._init_context(vocab_only=vocab_only, embedding=embedding, flash_attn=flash_attn,
@@ -182,7 +200,10 @@ class Llama:
                                yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow,
                                yarn_orig_ctx=yarn_orig_ctx, offload_kqv=offload_kqv, op_offload=op_offload,
                                swa_full=swa_full, no_perf=no_perf, type_k=type_k, type_v=type_v,
-                               lora_path=lora_path, lora_scale=lora_scale)
+                               lora_path=lora_path, lora_scale=lora_scale,
+                               n_rs_seq=speculative.rollback_snapshots if spec_on else None)
+            if spec_on:
+                self._spec = _spec.MTPDecoder(self._model, None, speculative, target=self._ctx)
         except BaseException:
             self.close()
             raise
@@ -203,7 +224,8 @@ class Llama:
                       rope_freq_scale: float, yarn_ext_factor: float, yarn_attn_factor: float,
                       yarn_beta_fast: float, yarn_beta_slow: float, yarn_orig_ctx: int, offload_kqv: bool,
                       op_offload: bool | None, swa_full: bool | None, no_perf: bool, type_k: int | None,
-                      type_v: int | None, lora_path: str | None, lora_scale: float) -> None:
+                      type_v: int | None, lora_path: str | None, lora_scale: float,
+                      n_rs_seq: int | None = None) -> None:
         if not vocab_only:
             if flash_attn is None:
                 fa = LLAMA_FLASH_ATTN_TYPE_AUTO
@@ -224,7 +246,7 @@ class Llama:
                 yarn_beta_fast=float(yarn_beta_fast), yarn_beta_slow=float(yarn_beta_slow),
                 yarn_orig_ctx=int(yarn_orig_ctx), embeddings=bool(embedding), offload_kqv=bool(offload_kqv),
                 flash_attn_type=fa, op_offload=op_offload, swa_full=swa_full, kv_unified=kv_unified,
-                no_perf=bool(no_perf), type_k=type_k, type_v=type_v,
+                no_perf=bool(no_perf), type_k=type_k, type_v=type_v, n_rs_seq=n_rs_seq,
             )
             self._batch = LlamaBatch(self._ctx.n_batch(), 0, 1)
             one = LlamaBatch(1, 0, 1)
@@ -246,6 +268,10 @@ class Llama:
             if b is not None:
                 b.close()
         self._one_struct = None
+        spec = getattr(self, "_spec", None)
+        if spec is not None:
+            spec.close()
+            self._spec = None
         for attr in ("_ctx", "_lora", "_model"):
             obj = getattr(self, attr, None)
             if obj is not None:
@@ -343,6 +369,8 @@ class Llama:
         self._input_ids.clear()
         if self._ctx is not None:
             self._ctx.memory_clear(True)
+        if self._spec is not None:
+            self._spec.reset()
 
     def _check_prompt(self, tokens: Sequence[int]) -> None:
         ctx = self._need_ctx()
@@ -356,6 +384,8 @@ class Llama:
 
     def _decode_tokens(self, tokens: Sequence[int], start_pos: int, all_logits: bool) -> None:
         ctx, batch = self._need_ctx(), self._batch
+        if self._spec is not None:
+            self._spec.invalidate()  # the MTP draft context does not see these tokens
         n_batch = ctx.n_batch()
         n = len(tokens)
         for i in range(0, n, n_batch):
@@ -481,6 +511,10 @@ class Llama:
                       reuse_prefix: bool = True) -> Iterator[tuple[int, np.ndarray | None]]:
         """Yield ``(token, logits_row_or_None)`` until EOG or ``max_tokens``; EOG is yielded last."""
         ctx = self._need_ctx()
+        if self._spec is not None:
+            yield from self._spec_token_stream(prompt_tokens, max_tokens, chain, grammar, want_logprobs,
+                                               reuse_prefix)
+            return
         model = self._model
         C = model._C
         self._prepare(prompt_tokens, reuse_prefix)
@@ -520,6 +554,48 @@ class Llama:
 
                 raise DecodeError(f"llama_decode returned {rc} while generating token {produced}")
             self._input_ids.append(tok)
+
+    def _spec_token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
+                           grammar: LlamaSampler | None, want_logprobs: bool,
+                           reuse_prefix: bool) -> Iterator[tuple[int, np.ndarray | None]]:
+        """``_token_stream`` through the MTP decoder: the same tokens, several per target decode."""
+        dec = self._spec
+        assert dec is not None
+        if not reuse_prefix:
+            dec.invalidate()
+        dec.stats.reset()
+        dec.prefill(prompt_tokens)
+        self._input_ids = dec.kv_tokens
+        if "penalties" in chain.names:
+            for t in prompt_tokens[-max(self.last_n_tokens_size, 0):] if self.last_n_tokens_size else ():
+                chain.accept(t)
+        chain_ptr, sample_native = chain.ptr, self._model._C.llama_sampler_sample
+        cand = TokenCandidates(self._n_vocab) if grammar is not None else None
+        rows: collections.deque[np.ndarray | None] = collections.deque()
+
+        def sample(ctx: LlamaContext, i: int) -> int:
+            # called once per emitted token, in order, with that token's row of the verify batch
+            row = ctx.logits_ith(i) if (want_logprobs or cand is not None) else None
+            if cand is not None:
+                cand.fill(row)
+                grammar.apply(cand.ref)
+                chain.apply(cand.ref)
+                tok = cand.selected_token()
+                grammar.accept(tok)
+                chain.accept(tok)
+            else:
+                tok = int(sample_native(chain_ptr, ctx.ptr, i))
+            rows.append(np.array(row) if (row is not None and want_logprobs) else None)
+            return tok
+
+        try:
+            for tok in dec.generate(sample, max_tokens):
+                yield tok, rows.popleft()
+        finally:
+            self._input_ids = dec.kv_tokens
+            st = dec.stats
+            self.last_speculative_stats = dataclasses.replace(
+                st, drafted_at=list(st.drafted_at), accepted_at=list(st.accepted_at))
 
     # ------------------------------------------------------------------------------------------
     # completion
@@ -1001,8 +1077,11 @@ class Llama:
                 scores = np.array(ctx.logits_ith(-1))[None, :]
             except IndexError:
                 scores = None
+        spec = None
+        if self._spec is not None and self._input_ids and self._spec.kv_tokens == self._input_ids:
+            spec = self._spec.save_state()
         return LlamaState(input_ids=self.input_ids.copy(), scores=scores, n_tokens=len(self._input_ids),
-                          llama_state=data, llama_state_size=len(data), seed=self._seed)
+                          llama_state=data, llama_state_size=len(data), seed=self._seed, speculative=spec)
 
     def load_state(self, state: LlamaState) -> None:
         """Restore a :meth:`save_state` snapshot.
@@ -1011,6 +1090,12 @@ class Llama:
         that sampling can continue right away.
         """
         ctx = self._need_ctx()
+        if self._spec is not None and getattr(state, "speculative", None) is not None:
+            # the decoder restores both contexts, its pending token and hidden row
+            self._spec.load_state(state.speculative)
+            self._input_ids = self._spec.kv_tokens
+            self._seed = state.seed
+            return
         ctx.state_set(state.llama_state)
         self._input_ids = [int(t) for t in state.input_ids[: state.n_tokens]]
         self._seed = state.seed

@@ -8,7 +8,9 @@ first test session builds it once (``nox -s tests`` does that before pytest star
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,27 @@ def tools_dir(native_build) -> Path:
     from build_tools import native
 
     return native.build_reference_tools(native_build, native_build_and_plan()[1])
+
+
+@pytest.fixture(scope="session")
+def run_tool(tools_dir) -> Callable[..., subprocess.CompletedProcess]:
+    """Run one of llama.cpp's reference programs; returns the CompletedProcess (stdout as bytes).
+
+    The programs log through an asynchronous logger that upstream never joins at exit, so on a busy
+    machine the tail of stdout is sometimes lost. ``complete(stdout)`` says whether the output is
+    whole; a truncated run of these deterministic programs is simply repeated.
+    """
+
+    def run(name: str, *args: object, timeout: float = 120,
+            complete: Callable[[bytes], bool] | None = None) -> subprocess.CompletedProcess:
+        for _ in range(5):
+            proc = subprocess.run([str(tools_dir / name), *map(str, args)], check=False, capture_output=True,
+                                  timeout=timeout)
+            if proc.returncode != 0:
+                raise AssertionError(f"{name} failed ({proc.returncode}):\n"
+                                     f"{proc.stderr.decode(errors='replace')[-3000:]}")
+            if complete is None or complete(proc.stdout):
+                return proc
+        raise AssertionError(f"{name} kept printing truncated output: {proc.stdout[-200:]!r}")
+
+    return run

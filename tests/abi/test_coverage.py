@@ -84,10 +84,11 @@ def test_mtp_api_is_bound():
     optional = {"llama_set_embeddings_nextn", "llama_get_embeddings_nextn", "llama_get_embeddings_nextn_ith",
                 "llama_set_nextn_layer_offset", "llama_get_ctx_other", "llama_set_embeddings_layer_inp",
                 "llama_get_embeddings_layer_inp"}
-    assert optional <= {f.__name__ for f in C.__bindings__.optionals()}
-    assert C.llama_set_embeddings_nextn.symbols[0] == "_Z26llama_set_embeddings_nextnP13llama_contextbb"
-    assert C.llama_get_embeddings_nextn_ith.symbols[0] == "_Z30llama_get_embeddings_nextn_ithP13llama_contexti"
-    assert C.llama_set_embeddings_nextn.symbols[1].startswith("?llama_set_embeddings_nextn@@")
+    stubs = {f.__name__: f for f in C.__bindings__.optionals()}  # the registry: module attributes get swapped
+    assert optional <= set(stubs)
+    assert stubs["llama_set_embeddings_nextn"].symbols[0] == "_Z26llama_set_embeddings_nextnP13llama_contextbb"
+    assert stubs["llama_get_embeddings_nextn_ith"].symbols[0] == "_Z30llama_get_embeddings_nextn_ithP13llama_contexti"
+    assert stubs["llama_set_embeddings_nextn"].symbols[1].startswith("?llama_set_embeddings_nextn@@")
     assert {"ctx_type", "n_rs_seq", "ctx_other"} <= {f[0] for f in C.llama_context_params._fields_}
     assert "load_mtp" in {f[0] for f in C.llama_model_params._fields_}
 

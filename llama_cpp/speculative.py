@@ -1,0 +1,839 @@
+"""Speculative decoding: configuration, statistics and the MTP (multi-token prediction) engine.
+
+:class:`MTPDecoder` drafts tokens with a model's own NextN head(s) and verifies them with the
+trunk in one batch, the way llama.cpp's ``common_speculative_impl_draft_mtp`` and
+``examples/speculative-simple`` do:
+
+- a *target* context (the trunk; ``n_rs_seq`` recurrent-state snapshots so hybrid/recurrent
+  layers can roll back a rejected suffix) and a *draft* context of type
+  ``LLAMA_CONTEXT_TYPE_MTP`` over the same model (``n_ctx`` equal to the target's);
+- the target returns the hidden state ``h_p`` of every position (the staging API
+  ``llama_get_embeddings_nextn``); the draft context is fed pairs ``(x_p, h_{p-1})`` in an
+  extended batch (:class:`~llama_cpp.LlamaBatchExt`, token + hidden-state rows), so its KV
+  cache stays one step behind the target and it can propose ``x_{p+1}, x_{p+2}, ...``;
+- one step: draft ``d_0..d_{k-1}`` from ``(id_last, h_{n_past-1})``, verify
+  ``[id_last, d_0..d_{k-1}]`` on the target as one atomic decode with every row an output,
+  accept the longest prefix the target sampler agrees with plus one target token, remove the
+  rejected positions from both contexts (``llama_memory_seq_rm``), and catch the draft context
+  up on the accepted tokens;
+- when the target memory cannot remove that many positions (recurrent state with fewer
+  snapshots than the rejected suffix, ``n_rs_seq`` smaller than the draft), a sequence-state
+  checkpoint taken before the verify is restored and the accepted tokens are replayed.
+
+Acceptance rule (sampling with temperature): *sample and match*, as llama.cpp's server and
+``speculative-simple`` do. Every emitted token is drawn by the caller's target sampler chain from
+the target's logits at its position, exactly as in plain decoding; a draft token only decides
+whether the next position's logits (computed in the same verify batch) are valid, i.e. it is
+accepted iff it equals the token the target sampler drew. The output therefore has exactly the
+target's distribution, and with a seeded sampler it is the same token sequence as plain
+decoding (one random draw per emitted token in both). Greedy decoding is the special case where
+the sampler is argmax.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import mmap
+import os
+import struct
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
+
+log = logging.getLogger("llama_cpp.speculative")
+
+#: The largest ``draft_n_max`` accepted (llama.cpp has no hard limit; beyond this the verify
+#: batch costs more than a draft can plausibly win back).
+DRAFT_N_MAX_LIMIT = 64
+
+LLAMA_CONTEXT_TYPE_MTP = 1
+LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY = 1
+_NEXTN_SYMBOLS = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn", "llama_get_embeddings_nextn_ith")
+_INHERITED_PARAMS = ("n_threads", "n_threads_batch", "flash_attn_type", "type_k", "type_v", "offload_kqv",
+                     "op_offload", "kv_unified", "no_perf")
+_DRAFT_TOP_K = 10  # the draft's confidence is its top token's share of the top 10, as in llama.cpp
+
+
+class SpeculativeType(str, enum.Enum):
+    """Kinds of speculative decoding (values are llama.cpp's ``--spec-type`` names)."""
+
+    NONE = "none"
+    DRAFT_SIMPLE = "draft-simple"  # a separate, smaller draft model (not implemented yet)
+    DRAFT_MTP = "draft-mtp"        # the model's own NextN (MTP) head(s)
+    NGRAM_SIMPLE = "ngram-simple"  # n-gram lookup in the context (not implemented yet)
+
+
+_IMPLEMENTED = (SpeculativeType.NONE, SpeculativeType.DRAFT_MTP)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecConfig:
+    """How to speculate.
+
+    - ``spec_type``: a :class:`SpeculativeType` (or its name/value, e.g. ``"draft-mtp"``).
+    - ``draft_n_max``: most tokens drafted per step, ``1..DRAFT_N_MAX_LIMIT``.
+    - ``draft_n_min``: a draft shorter than this is dropped (the step verifies only the last token).
+    - ``draft_p_min``: stop drafting when the draft's top token has less than this probability
+      (its share of the draft's top 10 candidates, as llama.cpp computes it); 0 never stops early.
+    - ``n_rs_seq``: recurrent-state snapshots of the target for rollback without a checkpoint;
+      ``None`` means ``draft_n_max`` (every rollback is a cheap partial removal). Smaller values
+      trade memory for checkpoint restores on hybrid/recurrent models.
+    """
+
+    spec_type: SpeculativeType | str = SpeculativeType.DRAFT_MTP
+    draft_n_max: int = 3
+    draft_n_min: int = 0
+    draft_p_min: float = 0.0
+    n_rs_seq: int | None = None
+
+    def __post_init__(self) -> None:
+        st = self.spec_type
+        if not isinstance(st, SpeculativeType):
+            key = str(st)
+            try:
+                st = SpeculativeType(key.lower().replace("_", "-"))
+            except ValueError:
+                try:
+                    st = SpeculativeType[key.upper().replace("-", "_")]
+                except KeyError:
+                    names = ", ".join(t.value for t in SpeculativeType)
+                    raise SpeculativeError(f"unknown spec_type {self.spec_type!r}: use one of {names}") from None
+            object.__setattr__(self, "spec_type", st)
+        for name in ("draft_n_max", "draft_n_min"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise SpeculativeError(f"{name} must be an int, got {v!r}")
+            object.__setattr__(self, name, int(v))
+        if st is not SpeculativeType.NONE and not 1 <= self.draft_n_max <= DRAFT_N_MAX_LIMIT:
+            raise SpeculativeError(
+                f"draft_n_max={self.draft_n_max} is out of range: use 1..{DRAFT_N_MAX_LIMIT} tokens per draft")
+        if not 0 <= self.draft_n_min <= self.draft_n_max:
+            raise SpeculativeError(
+                f"draft_n_min={self.draft_n_min} must be between 0 and draft_n_max={self.draft_n_max}")
+        p = self.draft_p_min
+        if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or not 0.0 <= float(p) <= 1.0:
+            raise SpeculativeError(f"draft_p_min must be a probability in [0, 1], got {p!r}")
+        object.__setattr__(self, "draft_p_min", float(p))
+        if self.n_rs_seq is not None:
+            r = self.n_rs_seq
+            if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= int(r) <= DRAFT_N_MAX_LIMIT:
+                raise SpeculativeError(f"n_rs_seq must be None or an int in 0..{DRAFT_N_MAX_LIMIT}, got {r!r}")
+            object.__setattr__(self, "n_rs_seq", int(r))
+
+    @property
+    def enabled(self) -> bool:
+        return self.spec_type is not SpeculativeType.NONE
+
+    @property
+    def rollback_snapshots(self) -> int:
+        """``n_rs_seq`` for the target context."""
+        return self.draft_n_max if self.n_rs_seq is None else self.n_rs_seq
+
+
+@dataclasses.dataclass
+class SpeculativeStats:
+    """Counters of one generation (or several, until :meth:`reset`).
+
+    ``steps`` counts target verify decodes; ``drafted``/``accepted`` count draft tokens;
+    ``drafted_at[j]``/``accepted_at[j]`` count them per draft position ``j``. A rollback removes
+    rejected positions either by partial memory removal (``rollbacks_partial``) or by restoring
+    a sequence checkpoint and replaying the accepted tokens (``rollbacks_checkpoint``).
+    Times are wall seconds.
+    """
+
+    steps: int = 0
+    generated: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafted_at: list[int] = dataclasses.field(default_factory=list)
+    accepted_at: list[int] = dataclasses.field(default_factory=list)
+    draft_steps: int = 0
+    rollbacks_partial: int = 0
+    rollbacks_checkpoint: int = 0
+    checkpoints: int = 0
+    replayed_tokens: int = 0
+    prefill_tokens: int = 0
+    t_prefill: float = 0.0
+    t_draft: float = 0.0
+    t_verify: float = 0.0
+    t_catchup: float = 0.0
+    t_rollback: float = 0.0
+    t_generate: float = 0.0
+
+    def reset(self) -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+
+    def _count_draft(self, n_drafted: int, n_accepted: int) -> None:
+        while len(self.drafted_at) < n_drafted:
+            self.drafted_at.append(0)
+            self.accepted_at.append(0)
+        for j in range(n_drafted):
+            self.drafted_at[j] += 1
+            if j < n_accepted:
+                self.accepted_at[j] += 1
+        self.drafted += n_drafted
+        self.accepted += n_accepted
+        if n_drafted:
+            self.draft_steps += 1
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted (0.0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def acceptance_rate_at(self) -> list[float]:
+        """Per draft position ``j``: the share of drafts reaching ``j`` whose token ``j`` was accepted."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Mean accepted draft tokens per step that drafted."""
+        return self.accepted / self.draft_steps if self.draft_steps else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens emitted per target verify decode (1.0 = no gain over plain decoding)."""
+        return self.generated / self.steps if self.steps else 0.0
+
+    @property
+    def rollbacks(self) -> int:
+        return self.rollbacks_partial + self.rollbacks_checkpoint
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens per second of generation (prefill excluded)."""
+        return self.generated / self.t_generate if self.t_generate > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.update(acceptance_rate=self.acceptance_rate, acceptance_rate_at=self.acceptance_rate_at,
+                 mean_accepted_length=self.mean_accepted_length, tokens_per_step=self.tokens_per_step,
+                 rollbacks=self.rollbacks, tokens_per_second=self.tokens_per_second)
+        return d
+
+    def __str__(self) -> str:
+        per = " ".join(f"{r:.2f}" for r in self.acceptance_rate_at)
+        return (f"generated {self.generated} tokens in {self.steps} steps ({self.tokens_per_step:.2f}/step, "
+                f"{self.tokens_per_second:.1f} tok/s); drafted {self.drafted}, accepted {self.accepted} "
+                f"({100 * self.acceptance_rate:.1f}%, per position [{per}], mean accepted length "
+                f"{self.mean_accepted_length:.2f}); rollbacks {self.rollbacks_partial} partial + "
+                f"{self.rollbacks_checkpoint} checkpoint; time draft {self.t_draft:.3f}s verify "
+                f"{self.t_verify:.3f}s catch-up {self.t_catchup:.3f}s rollback {self.t_rollback:.3f}s")
+
+
+@dataclasses.dataclass(frozen=True)
+class MTPState:
+    """A snapshot of an :class:`MTPDecoder` (both contexts' sequence state and the pending token)."""
+
+    target: bytes
+    draft: bytes
+    kv_tokens: tuple[int, ...]
+    id_last: int | None
+    pending_h: bytes
+    n_draft_past: int
+
+
+# --------------------------------------------------------------------------------------------
+# GGUF metadata: does a file have NextN layers? (read without loading the model)
+# --------------------------------------------------------------------------------------------
+
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def gguf_nextn_layers(path: str | os.PathLike[str]) -> int | None:
+    """``<arch>.nextn_predict_layers`` from a GGUF file's header (0 when absent, None if unreadable).
+
+    Reads only the key/value section, so asking for MTP on a model without NextN layers fails
+    before llama.cpp loads any weights.
+    """
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            buf = memoryview(mm)
+            try:
+                return _scan_gguf(buf)
+            finally:
+                buf.release()
+    except (OSError, ValueError, struct.error, IndexError):
+        return None
+
+
+def _scan_gguf(buf: memoryview) -> int | None:
+    if bytes(buf[:4]) != b"GGUF":
+        return None
+    version, = struct.unpack_from("<I", buf, 4)
+    if version < 2:
+        return None
+    n_kv, = struct.unpack_from("<Q", buf, 16)
+    off = 24
+    arch: str | None = None
+    values: dict[str, int] = {}
+
+    def read_str(o: int) -> tuple[str, int]:
+        n, = struct.unpack_from("<Q", buf, o)
+        return bytes(buf[o + 8:o + 8 + n]).decode("utf-8", "replace"), o + 8 + n
+
+    def skip(t: int, o: int) -> tuple[Any, int]:
+        if t in _GGUF_SCALARS:
+            fmt = "<" + _GGUF_SCALARS[t]
+            return struct.unpack_from(fmt, buf, o)[0], o + struct.calcsize(fmt)
+        if t == 8:
+            return read_str(o)
+        if t == 9:
+            et, n = struct.unpack_from("<IQ", buf, o)
+            o += 12
+            if et in _GGUF_SCALARS:
+                return None, o + n * struct.calcsize("<" + _GGUF_SCALARS[et])
+            for _ in range(n):
+                _, o = skip(et, o)
+            return None, o
+        raise ValueError(f"unknown GGUF value type {t}")
+
+    for _ in range(n_kv):
+        key, off = read_str(off)
+        t, = struct.unpack_from("<I", buf, off)
+        val, off = skip(t, off + 4)
+        if key == "general.architecture":
+            arch = val
+        elif key.endswith(".nextn_predict_layers") and isinstance(val, int):
+            values[key] = int(val)
+    if arch is None:
+        return None
+    return values.get(f"{arch}.nextn_predict_layers", 0)
+
+
+def check_model_file(path: str | os.PathLike[str], config: SpecConfig) -> None:
+    """Raise :class:`SpeculativeError` if ``config`` asks for MTP and the file has no NextN layers."""
+    if config.spec_type is SpeculativeType.DRAFT_MTP:
+        n = gguf_nextn_layers(path)
+        if n == 0:
+            raise SpeculativeError(
+                f"{os.fspath(path)} has no NextN (MTP) layers (<arch>.nextn_predict_layers is 0 or absent): "
+                "MTP speculative decoding needs a model converted with its MTP head; use "
+                "SpecConfig(spec_type='none') or another model")
+
+
+def check_context_params(config: SpecConfig, ctx_params: Mapping[str, Any]) -> None:
+    """Reject context sizes that cannot hold one verify batch, before any native call."""
+    if not config.enabled:
+        return
+    if config.spec_type not in _IMPLEMENTED:
+        raise SpeculativeError(f"speculative type {config.spec_type.value!r} is not implemented yet: use "
+                               f"{SpeculativeType.DRAFT_MTP.value!r} (the model's own MTP head) or 'none'")
+    need = config.draft_n_max + 1
+    for name in ("n_batch", "n_ubatch"):
+        v = ctx_params.get(name)
+        if v is not None and 0 < int(v) < need:
+            raise SpeculativeError(
+                f"{name}={int(v)} cannot hold one verify batch of draft_n_max + 1 = {need} tokens: raise "
+                f"{name} to at least {need} or lower draft_n_max")
+    n_ctx = ctx_params.get("n_ctx")
+    if n_ctx is not None and 0 < int(n_ctx) < need + 1:
+        raise SpeculativeError(
+            f"n_ctx={int(n_ctx)} is too small for speculative decoding with draft_n_max={config.draft_n_max}: "
+            f"it needs at least {need + 1} positions")
+    n_seq = ctx_params.get("n_seq_max")
+    if n_seq is not None and int(n_seq) != 1:
+        raise SpeculativeError(f"MTP speculative decoding runs one sequence: n_seq_max must be 1, got {n_seq}")
+    if ctx_params.get("embeddings"):
+        raise SpeculativeError("MTP speculative decoding needs a generation context: embeddings must be off")
+
+
+def target_context_params(config: SpecConfig, ctx_params: Mapping[str, Any]) -> dict[str, Any]:
+    """``ctx_params`` for the target context of ``config`` (``n_rs_seq`` sized for rollback)."""
+    check_context_params(config, ctx_params)
+    out = dict(ctx_params)
+    if config.enabled:
+        out["n_rs_seq"] = config.rollback_snapshots
+        out.pop("ctx_type", None)
+    return out
+
+
+def load_mtp_model(path: str | os.PathLike[str], **model_kwargs: Any) -> Any:
+    """Load ``path`` as a :class:`~llama_cpp._internals.LlamaModel` with its NextN layers.
+
+    The file's metadata is checked first (no NextN layers: :class:`SpeculativeError`, nothing
+    loaded). ``model_kwargs`` go to ``LlamaModel`` (``n_gpu_layers``, ``use_mmap``, ...).
+    """
+    from ._internals import LlamaModel
+
+    check_model_file(path, SpecConfig(spec_type=SpeculativeType.DRAFT_MTP))
+    model_kwargs.pop("load_mtp", None)
+    return LlamaModel(path, load_mtp=True, **model_kwargs)
+
+
+def _check_mtp_loaded(model: Any) -> None:
+    if getattr(model, "load_mtp", None) is not True:
+        raise SpeculativeError(
+            "this model was not loaded with its NextN (MTP) layers: load it with "
+            "llama_cpp.speculative.load_mtp_model(path) (LlamaModel(path, load_mtp=True)), or use "
+            "Llama(path, speculative=SpecConfig(...)) which does so")
+    if model.n_layer_nextn() <= 0:
+        raise SpeculativeError(
+            "this model has no NextN (MTP) layers (llama_model_n_layer_nextn == 0): MTP speculative "
+            "decoding needs a model converted with its MTP head; use SpecConfig(spec_type='none')")
+
+
+# --------------------------------------------------------------------------------------------
+# the engine
+# --------------------------------------------------------------------------------------------
+
+Sampler = Any  # a LlamaSampler, or a callable (target_context, batch_index) -> token
+
+
+class MTPDecoder:
+    """Greedy-exact MTP speculative decoding over one sequence of one model.
+
+    ``MTPDecoder(model, ctx_params, config)`` creates the target context (``ctx_params`` are
+    ``llama_context_params`` fields, as for :class:`~llama_cpp._internals.LlamaContext`) and the
+    MTP draft context; pass ``target=`` to adopt a target context created with
+    :func:`target_context_params`. Then :meth:`prefill` the token history (the last token is
+    kept pending: it opens the first verify batch) and iterate :meth:`generate`.
+    """
+
+    def __init__(self, model: Any, ctx_params: Mapping[str, Any] | None, config: SpecConfig, *,
+                 target: Any = None) -> None:
+        from ._internals import LlamaContext
+        from .llama_batch import LlamaBatchExt
+
+        self._target = self._draft = None
+        if not isinstance(config, SpecConfig):
+            raise SpeculativeError(f"config must be a SpecConfig, got {type(config).__name__}")
+        if config.spec_type is not SpeculativeType.DRAFT_MTP:
+            check_context_params(config, {})  # names an unimplemented type as such
+            raise SpeculativeError(f"MTPDecoder runs spec_type 'draft-mtp', got {config.spec_type.value!r}")
+        params = dict(ctx_params or {})
+        if target is not None:
+            params.setdefault("n_ctx", target.n_ctx())
+            params.setdefault("n_batch", target.n_batch())
+            params.setdefault("n_ubatch", target.n_ubatch())
+            params.setdefault("n_seq_max", target.n_seq_max())
+            # the draft context runs like its target (threads above all: oversubscribed threads
+            # spin and make every decode orders of magnitude slower)
+            tp = getattr(target, "params", None)
+            for name in _INHERITED_PARAMS:
+                if tp is not None and hasattr(tp, name):
+                    params.setdefault(name, getattr(tp, name))
+        check_context_params(config, params)
+        self.config = config
+        self.model = model
+        _check_mtp_loaded(model)
+        n_nextn = model.n_layer_nextn()
+        C = model._C
+        missing = [n for n in _NEXTN_SYMBOLS if not C.__bindings__.functions[n].available()]
+        if missing:
+            raise OptionalSymbolMissing(
+                f"this llama.cpp build does not export {', '.join(missing)} (the MTP staging API): use a "
+                "build from the pinned source")
+        self._C = C
+        if n_nextn > 1:
+            log.info("model has %d NextN heads; drafting uses the first one for every position", n_nextn)
+
+        owns_target = target is None
+        if owns_target:
+            target = LlamaContext(model, **target_context_params(config, params))
+        elif target.n_seq_max() != 1:
+            raise SpeculativeError("the target context must have n_seq_max=1")
+        self._owns_target = owns_target
+        self._target = target
+        try:
+            dparams = {k: v for k, v in params.items() if k not in ("n_rs_seq", "ctx_type", "n_ctx")}
+            dparams.update(ctx_type=LLAMA_CONTEXT_TYPE_MTP, n_ctx=target.n_ctx(), n_rs_seq=0,
+                           n_batch=target.n_batch(), n_ubatch=target.n_ubatch(), n_seq_max=1)
+            self._draft = LlamaContext(model, ctx_other=target, **dparams)
+            C.llama_set_embeddings_nextn(target.ptr, True, False)   # h for every verified position
+            C.llama_set_embeddings_nextn(self._draft.ptr, True, True)  # h for the draft's outputs only
+            self._tbatch = LlamaBatchExt(target)
+            self._dbatch = LlamaBatchExt(self._draft)
+        except BaseException:
+            self.close()
+            raise
+
+        self.n_embd = int(model.n_embd_out())
+        self.n_ctx = target.n_ctx()
+        self.n_batch = target.n_batch()
+        if target.n_ubatch() < config.draft_n_max + 1:
+            self.close()
+            raise SpeculativeError(
+                f"the target context's n_ubatch={target.n_ubatch()} cannot hold one verify batch of "
+                f"{config.draft_n_max + 1} tokens: raise n_ubatch or lower draft_n_max")
+        if model.is_recurrent() or model.is_hybrid():
+            # recurrent state rolls back at most n_rs_seq positions (as resolved by llama.cpp)
+            self.rollback_capacity = int(C.llama_n_rs_seq(target.ptr))
+        else:
+            self.rollback_capacity = DRAFT_N_MAX_LIMIT + 1
+        self.stats = SpeculativeStats()
+        self._topk = min(_DRAFT_TOP_K, model.n_vocab)
+        self._reset_state()
+
+    # -- lifetime ---------------------------------------------------------------------------
+    @property
+    def target(self) -> Any:
+        """The target (trunk) context; its logits are those of the last verify batch."""
+        return self._target
+
+    @property
+    def draft(self) -> Any:
+        return self._draft
+
+    def close(self) -> None:
+        """Free the draft context (and the target context if this decoder created it)."""
+        for name in ("_tbatch", "_dbatch"):
+            b = getattr(self, name, None)
+            if b is not None:
+                b.close()
+                setattr(self, name, None)
+        if self._draft is not None:
+            self._draft.close()
+            self._draft = None
+        if self._target is not None and self._owns_target:
+            self._target.close()
+        self._target = None
+
+    def __enter__(self) -> MTPDecoder:  # noqa: PYI034 (typing.Self needs 3.11)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _live(self) -> tuple[Any, Any]:
+        if self._target is None or self._draft is None:
+            from ._errors import ClosedError
+
+            raise ClosedError("this MTPDecoder is closed; create a new one")
+        return self._target, self._draft
+
+    def _reset_state(self) -> None:
+        self._kv: list[int] = []          # tokens in the target memory, positions 0..n_past-1
+        self._id_last: int | None = None  # the pending token (position n_past), not yet decoded
+        self._pending_h = np.zeros(self.n_embd, dtype=np.float32)  # h_{n_past-1}
+        self._n_dft = 0                   # positions the draft memory holds (0..n_dft-1)
+        self._dirty = False               # the target memory was changed behind our back
+
+    def reset(self) -> None:
+        """Forget the history: clear both contexts' memory."""
+        tgt, dft = self._live()
+        tgt.memory_clear(True)
+        dft.memory_clear(True)
+        self._reset_state()
+
+    def invalidate(self) -> None:
+        """Note that someone else decoded into the target context: the next :meth:`prefill`
+        starts from empty memories (the draft context never saw those tokens)."""
+        self._dirty = True
+
+    @property
+    def kv_tokens(self) -> list[int]:
+        """The tokens held in the target's memory (the history without the pending token)."""
+        return list(self._kv)
+
+    @property
+    def history(self) -> list[int]:
+        """Every token of the sequence so far: :attr:`kv_tokens` plus the pending last token."""
+        return self._kv + ([self._id_last] if self._id_last is not None else [])
+
+    @property
+    def n_past(self) -> int:
+        return len(self._kv)
+
+    # -- native helpers -----------------------------------------------------------------------
+    def _target_rows(self, n: int) -> np.ndarray:
+        ptr = self._C.llama_get_embeddings_nextn(self._target.ptr)
+        if not ptr:
+            raise SpeculativeError("the target context returned no NextN hidden states")
+        return np.ctypeslib.as_array(ptr, shape=(n, self.n_embd)).copy()
+
+    def _draft_row(self, i: int) -> np.ndarray:
+        ptr = self._C.llama_get_embeddings_nextn_ith(self._draft.ptr, int(i))
+        if not ptr:
+            raise SpeculativeError(f"the draft context returned no hidden state for output {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
+
+    def _decode_target(self, tokens: Sequence[int], pos0: int, outputs: bool) -> np.ndarray:
+        """Decode ``tokens`` at ``pos0..`` on the target in one batch; return their h rows."""
+        b = self._tbatch
+        b.clear()
+        for j, t in enumerate(tokens):
+            b.add_token(int(t), 0, pos0 + j, output=outputs)
+        b.process()
+        return self._target_rows(len(tokens))
+
+    def _decode_draft_pairs(self, tokens: Sequence[int], rows: Sequence[np.ndarray], pos0: int) -> None:
+        """Feed ``(x_p, h_{p-1})`` pairs to the draft context (its KV only, no outputs)."""
+        b = self._dbatch
+        n = len(tokens)
+        for s in range(0, n, self.n_batch):
+            b.clear()
+            for j in range(s, min(n, s + self.n_batch)):
+                idx = b.add_token(int(tokens[j]), 0, pos0 + j, output=False)
+                b.set_embd_token(idx, rows[j])
+            b.process()
+        self._n_dft = pos0 + n
+
+    def _extend(self, tokens: Sequence[int]) -> None:
+        """Evaluate ``tokens`` after the target's memory and catch the draft context up."""
+        pos = len(self._kv)
+        for s in range(0, len(tokens), self.n_batch):
+            chunk = list(tokens[s:s + self.n_batch])
+            p0 = pos + s
+            rows = self._decode_target(chunk, p0, outputs=False)
+            # pair x_p with h_{p-1}; positions the draft memory already holds are skipped
+            pair_rows = [self._pending_h] + [rows[j] for j in range(len(chunk) - 1)]
+            first = max(self._n_dft - p0, 0)
+            if first < len(chunk):
+                self._decode_draft_pairs(chunk[first:], pair_rows[first:], p0 + first)
+            self._pending_h = rows[-1]
+            self._kv.extend(chunk)
+
+    # -- public API ---------------------------------------------------------------------------
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Make the sequence ``tokens``: all but the last are evaluated, the last is pending.
+
+        The common prefix with the current history is kept when both memories can drop the rest
+        (always for attention-only models; for recurrent/hybrid targets only a pure extension
+        or a rollback within ``n_rs_seq``), otherwise both contexts are cleared and re-filled.
+        """
+        tgt, dft = self._live()
+        toks = [int(t) for t in tokens]
+        if not toks:
+            raise ValueError("prefill needs at least one token")
+        self.model.check_tokens(toks, "prompt token")
+        if len(toks) > self.n_ctx:
+            raise ContextOverflowError(
+                f"{len(toks)} tokens exceed n_ctx={self.n_ctx}: shorten the input or raise n_ctx")
+        t0 = time.perf_counter()
+        if self._dirty:
+            self.reset()
+        body = toks[:-1]
+        kv = self._kv
+        lim = min(len(kv), len(body))
+        L = next((i for i in range(lim) if kv[i] != body[i]), lim)
+        if L < len(kv):
+            # h_{L-1} is needed again: re-evaluate token L-1 on the target; the draft keeps < L
+            # (its h row pairs with token L in the draft, which already holds position L-1)
+            keep = L - 1
+            if keep > 0 and self._n_dft >= L and tgt.seq_rm(0, keep, -1):
+                if not dft.seq_rm(0, L, -1):
+                    raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
+                del self._kv[keep:]
+                self._n_dft = L
+                # never paired: the draft skips position keep, which it holds already
+                self._pending_h = np.zeros(self.n_embd, dtype=np.float32)
+            else:
+                tgt.memory_clear(True)
+                dft.memory_clear(True)
+                self._reset_state()
+        rest = body[len(self._kv):]
+        if rest:
+            self._extend(rest)
+        self._id_last = toks[-1]
+        self.stats.prefill_tokens += len(rest)
+        self.stats.t_prefill += time.perf_counter() - t0
+
+    def _sample_fn(self, sampler: Sampler) -> Callable[[int], int]:
+        tgt = self._target
+        if callable(getattr(sampler, "sample", None)):
+            C, chain = self._C, sampler.ptr
+            ctx_ptr = tgt.ptr
+            return lambda i: int(C.llama_sampler_sample(chain, ctx_ptr, i))
+        if callable(sampler):
+            return lambda i: int(sampler(tgt, i))
+        raise TypeError("sampler must be a LlamaSampler or a callable (context, batch_index) -> token")
+
+    def _propose(self, k_max: int) -> list[int]:
+        """Draft up to ``k_max`` tokens from ``(id_last, h_{n_past-1})`` (greedy on the MTP head)."""
+        dft = self._draft
+        P = len(self._kv)
+        b = self._dbatch
+        if self._n_dft > P and not dft.seq_rm(0, P, -1):
+            raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
+        self._n_dft = min(self._n_dft, P)
+        if self._n_dft < P:
+            raise SpeculativeError(f"internal error: draft memory holds {self._n_dft} of {P} positions")
+        cfg = self.config
+        out: list[int] = []
+        tok, h = self._id_last, self._pending_h
+        k = self._topk
+        while True:
+            b.clear()
+            idx = b.add_token(int(tok), 0, P + len(out), output=True)
+            b.set_embd_token(idx, h)
+            b.process()
+            self._n_dft = P + len(out) + 1
+            logits = dft.logits_ith(0)
+            best = int(np.argmax(logits))
+            if cfg.draft_p_min > 0.0:
+                top = np.partition(logits, -k)[-k:] if k < logits.shape[0] else logits
+                m = float(logits[best])
+                p = 1.0 / float(np.exp(top.astype(np.float64) - m).sum())
+                if p < cfg.draft_p_min:
+                    break
+            out.append(best)
+            if len(out) >= k_max:
+                break
+            tok, h = best, self._draft_row(0)
+        if len(out) < cfg.draft_n_min:
+            out = []
+        return out
+
+    def generate(self, sampler: Sampler, max_tokens: int) -> Iterator[int]:
+        """Yield up to ``max_tokens`` tokens; stops after an end-of-generation token (yielded).
+
+        ``sampler`` is the target sampler chain (a :class:`~llama_cpp._internals.LlamaSampler`:
+        ``llama_sampler_sample`` draws and accepts) or a callable ``(target_context, batch_index)
+        -> token`` that samples and accepts one token from that output row. It is called once per
+        emitted token, in order. Tokens of one step are yielded after the step's bookkeeping, so
+        the history stays consistent however far the caller iterates. Generation also ends when
+        the context is full.
+        """
+        tgt, dft = self._live()
+        if self._id_last is None or self._dirty:
+            raise SpeculativeError("call prefill(tokens) before generate(): the decoder has no (valid) history")
+        max_tokens = int(max_tokens)
+        sample = self._sample_fn(sampler)
+        st, cfg, model = self.stats, self.config, self.model
+        is_eog = model.is_eog
+        produced = 0
+        clock = time.perf_counter
+        t_start: float | None = clock()  # None while suspended at a yield
+        try:
+            while produced < max_tokens:
+                P = len(self._kv)
+                room = self.n_ctx - 1 - P  # the verify batch fills positions P..P+k
+                if room < 0:
+                    return
+                k_max = min(cfg.draft_n_max, room, max_tokens - produced - 1)
+                t0 = clock()
+                drafted_here = k_max >= max(cfg.draft_n_min, 1)
+                draft = self._propose(k_max) if drafted_here else []
+                k = len(draft)
+                t1 = clock()
+                st.t_draft += t1 - t0
+
+                ckpt = None
+                if k > self.rollback_capacity:
+                    ckpt = tgt.state_seq_get(0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+                    st.checkpoints += 1
+                h_prev = self._pending_h
+                id_last = self._id_last
+                rows = self._decode_target([id_last] + draft, P, outputs=True)
+                st.steps += 1
+                out: list[int] = []
+                n_acc = 0
+                for i in range(k + 1):
+                    t = sample(i)
+                    out.append(t)
+                    if i < k and t == draft[i]:
+                        n_acc += 1
+                        if is_eog(t):
+                            break
+                        continue
+                    break
+                t2 = clock()
+                st.t_verify += t2 - t1
+                st._count_draft(k, n_acc)
+
+                # target memory keeps [id_last] + out[:-1] (positions P..P+len(out)-1)
+                n_keep = len(out)
+                if n_keep < k + 1:
+                    if ckpt is not None:
+                        tgt.state_seq_set(ckpt, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+                        if not tgt.seq_rm(0, P, -1):
+                            raise SpeculativeError("could not clear the verify batch after restoring a checkpoint")
+                        rows = self._decode_target([id_last] + out[:-1], P, outputs=False)
+                        st.rollbacks_checkpoint += 1
+                        st.replayed_tokens += n_keep
+                    elif tgt.seq_rm(0, P + n_keep, -1):
+                        st.rollbacks_partial += 1
+                    else:
+                        raise SpeculativeError(
+                            f"the target memory refused to roll back {k + 1 - n_keep} positions and no checkpoint "
+                            "was taken (n_rs_seq too small for this model)")
+                t3 = clock()
+                st.t_rollback += t3 - t2
+
+                # draft memory: keep < P (+ P itself if drafting decoded (id_last, h_prev) there)
+                keep_dft = P + 1 if drafted_here else P
+                if self._n_dft > keep_dft and not dft.seq_rm(0, keep_dft, -1):
+                    raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
+                self._n_dft = min(self._n_dft, keep_dft)
+                pair_tok = [id_last] + out[:-1]
+                pair_h = [h_prev] + [rows[j] for j in range(n_keep - 1)]
+                first = self._n_dft - P
+                if first < n_keep:
+                    self._decode_draft_pairs(pair_tok[first:], pair_h[first:], P + first)
+                self._pending_h = rows[n_keep - 1]
+                self._kv.extend(pair_tok)
+                self._id_last = out[-1]
+                st.t_catchup += clock() - t3
+
+                produced += n_keep
+                st.generated += n_keep
+                st.t_generate += clock() - t_start
+                t_start = None
+                for t in out:
+                    yield t
+                t_start = clock()
+                if is_eog(out[-1]):
+                    return
+        except GeneratorExit:  # the consumer stopped at a yield: the bookkeeping is complete
+            raise
+        except BaseException:
+            self._dirty = True  # failed mid-step: the next prefill starts over
+            raise
+        finally:
+            if t_start is not None:
+                st.t_generate += clock() - t_start
+
+    # -- state ----------------------------------------------------------------------------------
+    def save_state(self) -> MTPState:
+        """Snapshot both contexts' sequence state and the decoder's bookkeeping."""
+        tgt, dft = self._live()
+        if self._dirty:
+            raise SpeculativeError("the target context was changed outside the decoder: prefill() first")
+        return MTPState(target=tgt.state_seq_get(0), draft=dft.state_seq_get(0), kv_tokens=tuple(self._kv),
+                        id_last=self._id_last, pending_h=self._pending_h.astype(np.float32).tobytes(),
+                        n_draft_past=self._n_dft)
+
+    def load_state(self, state: MTPState) -> None:
+        """Restore a snapshot taken by :meth:`save_state` on a decoder of the same model and sizes."""
+        tgt, dft = self._live()
+        if not isinstance(state, MTPState):
+            raise TypeError(f"expected an MTPState, got {type(state).__name__}")
+        h = np.frombuffer(state.pending_h, dtype=np.float32)
+        if h.shape != (self.n_embd,):
+            raise SpeculativeError(f"the state's hidden row has {h.size} floats; this model uses {self.n_embd}")
+        if len(state.kv_tokens) >= self.n_ctx:
+            raise ContextOverflowError(f"the state holds {len(state.kv_tokens)} tokens; n_ctx is {self.n_ctx}")
+        tgt.memory_clear(True)
+        dft.memory_clear(True)
+        self._reset_state()
+        if state.kv_tokens:
+            tgt.state_seq_set(state.target, 0)
+            dft.state_seq_set(state.draft, 0)
+        self._kv = list(state.kv_tokens)
+        self._id_last = state.id_last
+        self._pending_h = h.copy()
+        self._n_dft = int(state.n_draft_past)
+
+
+__all__ = [
+    "DRAFT_N_MAX_LIMIT",
+    "MTPDecoder",
+    "MTPState",
+    "SpecConfig",
+    "SpeculativeStats",
+    "SpeculativeType",
+    "check_context_params",
+    "check_model_file",
+    "gguf_nextn_layers",
+    "load_mtp_model",
+    "target_context_params",
+]

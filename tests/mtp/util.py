@@ -1,0 +1,70 @@
+"""Helpers shared by the MTP tests (reference decoding, decoder construction)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+FORMS = ("echo", "noisy", "random")
+PROMPTS = (
+    "Hello world, this is a test",
+    "The quick brown fox",
+    "Once upon a time there was",
+)
+N_GEN = 32
+CTX = {"n_ctx": 256, "n_batch": 64, "n_ubatch": 64, "n_threads": 1, "n_threads_batch": 1}
+
+
+def greedy_sampler():
+    from llama_cpp._internals import LlamaSampler
+
+    s = LlamaSampler()
+    s.add_greedy()
+    return s
+
+
+def dist_sampler(seed: int, temp: float = 0.9):
+    from llama_cpp._internals import LlamaSampler
+
+    s = LlamaSampler()
+    s.add_top_k(40)
+    s.add_temp(temp)
+    s.add_dist(seed)
+    return s
+
+
+def plain_generate(model, prompt: list[int], n: int, sampler=None) -> list[int]:
+    """Token-at-a-time decoding without speculation (the reference)."""
+    from llama_cpp._internals import LlamaBatch, LlamaContext
+
+    sampler = sampler or greedy_sampler()
+    with LlamaContext(model, **CTX) as ctx:
+        b = LlamaBatch(CTX["n_batch"], 0, 1)
+        b.add_sequence(np.asarray(prompt, dtype=np.int32), 0, 0, logits="last")
+        ctx.decode(b)
+        out: list[int] = []
+        pos = len(prompt)
+        for _ in range(n):
+            t = sampler.sample(ctx, -1)
+            out.append(t)
+            if model.is_eog(t) or len(out) == n:
+                break
+            b.clear()
+            b.add(t, pos, 0, True)
+            pos += 1
+            ctx.decode(b)
+        b.close()
+    return out
+
+
+def make_decoder(model, **cfg):
+    from llama_cpp.speculative import MTPDecoder, SpecConfig
+
+    return MTPDecoder(model, dict(CTX), SpecConfig(**cfg))
+
+
+def spec_generate(model, prompt: list[int], n: int, sampler=None, **cfg):
+    """(tokens, stats) of one MTP generation on a fresh decoder."""
+    with make_decoder(model, **cfg) as dec:
+        dec.prefill(prompt)
+        toks = list(dec.generate(sampler or greedy_sampler(), n))
+        return toks, dec.stats
