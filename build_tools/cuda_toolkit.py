@@ -1,0 +1,521 @@
+"""Provision the CUDA toolkit a CUDA configuration builds with: NVIDIA's PyPI wheels, or a system one.
+
+``provision(spec)`` returns a :class:`CudaToolkit` whose ``versions`` enter the content key and the
+native manifest, whose ``cmake_defines()`` are the path-valued ``-D`` definitions and whose ``env()``
+is the extra build environment. The result is cached under ``cache_root()/cuda/<hash>/``::
+
+    site/          pip install --target of the pinned wheels (exact pins, --no-deps)
+    toolkit/       a symlink farm CMake's FindCUDAToolkit and nvcc accept as a toolkit root:
+                   bin/ include/ lib64/ (lib -> lib64) nvvm/, plus lib64/stubs/libcuda.so
+    toolkit.json   written last: its presence marks a finished, verified toolkit
+
+created in a temporary sibling directory and renamed into place, so an interrupted run leaves
+nothing half-made. The hash covers the pins (and, for a system toolkit, which nvcc it is).
+
+Layouts: CUDA 13 wheels all install under ``nvidia/cu13/{bin,include,lib,nvvm}``; CUDA 12
+wheels each under their own ``nvidia/<component>/`` (``cuda_nvcc``, ``cuda_runtime``, ``cublas``,
+``cuda_cccl``). Both are merged into the same farm. nvcc locates its helpers relative to the
+path it was started by (``_HERE_`` in nvcc.profile is not symlink-resolved), so ``toolkit/bin/nvcc``
+as a link sees ``toolkit/`` as its ``TOP`` and finds the merged headers, libraries and ``cicc``.
+
+Which wheels: ``nvidia-cuda-nvcc`` (13.x) declares ``nvidia-nvvm`` (cicc, libdevice),
+``nvidia-cuda-crt`` (crt/ headers) and ``nvidia-cuda-runtime`` as *unpinned* dependencies, so
+the configuration pins them itself and installation runs with ``--no-deps``: a toolkit never
+mixes in whatever release is newest on the index. The CUDA 12 line has no complete compiler on
+PyPI: ``nvidia-cuda-nvcc-cu12`` ships only ``ptxas`` and ``libnvvm`` (no nvcc driver, cicc,
+cudafe++, fatbinary or nvlink), so CUDA 12 configurations use ``toolkit = "system"``, optionally
+with pinned wheels that fill what the system toolkit lacks (cuBLAS, say).
+
+libcuda stub vs ``GGML_CUDA_NO_VMM``: ggml-cuda links the driver (``CUDA::cuda_driver``) for its
+virtual-memory pool, which reserves one large address range and maps physical memory into it as
+the pool grows, so buffers never move and the pool does not fragment. No wheel ships
+``libcuda.so`` or its stub, so a link-only stub is generated (:mod:`build_tools.cuda_stub`, SONAME
+``libcuda.so.1``, never shipped); at run time the driver installed with the GPU's kernel module
+is loaded. The alternative, ``no_vmm = true``, drops the driver link entirely (the backend then
+needs only cudart and cuBLAS, and the NEEDED entry ``libcuda.so.1`` disappears) at the cost of
+the legacy pool: separate ``cudaMalloc`` chunks, more fragmentation and memory overhead on
+long-running servers. Because the driver is needed at run time anyway (cudart itself loads
+``libcuda.so.1``), the stub costs nothing for users and keeps the faster pool: it is the default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import cuda_stub
+from .configs import CudaSpec
+from .errors import NativeBuildError
+from .fsutil import staging_dir, write_json_atomic
+from .hashing import sha256_json
+from .paths import cache_root
+
+log = logging.getLogger(__name__)
+
+ASSEMBLY_VERSION = "1"
+"""Bump when the farm's layout changes: it enters the cache hash (not the build key)."""
+
+STAMP = "toolkit.json"
+Installer = Callable[[Sequence[str], Path], None]
+
+# Top-level directories of a toolkit component and where they land in the farm.
+_TOP_DIRS = {"bin": "bin", "include": "include", "lib": "lib64", "lib64": "lib64", "nvvm": "nvvm"}
+_SKIP_NAMES = {"__init__.py", "__pycache__", ".metadata"}
+_UNVERSIONED = re.compile(r"^(lib[A-Za-z0-9_+\-]+\.so)\.\d+(\.\d+)*$")
+_RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
+_PIN_SPLIT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._\-]*)==(.+)$")
+
+# What a working toolkit must contain (path in the farm -> component), and the wheel that
+# provides each component per CUDA major version (None: no PyPI wheel has it).
+REQUIRED_FILES: dict[str, str] = {
+    "bin/nvcc": "nvcc",
+    "bin/ptxas": "nvcc",
+    "bin/fatbinary": "nvcc",
+    "bin/nvlink": "nvcc",
+    "bin/cudafe++": "nvcc",
+    "nvvm/bin/cicc": "nvvm",
+    "nvvm/libdevice/libdevice.10.bc": "nvvm",
+    "include/crt/host_config.h": "crt",
+    "include/cuda_runtime.h": "runtime",
+    "lib64/libcudart.so": "runtime",
+    "lib64/libcudart_static.a": "runtime_static",
+    "include/cublas_v2.h": "cublas",
+    "lib64/libcublas.so": "cublas",
+    "lib64/libcublasLt.so": "cublas",
+}
+_CCCL_HEADERS = ("include/cccl/cub/cub.cuh", "include/cub/cub.cuh")
+COMPONENT_WHEELS: dict[int, dict[str, str | None]] = {
+    13: {
+        "nvcc": "nvidia-cuda-nvcc", "nvvm": "nvidia-nvvm", "crt": "nvidia-cuda-crt",
+        "runtime": "nvidia-cuda-runtime", "runtime_static": "nvidia-cuda-runtime",
+        "cublas": "nvidia-cublas", "cccl": "nvidia-cuda-cccl",
+    },
+    12: {
+        "nvcc": None, "nvvm": None, "crt": None, "runtime": "nvidia-cuda-runtime-cu12",
+        "runtime_static": None, "cublas": "nvidia-cublas-cu12", "cccl": "nvidia-cuda-cccl-cu12",
+    },
+}
+
+
+@dataclass(frozen=True)
+class CudaToolkit:
+    """A verified CUDA toolkit root, ready for CMake."""
+
+    spec: CudaSpec
+    root: Path
+    nvcc_version: str  # e.g. "13.0.88"
+    nvcc_banner: str  # nvcc --version's "Cuda compilation tools, release 13.0, V13.0.88"
+    wheels: dict[str, str] = field(default_factory=dict)  # installed wheel name -> version
+    stub_generated: bool = False
+
+    @property
+    def nvcc(self) -> Path:
+        return self.root / "bin" / "nvcc"
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.root / "lib64"
+
+    @property
+    def include_dir(self) -> Path:
+        return self.root / "include"
+
+    @property
+    def driver_library(self) -> Path:
+        return self.lib_dir / "stubs" / "libcuda.so"
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """Toolchain versions for the content key and the manifest (no paths)."""
+        out = {"nvcc": self.nvcc_banner, "cuda_toolkit": self.spec.toolkit}
+        out.update({f"cuda_wheel:{name}": version for name, version in sorted(self.wheels.items())})
+        return out
+
+    def cmake_defines(self) -> dict[str, str]:
+        """Path-valued CMake definitions (outside the key: the key has ``versions``)."""
+        d = {
+            "CMAKE_CUDA_COMPILER": str(self.nvcc),
+            "CUDAToolkit_ROOT": str(self.root),
+            "CUDA_cudart_LIBRARY": str(self.lib_dir / "libcudart.so"),
+            "CUDA_cublas_LIBRARY": str(self.lib_dir / "libcublas.so"),
+            "CUDA_cublasLt_LIBRARY": str(self.lib_dir / "libcublasLt.so"),
+            "CMAKE_CUDA_FLAGS": f"-isystem {self.include_dir}",
+        }
+        if not self.spec.no_vmm:
+            d["CUDA_cuda_driver_LIBRARY"] = str(self.driver_library)
+        return d
+
+    def env(self) -> dict[str, str]:
+        """Environment for configure and build: nvcc first on PATH, CUDA_HOME at the farm."""
+        path = os.environ.get("PATH", "")
+        return {
+            "PATH": f"{self.root / 'bin'}{os.pathsep}{path}" if path else str(self.root / "bin"),
+            "CUDA_HOME": str(self.root),
+            "CUDA_PATH": str(self.root),
+        }
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "spec": self.spec.to_json(),
+            "nvcc_version": self.nvcc_version,
+            "nvcc_banner": self.nvcc_banner,
+            "wheels": dict(sorted(self.wheels.items())),
+            "stub_generated": self.stub_generated,
+            "assembly": ASSEMBLY_VERSION,
+        }
+
+
+def cuda_cache_dir() -> Path:
+    return cache_root() / "cuda"
+
+
+def split_pin(pin: str) -> tuple[str, str]:
+    m = _PIN_SPLIT.match(pin)
+    if not m:
+        raise NativeBuildError(f"{pin!r} is not an exact pin 'name==version'")
+    return m.group(1), m.group(2)
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def kit_hash(spec: CudaSpec, system_root: Path | None = None) -> str:
+    """The cache key of a toolkit: its pins, and for a system toolkit which nvcc it is."""
+    inputs: dict[str, object] = {
+        "assembly": ASSEMBLY_VERSION,
+        "toolkit": spec.toolkit,
+        "packages": sorted(_canonical(split_pin(p)[0]) + "==" + split_pin(p)[1] for p in spec.packages),
+        "machine": platform.machine(),
+    }
+    if system_root is not None:
+        nvcc = system_root / "bin" / "nvcc"
+        st = nvcc.stat()
+        inputs["system"] = {"root": str(system_root), "nvcc_size": st.st_size, "nvcc_mtime_ns": st.st_mtime_ns}
+    return sha256_json(inputs)[:16]
+
+
+# ---------------------------------------------------------------------------- installation
+
+def pip_install(pins: Sequence[str], target: Path) -> None:
+    """Install exactly ``pins`` (binary wheels, no dependency resolution) into ``target``."""
+    cmd = [
+        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        "--no-deps", "--only-binary=:all:", "--no-compile", "--no-warn-script-location",
+        "--target", str(target), *pins,
+    ]
+    log.info("installing the CUDA toolkit wheels %s (several hundred MB, once)", " ".join(pins))
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise NativeBuildError(
+            f"pip could not install the CUDA toolkit wheels {' '.join(pins)}:\n{proc.stderr.strip()[-2000:]}\n"
+            "Check that each pin exists for this platform (`pip download --no-deps NAME==VERSION`) "
+            "and fix [config.cuda].packages in manifests/configs.toml."
+        )
+
+
+def installed_wheels(site: Path) -> dict[str, str]:
+    """Canonical name -> version of every distribution installed in ``site``."""
+    out: dict[str, str] = {}
+    for meta in sorted(site.glob("*.dist-info/METADATA")):
+        name = version = None
+        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("Name:"):
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("Version:"):
+                version = line.split(":", 1)[1].strip()
+            elif not line.strip():
+                break
+        if name and version:
+            out[_canonical(name)] = version
+    return out
+
+
+def _check_pins_installed(pins: Sequence[str], installed: dict[str, str]) -> None:
+    for pin in pins:
+        name, version = split_pin(pin)
+        got = installed.get(_canonical(name))
+        if got != version:
+            raise NativeBuildError(
+                f"the toolkit install has {name} {got or 'missing'}, but the configuration pins {version}"
+            )
+
+
+# ---------------------------------------------------------------------------- layout
+
+def find_components(site: Path) -> list[Path]:
+    """Toolkit component roots in a pip target: ``nvidia/cu13`` (CUDA 13) and ``nvidia/<lib>`` (CUDA 12)."""
+    nvidia = site / "nvidia"
+    if not nvidia.is_dir():
+        return []
+    out = []
+    for entry in sorted(nvidia.iterdir()):
+        if entry.is_dir() and any((entry / d).is_dir() for d in _TOP_DIRS):
+            out.append(entry)
+    # cu13 first: it is one complete tree; the per-library CUDA 12 dirs merge in after it.
+    out.sort(key=lambda p: (p.name != "cu13", p.name))
+    return out
+
+
+def _link(src: Path, dst: Path, base: Path) -> None:
+    """Symlink ``dst`` -> ``src``, relative when both lie under ``base`` (the farm survives a rename)."""
+    try:
+        src.relative_to(base)
+        target = os.path.relpath(src, dst.parent)
+    except ValueError:
+        target = str(src)
+    os.symlink(target, dst)
+
+
+def _merge_dir(src: Path, dst: Path, base: Path, seen: set[str]) -> None:
+    real = os.path.realpath(src)
+    if real in seen:  # a directory reached twice (lib64 -> lib) or a symlink loop
+        return
+    seen.add(real)
+    dst.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(src.iterdir()):
+        if entry.name in _SKIP_NAMES or entry.name.endswith(".dist-info"):
+            continue
+        out = dst / entry.name
+        if entry.is_dir():
+            if out.is_symlink():
+                raise NativeBuildError(f"toolkit layout conflict: {entry} is a directory, {out} a file")
+            _merge_dir(entry, out, base, seen)
+        elif entry.is_file():
+            if out.is_symlink() or out.exists():
+                if os.path.realpath(out) != os.path.realpath(entry):
+                    log.debug("toolkit farm: keeping %s, ignoring %s", os.path.realpath(out), entry)
+                continue
+            _link(entry, out, base)
+
+
+def assemble(components: Sequence[Path], root: Path, base: Path | None = None) -> None:
+    """Merge toolkit components into the farm ``root`` (bin/ include/ lib64/ nvvm/, lib -> lib64)."""
+    base = base or root.parent
+    for sub in ("bin", "include", "lib64", "nvvm"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    if not (root / "lib").exists():
+        os.symlink("lib64", root / "lib")
+    seen: set[str] = set()
+    for comp in components:
+        for name, to in _TOP_DIRS.items():
+            if (comp / name).is_dir():
+                _merge_dir(comp / name, root / to, base, seen)
+        seen.clear()  # loops are per component; the same dir may serve two farm dirs only once each
+    make_link_names(root / "lib64")
+
+
+def make_link_names(lib_dir: Path) -> list[str]:
+    """Create the unversioned development names (``libcublas.so -> libcublas.so.13``) CMake links with."""
+    made = []
+    versioned: dict[str, list[str]] = {}
+    for entry in sorted(lib_dir.iterdir()):
+        m = _UNVERSIONED.match(entry.name)
+        if m:
+            versioned.setdefault(m.group(1), []).append(entry.name)
+    for plain, names in sorted(versioned.items()):
+        link = lib_dir / plain
+        if link.exists() or link.is_symlink():
+            continue
+        # The shortest versioned name is the SONAME (libcudart.so.13, not libcudart.so.13.0.96).
+        os.symlink(min(names, key=lambda n: (len(n), n)), link)
+        made.append(plain)
+    return made
+
+
+def ensure_driver_stub(root: Path) -> bool:
+    """Provide ``lib64/stubs/libcuda.so``: the toolkit's own stub if it has one, else a generated one."""
+    stubs = root / "lib64" / "stubs"
+    if (stubs / "libcuda.so").exists():
+        return False
+    if (stubs / "libcuda.so").is_symlink():  # a dangling link from a broken system toolkit
+        (stubs / "libcuda.so").unlink()
+    cuda_stub.generate(stubs)
+    return True
+
+
+def missing_files(root: Path) -> list[tuple[str, str]]:
+    """(farm path, component) for every required file the farm lacks."""
+    out = [(rel, comp) for rel, comp in REQUIRED_FILES.items() if not (root / rel).exists()]
+    if not any((root / rel).exists() for rel in _CCCL_HEADERS):
+        out.append((_CCCL_HEADERS[0], "cccl"))
+    return out
+
+
+def _missing_message(spec: CudaSpec, missing: list[tuple[str, str]], nvcc_pin: str | None) -> str:
+    wheels = COMPONENT_WHEELS.get(spec.major, {})
+    lines = [f"the CUDA {spec.version} toolkit is incomplete:"]
+    for rel, comp in missing:
+        wheel = wheels.get(comp)
+        if wheel is None:
+            hint = ("no PyPI wheel provides it for this CUDA line (nvidia-cuda-nvcc-cu12 ships only ptxas "
+                    "and libnvvm): use toolkit = \"system\" with CUDA_HOME at a full CUDA toolkit")
+        else:
+            suffix = f"=={nvcc_pin}" if nvcc_pin and comp in ("nvvm", "crt") else "==<version>"
+            hint = f"add {wheel}{suffix} to [config.cuda].packages"
+        lines.append(f"  {rel} ({comp}): {hint}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- verification
+
+def nvcc_version(nvcc: Path) -> tuple[str, str, str]:
+    """(banner line, release 'X.Y', full version 'X.Y.Z') from ``nvcc --version``."""
+    try:
+        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NativeBuildError(f"`{nvcc} --version` could not run: {exc}") from None
+    text = proc.stdout + proc.stderr
+    m = _RELEASE.search(text)
+    if proc.returncode != 0 or not m:
+        raise NativeBuildError(f"`{nvcc} --version` failed (exit {proc.returncode}):\n{text.strip()[-1500:]}")
+    banner = next(line.strip() for line in text.splitlines() if "release" in line)
+    return banner, m.group(1), m.group(2)
+
+
+_PROBE = """#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cublas_v2.h>
+__global__ void probe(half *x) { x[threadIdx.x] = __float2half(1.0f); }
+"""
+
+
+def compile_probe(nvcc: Path, env: dict[str, str], arch: str = "80") -> None:
+    """Compile one kernel that includes cudart, fp16 and cuBLAS headers: cicc, ptxas and fatbinary all run."""
+    with tempfile.TemporaryDirectory(prefix="nvcc-probe-") as tmp:
+        src = Path(tmp) / "probe.cu"
+        src.write_text(_PROBE, encoding="utf-8")
+        cmd = [str(nvcc), "-c", str(src), "-o", str(Path(tmp) / "probe.o"),
+               f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=300, check=False)
+        if proc.returncode != 0:
+            raise NativeBuildError(
+                f"the provisioned nvcc cannot compile a probe kernel (`{' '.join(cmd)}`):\n"
+                f"{(proc.stdout + proc.stderr).strip()[-2000:]}"
+            )
+
+
+# ---------------------------------------------------------------------------- provisioning
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+DEFAULT_SYSTEM_ROOTS = ("/usr/local/cuda",)
+
+
+def system_root(environ: dict[str, str] | None = None, defaults: Sequence[str] = DEFAULT_SYSTEM_ROOTS) -> Path:
+    """The system toolkit: ``$CUDA_HOME``, ``$CUDA_PATH``, ``/usr/local/cuda``, else nvcc's parent on PATH."""
+    environ = dict(os.environ) if environ is None else environ
+    candidates = [environ.get("CUDA_HOME"), environ.get("CUDA_PATH"), *defaults]
+    for c in candidates:
+        if c and (Path(c) / "bin" / "nvcc").is_file():
+            return Path(c).resolve()
+    which = shutil.which("nvcc", path=environ.get("PATH"))
+    if which:
+        return Path(which).resolve().parent.parent
+    raise NativeBuildError(
+        "toolkit = \"system\" but no CUDA toolkit was found (looked at $CUDA_HOME, $CUDA_PATH, "
+        "/usr/local/cuda and nvcc on PATH): install the CUDA toolkit or set CUDA_HOME to its root"
+    )
+
+
+def _load_stamp(final: Path, spec: CudaSpec) -> CudaToolkit | None:
+    stamp = final / STAMP
+    if not stamp.is_file():
+        return None
+    try:
+        data = json.loads(stamp.read_text(encoding="utf-8"))
+        kit = CudaToolkit(
+            spec=spec, root=final / "toolkit", nvcc_version=data["nvcc_version"],
+            nvcc_banner=data["nvcc_banner"], wheels=dict(data["wheels"]),
+            stub_generated=bool(data["stub_generated"]),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("ignoring the damaged CUDA toolkit cache %s: %s", final, exc)
+        return None
+    if not kit.nvcc.exists() or missing_files(kit.root):
+        log.warning("ignoring the incomplete CUDA toolkit cache %s", final)
+        return None
+    return kit
+
+
+def provision(spec: CudaSpec, *, installer: Installer | None = None, verify: bool = True,
+              environ: dict[str, str] | None = None) -> CudaToolkit:
+    """Return the toolkit for ``spec``, installing and assembling it once (cached, atomic)."""
+    installer = installer or pip_install
+    sys_root = system_root(environ) if spec.toolkit == "system" else None
+    final = cuda_cache_dir() / kit_hash(spec, sys_root)
+    with _locked(final.with_name(final.name + ".lock")):
+        kit = _load_stamp(final, spec)
+        if kit is not None:
+            _check_release(spec, kit.nvcc_version, kit.root)
+            return kit
+        for stale in final.parent.glob(f".{final.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        with staging_dir(final) as stage:
+            kit = _build(spec, stage, final, installer, sys_root, verify)
+            write_json_atomic(stage / STAMP, kit.to_json())  # last: marks the toolkit finished
+        log.info("CUDA toolkit %s ready at %s", kit.nvcc_version, final / "toolkit")
+        return CudaToolkit(spec, final / "toolkit", kit.nvcc_version, kit.nvcc_banner, kit.wheels,
+                           kit.stub_generated)
+
+
+def _build(spec: CudaSpec, stage: Path, final: Path, installer: Installer, sys_root: Path | None,
+           verify: bool) -> CudaToolkit:
+    site = stage / "site"
+    site.mkdir()
+    wheels: dict[str, str] = {}
+    if spec.packages:
+        installer(list(spec.packages), site)
+        installed = installed_wheels(site)
+        _check_pins_installed(spec.packages, installed)
+        wheels = {_canonical(split_pin(p)[0]): split_pin(p)[1] for p in spec.packages}
+    # Pinned wheels first: what they provide is what the manifest says was linked; a system
+    # toolkit fills the rest (nvcc, cicc, crt headers, the static runtime).
+    components = find_components(site) + ([sys_root] if sys_root is not None else [])
+    if not components:
+        raise NativeBuildError(f"the toolkit wheels {list(spec.packages)} installed no nvidia/ tree in {site}")
+    root = stage / "toolkit"
+    assemble(components, root, base=stage)
+    stub = ensure_driver_stub(root)
+    missing = missing_files(root)
+    if missing:
+        nvcc_pin = next((split_pin(p)[1] for p in spec.packages
+                         if _canonical(split_pin(p)[0]) == "nvidia-cuda-nvcc"), None)
+        raise NativeBuildError(_missing_message(spec, missing, nvcc_pin))
+    banner, _release, full = nvcc_version(root / "bin" / "nvcc")
+    _check_release(spec, full, root)
+    kit = CudaToolkit(spec, root, full, banner, wheels, stub)
+    if verify:
+        compile_probe(kit.nvcc, kit.env())
+    return kit
+
+
+def _check_release(spec: CudaSpec, full_version: str, root: Path) -> None:
+    release = ".".join(full_version.split(".")[:2])
+    if release != spec.version:
+        where = "CUDA_HOME" if spec.toolkit == "system" else "[config.cuda].packages"
+        raise NativeBuildError(
+            f"the toolkit at {root} is CUDA {full_version}, but the configuration asks for CUDA "
+            f"{spec.version}: fix {where} or [config.cuda].version"
+        )
