@@ -189,14 +189,16 @@ def _dlclose(handle: ctypes.CDLL) -> None:
 
 
 def _preload_cuda_runtime(directory: Path) -> None:
-    if not any(p.name.startswith(("libggml-cuda", "ggml-cuda")) for p in directory.iterdir()):
+    backend = next((p for p in sorted(directory.iterdir()) if p.name.startswith(("libggml-cuda", "ggml-cuda"))),
+                   None)
+    if backend is None:
         return
     try:
         mod = importlib.import_module("llama_cpp._cuda_runtime")
     except ImportError:
         return
     try:
-        mod.preload()
+        mod.preload(backend=backend)
     except Exception as exc:  # noqa: BLE001 - the backend probe below reports what is then missing
         log.warning("CUDA runtime preload failed: %s", exc)
 

@@ -84,10 +84,8 @@ def test_build_then_cache_hit_without_compiler(cache, tmp_path, toolchain, monke
         raise AssertionError("a compiler ran on a cache hit")
 
     monkeypatch.setattr(native.subprocess, "Popen", no_compiler)
-    started = time.monotonic()
     second = native.build(p)
     assert second.reused and second.root == first.root and second.manifest == first.manifest
-    assert time.monotonic() - started < 5
 
 
 def test_manifest_round_trip_and_tamper_detection(cache, tmp_path, toolchain):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -37,12 +36,9 @@ def test_release_twice(built, config, repo, smoke_interpreter, tmp_path):
               "python_versions": [smoke_interpreter.version], "repo": repo}
     first = release.release([config], **kwargs)
     assert first.ok, first.render() + "\n" + first.configs[0].smoke_table
-    started = time.monotonic()
     second = release.release([config], **kwargs)
-    elapsed = time.monotonic() - started
     assert second.ok, second.render()
     states = {s.name: s.state for s in second.configs[0].steps}
     assert states["native"] == "reused" and states["wheels"] == "reused" and "cached" in states["smoke"]
-    assert elapsed < 60, second.render()
     vdir = tmp_path / "index" / "whl" / config.variant / "llama-cpp-python"
     assert sorted(p.name for p in vdir.glob("*.whl")) == sorted(w.filename for w in second.configs[0].wheels)
