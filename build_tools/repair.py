@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 # Never grafted into a wheel: the driver comes with the system, the runtime from NVIDIA's wheels.
 CUDA_EXCLUDES = ("libcuda.so.1", "libcudart.so.*", "libcublas.so.*", "libcublasLt.so.*", "libnvidia-ml.so.1")
 _SHOW_TAG = re.compile(r'consistent with\s+the following platform tag:\s+"([^"]+)"', re.DOTALL)
+_SHOW_LIMIT = re.compile(r'constrains the platform tag to "([^"]+)"')
 
 
 class RepairError(BuildToolsError):
@@ -65,10 +66,17 @@ def _run(cmd: list[str], what: str) -> str:
 def show_platform(wheel: Path) -> str:
     """The most compatible manylinux tag ``auditwheel show`` allows for ``wheel``."""
     out = _run([*_auditwheel(), "show", str(wheel)], f"auditwheel show {wheel.name}")
-    m = _SHOW_TAG.search(out)
+    m = _SHOW_TAG.search(" ".join(out.split()))
     if not m:
         raise RepairError(f"could not read the platform tag from `auditwheel show {wheel.name}`:\n{out}")
-    return m.group(1)
+    tag = m.group(1)
+    if tag.startswith("linux_"):
+        # External libraries (the CUDA runtime and driver, which repair excludes) make the wheel
+        # "linux" as it is; the symbol versions still allow the manylinux tag show reports here.
+        limit = _SHOW_LIMIT.search(" ".join(out.split()))
+        if limit:
+            tag = limit.group(1)
+    return tag
 
 
 def _check_unchanged(before: Path, after: Path, manifest: NativeManifest) -> None:
