@@ -88,4 +88,4 @@ def bench(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """Static checks (ruff)."""
     session.install("ruff>=0.6")
-    session.run("ruff", "check", "llama_cpp", "build_tools", "tests", "noxfile.py")
+    session.run("ruff", "check", "llama_cpp", "build_tools", "tests", "benchmarks", "noxfile.py")

@@ -34,7 +34,10 @@ def measure(body: str, runs: int, env: dict[str, str]) -> list[float]:
     setup = "import llama_cpp\n" if "llama_cpp._loader" in body or "C.llama" in body else ""
     code = setup + TIMER.format(body=body)
     for _ in range(runs):
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+        if r.returncode != 0:
+            raise SystemExit(f"the timed step failed (pass --lib-dir <native build>/lib when the package has "
+                             f"no lib/):\n{r.stderr.strip()[-1500:]}")
         out.append(float(r.stdout.strip().splitlines()[-1]))
     return out
 

@@ -23,7 +23,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from generation import default_model, native_tools
+from generation import default_model, native_tools  # noqa: E402 (a sibling script)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ import importlib
 import logging
 import pkgutil
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import commands
 from .errors import BuildToolsError

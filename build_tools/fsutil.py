@@ -7,8 +7,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -6,8 +6,9 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 _CHUNK = 1 << 20
 

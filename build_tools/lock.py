@@ -63,7 +63,7 @@ class PathSource:
         return f"path:{self.path}"
 
 
-Source = Union[PypiSdistSource, GitSource, PathSource]
+Source = Union[PypiSdistSource, GitSource, PathSource]  # noqa: UP007 (a runtime alias on 3.10)
 
 
 @dataclass(frozen=True)

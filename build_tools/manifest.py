@@ -42,7 +42,7 @@ class LibraryRecord:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "LibraryRecord":
+    def from_json(cls, d: dict[str, Any]) -> LibraryRecord:
         return cls(
             path=d["path"], sha256=d["sha256"], size=int(d["size"]), soname=d.get("soname"),
             needed=tuple(d.get("needed", ())), runpath=tuple(d.get("runpath", ())),
@@ -98,7 +98,7 @@ class NativeManifest:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], where: str = "manifest") -> "NativeManifest":
+    def from_json(cls, d: dict[str, Any], where: str = "manifest") -> NativeManifest:
         if not isinstance(d, dict):
             raise ManifestError(f"{where}: expected a JSON object")
         if d.get("schema_version") != SCHEMA_VERSION:

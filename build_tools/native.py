@@ -20,9 +20,9 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from . import RECIPE_VERSION
 from .configs import BuildConfig
@@ -160,8 +160,50 @@ def result_dir(p: BuildPlan) -> Path:
     return native_cache_dir() / p.dir_name
 
 
+def _prefix_map_flags(p: BuildPlan, build_dir: Path) -> dict[str, str]:
+    """Compiler flags that keep the checkout and cache locations out of the binaries.
+
+    Assert messages embed ``__FILE__``; mapped, the same key gives the same bytes in any clone.
+    """
+    if os.name == "nt":
+        return {}
+    maps = f"-ffile-prefix-map={p.tree.path}=/llama.cpp -ffile-prefix-map={build_dir}=/build"
+    return {"CMAKE_C_FLAGS": maps, "CMAKE_CXX_FLAGS": maps}
+
+
+_LOCKED_GIT = """#!/bin/sh
+# Stand-in for git while configuring the vendored llama.cpp: it has no history of its own, and the
+# real git would describe the enclosing checkout instead (ggml embeds that commit in its library).
+case "$*" in
+  "rev-parse --short HEAD") echo {short} ;;
+  "rev-list --count HEAD") echo {build} ;;
+  "diff-index --quiet HEAD -- .") exit 0 ;;
+  describe*) echo {short} ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+def _locked_git(p: BuildPlan) -> Path:
+    """A tiny ``git`` answering from the source lock, so version strings name the pinned commit."""
+    commit = p.defines["LLAMA_BUILD_COMMIT"]
+    script = _LOCKED_GIT.format(short=commit, build=p.defines["LLAMA_BUILD_NUMBER"])
+    path = native_cache_dir() / "bin" / f"git-{sha256_json(script)[:12]}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(script)
+        tmp.chmod(0o755)
+        os.replace(tmp, path)
+    return path
+
+
 def _configure_cmd(p: BuildPlan, build_dir: Path) -> list[str]:
-    defs = {**p.defines, **p.extra_defines, "CMAKE_MAKE_PROGRAM": str(p.toolchain.ninja)}
+    defs = {**p.defines, **_prefix_map_flags(p, build_dir), **p.extra_defines,
+            "CMAKE_MAKE_PROGRAM": str(p.toolchain.ninja)}
+    if os.name != "nt":
+        git = str(_locked_git(p))
+        defs.update(GIT_EXE=git, GIT_EXECUTABLE=git)
     return [
         str(p.toolchain.cmake), "-S", str(p.tree.path), "-B", str(build_dir), "-G", "Ninja",
         *(f"-D{k}={v}" for k, v in sorted(defs.items())),

@@ -67,7 +67,7 @@ def _from_pypi(requirement: str, exe: str) -> Path:
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
          "--prefix", str(target), "--ignore-installed", requirement],
-        capture_output=True, text=True,
+        check=False, capture_output=True, text=True,
     )
     if proc.returncode != 0 or not found.exists():
         raise NativeBuildError(

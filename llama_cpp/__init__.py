@@ -7,6 +7,7 @@ Importing the package loads nothing native: the libraries are loaded on first us
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 from ._errors import (
@@ -26,6 +27,10 @@ from ._errors import (
     TokenizationError,
 )
 from ._version import __version__
+
+# A library leaves output to the application: without this, Python's last-resort handler would
+# print llama.cpp's warnings to stderr. Configure logging (or use the CLI) to see them.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 # Public names resolved lazily: name -> module that defines it.
 _LAZY = {
@@ -61,7 +66,20 @@ __all__ = [
     "SpeculativeError",
     "TemplateError",
     "TokenizationError",
-    *_LAZY,
+    "backends",
+    "system_info",
+    "lib_dir",
+    "Llama",
+    "LlamaEmbedding",
+    "LlamaBatch",
+    "LlamaBatchExt",
+    "SpecConfig",
+    "SpeculativeType",
+    "SpeculativeStats",
+    "MTPDecoder",
+    "MTMDEmbeddingHandler",
+    "MTMDChatHandler",
+    "MultimodalChat",
 ]
 
 

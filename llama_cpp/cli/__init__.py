@@ -10,7 +10,7 @@ import importlib
 import logging
 import pkgutil
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .._errors import LlamaError
 

@@ -208,3 +208,11 @@ def test_explain_dlerror():
         "libcuda.so.1 not found (NVIDIA driver not installed)"
     assert "CUDA runtime" in explain_dlerror("libcublas.so.12: cannot open shared object file: No such file")
     assert explain_dlerror("/x/libggml-cuda.so: undefined symbol: ggml_foo").startswith("undefined symbol ggml_foo")
+
+
+def test_public_names_resolve():
+    import llama_cpp
+
+    assert set(llama_cpp._LAZY) <= set(llama_cpp.__all__)
+    for name in llama_cpp.__all__:
+        assert getattr(llama_cpp, name) is not None, name

@@ -32,7 +32,10 @@ target_link_libraries(mtmd PRIVATE llama)
 def make_fake_tree(root: Path, flavour: str = "a") -> VendoredTree:
     root.mkdir(parents=True, exist_ok=True)
     (root / "CMakeLists.txt").write_text(CMAKE)
-    (root / "base.c").write_text(f'const char *ggml_base_flavour(void) {{ return "{flavour}"; }}\n')
+    (root / "base.c").write_text(
+        f'const char *ggml_base_flavour(void) {{ return "{flavour}"; }}\n'
+        "const char *ggml_base_source(void) { return __FILE__; }\n"  # as assert messages do
+    )
     (root / "cpu.c").write_text("int ggml_cpu_probe(void) { return 1; }\n")
     (root / "llama.c").write_text(
         "const char *ggml_base_flavour(void);\nint llama_fake(void) { return ggml_base_flavour()[0]; }\n"

@@ -174,3 +174,17 @@ def test_cli_verify_reports_the_changed_file(cache, tmp_path, toolchain, monkeyp
     assert main(["native", "--verify", "cpu-host"]) == 1
     out = capsys.readouterr().out
     assert "FAILED" in out and "lib/libggml-cpu.so: sha256" in out
+
+
+def test_same_key_gives_same_bytes_in_any_location(tmp_path, toolchain, monkeypatch):
+    """Paths stay out of the binaries: two clones in different folders build identical libraries."""
+    results = []
+    for where in ("one", "elsewhere/two"):
+        monkeypatch.setenv("LLAMA_CPP_PYTHON_CACHE", str(tmp_path / where / "cache"))
+        nb = native.build(_plan(make_fake_tree(tmp_path / where / "src"), toolchain))
+        results.append(nb)
+    a, b = results
+    assert a.key == b.key and a.root != b.root
+    assert [(lib.name, lib.sha256) for lib in a.manifest.libraries] == \
+        [(lib.name, lib.sha256) for lib in b.manifest.libraries]
+    assert str(tmp_path).encode() not in (a.lib_dir / "libggml-base.so.0").read_bytes()
