@@ -39,7 +39,7 @@ def native_tools() -> tuple[Path, dict[str, str]]:
     nb = native.build(plan)
     tools = native.build_reference_tools(nb, plan)
     os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(nb.lib_dir))
-    return tools, dict(os.environ)
+    return tools, native.tool_env(tools)
 
 
 def default_model(gemma: bool) -> Path:

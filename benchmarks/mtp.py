@@ -78,10 +78,12 @@ def mtp_run(model, prompt: list[int], n_gen: int, ctx_params: dict, draft_n_max:
 
 
 def tool_run(tools: Path, path: Path, prompt: str, n_gen: int, dn: int, threads: int, ngl: int) -> str:
+    from build_tools.native import tool_env
+
     proc = subprocess.run([str(tools / "llama-speculative-simple"), "-m", str(path), "--spec-type", "draft-mtp",
                            "--spec-draft-n-max", str(dn), "--temp", "0", "-p", prompt, "-n", str(n_gen),
                            "-t", str(threads), "-tb", str(threads), "-c", "4096", "-ngl", str(ngl)],
-                          capture_output=True, text=True, timeout=600, check=False)
+                          capture_output=True, text=True, timeout=600, check=False, env=tool_env(tools))
     err = proc.stderr
     speed = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", err)
     acc = re.search(r"accept\s+=\s+([\d.]+)%", err)

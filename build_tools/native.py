@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -377,7 +378,45 @@ def _check_runpath(libs: tuple[LibraryRecord, ...]) -> None:
             )
 
 
-TOOLS_RECIPE = 2  # bump when the staged tools layout changes
+TOOLS_RECIPE = 3  # bump when the staged tools layout changes
+LOG_FLUSH_SHIM = "libllama-cpp-python-logflush.so"
+_LOG_FLUSH_C = r"""
+/* Preloaded into llama.cpp's reference programs by the tests and benchmarks: their logger is a
+   leaked singleton whose worker thread is never joined, so the last lines of output (stdout too)
+   are lost at exit now and then. This drains it at exit, before any library is torn down. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+
+static void flush_common_log(void) {
+    void *(*log_main)(void) = (void *(*)(void)) dlsym(RTLD_DEFAULT, "_Z15common_log_mainv");
+    void (*log_flush)(void *) = (void (*)(void *)) dlsym(RTLD_DEFAULT, "_Z16common_log_flushP10common_log");
+    if (log_main && log_flush) {
+        log_flush(log_main());
+    }
+}
+
+__attribute__((constructor)) static void register_flush(void) { atexit(flush_common_log); }
+"""
+
+
+def tool_env(tools_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment to run a staged reference program in (its logger drained at exit)."""
+    env = dict(os.environ if base is None else base)
+    shim = tools_dir / LOG_FLUSH_SHIM
+    if shim.is_file():
+        env["LD_PRELOAD"] = " ".join(filter(None, [str(shim), env.get("LD_PRELOAD")]))
+    return env
+
+
+def _build_log_flush_shim(cc: Path, out: Path) -> None:
+    src = out.with_suffix(".c")
+    src.write_text(_LOG_FLUSH_C)
+    proc = subprocess.run([str(cc), "-shared", "-fPIC", "-O2", "-o", str(out), str(src), "-ldl"],
+                          check=False, capture_output=True, text=True)
+    src.unlink()
+    if proc.returncode != 0:
+        raise NativeBuildError(f"could not compile the log-flush shim for the reference tools: {proc.stderr}")
 
 
 def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] = REFERENCE_TOOLS,
@@ -420,6 +459,8 @@ def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] 
                 name = (read_dynamic(entry).soname if is_elf(entry) else None) or entry.name
                 if name not in packaged:
                     shutil.copy2(entry, stage / name)
+            if os.name != "nt" and platform.system() == "Linux":
+                _build_log_flush_shim(p.toolchain.cc, stage / LOG_FLUSH_SHIM)
             (stage / ".tools.json").write_text(json.dumps({"recipe": TOOLS_RECIPE, "tools": sorted(tools)}))
     return tools_dir
 

@@ -75,16 +75,20 @@ def tools_dir(native_build) -> Path:
 def run_tool(tools_dir) -> Callable[..., subprocess.CompletedProcess]:
     """Run one of llama.cpp's reference programs; returns the CompletedProcess (stdout as bytes).
 
-    The programs log through an asynchronous logger that upstream never joins at exit, so on a busy
-    machine the tail of stdout is sometimes lost. ``complete(stdout)`` says whether the output is
-    whole; a truncated run of these deterministic programs is simply repeated.
+    The programs log through an asynchronous logger that upstream never joins at exit; a preloaded
+    shim (``build_tools.native.tool_env``) drains it. ``complete(stdout)`` still guards the output:
+    a truncated run of these deterministic programs is repeated.
     """
+
+    from build_tools.native import tool_env
+
+    env = tool_env(tools_dir)
 
     def run(name: str, *args: object, timeout: float = 120,
             complete: Callable[[bytes], bool] | None = None) -> subprocess.CompletedProcess:
         for _ in range(5):
             proc = subprocess.run([str(tools_dir / name), *map(str, args)], check=False, capture_output=True,
-                                  timeout=timeout)
+                                  timeout=timeout, env=env)
             if proc.returncode != 0:
                 raise AssertionError(f"{name} failed ({proc.returncode}):\n"
                                      f"{proc.stderr.decode(errors='replace')[-3000:]}")
