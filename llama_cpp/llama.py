@@ -522,23 +522,14 @@ class Llama:
         if "penalties" in chain.names:
             for t in prompt_tokens[-max(self.last_n_tokens_size, 0):] if self.last_n_tokens_size else ():
                 chain.accept(t)
-        ctx_ptr, chain_ptr, vocab = ctx.ptr, chain.ptr, model.vocab
-        sample, decode, is_eog = C.llama_sampler_sample, C.llama_decode, C.llama_vocab_is_eog
+        ctx_ptr, vocab = ctx.ptr, model.vocab
+        decode, is_eog = C.llama_decode, C.llama_vocab_is_eog
         one, one_struct = self._one, self._one_struct
-        cand = TokenCandidates(self._n_vocab) if grammar is not None else None
+        pick = self._picker(chain, grammar, want_logprobs)
         n_ctx = ctx.n_ctx()
         produced = 0
         while produced < max_tokens:
-            row = ctx.logits_ith(-1) if (want_logprobs or cand is not None) else None
-            if cand is not None:
-                cand.fill(row)
-                grammar.apply(cand.ref)
-                chain.apply(cand.ref)
-                tok = cand.selected_token()
-                grammar.accept(tok)
-                chain.accept(tok)
-            else:
-                tok = sample(chain_ptr, ctx_ptr, -1)
+            tok, row = pick(ctx, -1)
             produced += 1
             if is_eog(vocab, tok):
                 yield tok, (np.array(row) if row is not None else None)
@@ -555,6 +546,30 @@ class Llama:
                 raise DecodeError(f"llama_decode returned {rc} while generating token {produced}")
             self._input_ids.append(tok)
 
+    def _picker(self, chain: LlamaSampler, grammar: LlamaSampler | None,
+                want_row: bool) -> Callable[[LlamaContext, int], tuple[int, Any]]:
+        """``pick(ctx, i) -> (token, logits row or None)`` for output ``i``: the native chain, or,
+        with a grammar, the grammar then the chain over the candidates (both accept the token)."""
+        sample_native = self._model._C.llama_sampler_sample
+        chain_ptr = chain.ptr
+        if grammar is None:
+            def pick(ctx: LlamaContext, i: int) -> tuple[int, Any]:
+                row = ctx.logits_ith(i) if want_row else None
+                return int(sample_native(chain_ptr, ctx.ptr, i)), row
+            return pick
+        cand = TokenCandidates(self._n_vocab)
+
+        def pick_constrained(ctx: LlamaContext, i: int) -> tuple[int, Any]:
+            row = ctx.logits_ith(i)
+            cand.fill(row)
+            grammar.apply(cand.ref)
+            chain.apply(cand.ref)
+            tok = cand.selected_token()
+            grammar.accept(tok)
+            chain.accept(tok)
+            return tok, row if want_row else None
+        return pick_constrained
+
     def _spec_token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
                            grammar: LlamaSampler | None, want_logprobs: bool,
                            reuse_prefix: bool) -> Iterator[tuple[int, np.ndarray | None]]:
@@ -569,23 +584,13 @@ class Llama:
         if "penalties" in chain.names:
             for t in prompt_tokens[-max(self.last_n_tokens_size, 0):] if self.last_n_tokens_size else ():
                 chain.accept(t)
-        chain_ptr, sample_native = chain.ptr, self._model._C.llama_sampler_sample
-        cand = TokenCandidates(self._n_vocab) if grammar is not None else None
+        pick = self._picker(chain, grammar, want_logprobs)
         rows: collections.deque[np.ndarray | None] = collections.deque()
 
         def sample(ctx: LlamaContext, i: int) -> int:
             # called once per emitted token, in order, with that token's row of the verify batch
-            row = ctx.logits_ith(i) if (want_logprobs or cand is not None) else None
-            if cand is not None:
-                cand.fill(row)
-                grammar.apply(cand.ref)
-                chain.apply(cand.ref)
-                tok = cand.selected_token()
-                grammar.accept(tok)
-                chain.accept(tok)
-            else:
-                tok = int(sample_native(chain_ptr, ctx.ptr, i))
-            rows.append(np.array(row) if (row is not None and want_logprobs) else None)
+            tok, row = pick(ctx, i)
+            rows.append(None if row is None else np.array(row))
             return tok
 
         try:
