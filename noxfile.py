@@ -77,10 +77,13 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks against llama.cpp's own tools: nox -s bench -- SCRIPT [args]."""
+    """Benchmarks against llama.cpp's own tools: nox -s bench -- benchmarks/SCRIPT.py [args]."""
+    if not session.posargs:
+        scripts = ", ".join(sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")))
+        session.error(f"name a benchmark: nox -s bench -- benchmarks/SCRIPT.py [args] (one of {scripts})")
     session.install("-r", TEST_REQS)
     session.run("python", "-m", "build_tools", "native", "cpu-host", "--tools")
-    script, *rest = session.posargs or ["benchmarks/run_all.py"]
+    script, *rest = session.posargs
     session.run("python", script, *rest)
 
 
