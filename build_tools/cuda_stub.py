@@ -104,28 +104,27 @@ def generate(out_dir: Path, *, cc: Path | None = None, symbols: Iterable[str] = 
     return target
 
 
-def exported_symbols(path: Path) -> set[str]:
-    """Names of the functions ``path`` defines in its dynamic symbol table (via ``nm -D``)."""
+def _nm_dynamic(path: Path, which: str) -> str:
+    """``nm -D --<which>-only path`` output (``which``: "defined" or "undefined")."""
     nm = shutil.which("nm")
     if nm is None:
         raise NativeBuildError("`nm` (binutils) is needed to list a library's symbols; install binutils")
-    proc = subprocess.run([nm, "-D", "--defined-only", str(path)], capture_output=True, text=True, check=False)
+    proc = subprocess.run([nm, "-D", f"--{which}-only", str(path)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise NativeBuildError(f"`nm -D {path}` failed: {proc.stderr.strip()}")
-    return {parts[2] for parts in (line.split() for line in proc.stdout.splitlines())
+    return proc.stdout
+
+
+def exported_symbols(path: Path) -> set[str]:
+    """Names of the functions ``path`` defines in its dynamic symbol table (via ``nm -D``)."""
+    return {parts[2] for parts in (line.split() for line in _nm_dynamic(path, "defined").splitlines())
             if len(parts) == 3 and parts[1] in "TtWi"}
 
 
 def undefined_driver_symbols(path: Path) -> set[str]:
     """Driver API symbols (``cu*``) that ``path`` imports: what a stub must define for it."""
-    nm = shutil.which("nm")
-    if nm is None:
-        raise NativeBuildError("`nm` (binutils) is needed to list a library's symbols; install binutils")
-    proc = subprocess.run([nm, "-D", "--undefined-only", str(path)], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise NativeBuildError(f"`nm -D {path}` failed: {proc.stderr.strip()}")
     out = set()
-    for line in proc.stdout.splitlines():
+    for line in _nm_dynamic(path, "undefined").splitlines():
         name = line.split()[-1].split("@")[0]
         if len(name) > 2 and name.startswith("cu") and name[2].isupper():
             out.add(name)

@@ -667,6 +667,14 @@ def _resolve_pooling(pooling: int | str | None, model: LlamaModel) -> int:
     return int(pooling)
 
 
+def _count_owner(owners: list[tuple[_SeqState, int]], st: _SeqState) -> None:
+    """Run-length record of which sequence owns each output row of a batch, in order."""
+    if owners and owners[-1][0] is st:
+        owners[-1] = (st, owners[-1][1] + 1)
+    else:
+        owners.append((st, 1))
+
+
 class MTMDEmbeddingHandler:
     """Pooled embeddings of multimodal inputs (text, images, audio) for one model + projector.
 
@@ -899,10 +907,7 @@ class MTMDEmbeddingHandler:
                         self._flush(batch, owners)
                         owners = []
                     batch.add_token(int(toks[j]), st.seq_id, int(pos[j]), output=True)
-                    if owners and owners[-1][0] is st:
-                        owners[-1] = (st, owners[-1][1] + 1)
-                    else:
-                        owners.append((st, 1))
+                    _count_owner(owners, st)
             if batch.n_tokens:
                 self._flush(batch, owners)
         finally:
@@ -929,10 +934,7 @@ class MTMDEmbeddingHandler:
                         owners = []
                     p = int(pos[j, 0]) if pos.shape[1] == 1 else [int(v) for v in pos[j]]
                     batch.add_embd(rows[j], st.seq_id, p, output=True)
-                    if owners and owners[-1][0] is st:
-                        owners[-1] = (st, owners[-1][1] + 1)
-                    else:
-                        owners.append((st, 1))
+                    _count_owner(owners, st)
             if batch.n_tokens:
                 self._flush(batch, owners)
         finally:
