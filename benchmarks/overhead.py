@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             with LlamaSampler() as chain:
                 chain.add_greedy()
                 llm.eval(prompt[:-1])
-                one, s = llm._one, llm._one_struct
+                one, s = llm._step.batch, llm._step.struct
                 ctx_p, ch_p = ctx.ptr, chain.ptr
                 decode, sample = C.llama_decode, C.llama_sampler_sample
                 pos = len(prompt) - 1

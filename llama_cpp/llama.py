@@ -7,8 +7,6 @@ validated (token ids, length against ``n_ctx``) before any native call.
 
 from __future__ import annotations
 
-import collections
-import ctypes
 import dataclasses
 import logging
 import os
@@ -19,32 +17,25 @@ from typing import Any
 
 import numpy as np
 
+from . import _generation as _gen
+from . import _responses, _sampling
 from . import llama_chat_format as _chat
 from . import llama_types as T
 from . import speculative as _spec
-from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError, TokenizationError
-from ._internals import (
+from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError
+from ._internals import LlamaBatch, LlamaContext, LlamaLoraAdapter, LlamaModel, LlamaSampler
+from .llama_cpp import (
     LLAMA_DEFAULT_SEED,
-    LlamaBatch,
-    LlamaContext,
-    LlamaLoraAdapter,
-    LlamaModel,
-    LlamaSampler,
-    TokenCandidates,
+    LLAMA_FLASH_ATTN_TYPE_AUTO,
+    LLAMA_POOLING_TYPE_NONE,
+    LLAMA_POOLING_TYPE_UNSPECIFIED,
+    LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
+    LLAMA_SPLIT_MODE_LAYER,
 )
+from .llama_embedding import embed_token_lists
 from .llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
 
 log = logging.getLogger("llama_cpp")
-
-# enum values used as keyword defaults (mirrors of llama.h, kept here so that constructing the
-# signature needs no native library)
-LLAMA_SPLIT_MODE_LAYER = 1
-LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED = -1
-LLAMA_POOLING_TYPE_UNSPECIFIED = -1
-LLAMA_POOLING_TYPE_NONE = 0
-LLAMA_POOLING_TYPE_RANK = 4
-LLAMA_FLASH_ATTN_TYPE_AUTO = -1
-
 
 @dataclasses.dataclass
 class LlamaState:
@@ -57,31 +48,6 @@ class LlamaState:
     llama_state_size: int
     seed: int
     speculative: Any = None  # the MTP decoder's MTPState (Llama(speculative=...))
-
-
-def _utf8_complete(b: bytes) -> int:
-    """Length of the longest prefix of ``b`` that does not end inside a UTF-8 sequence."""
-    n = len(b)
-    for back in range(1, min(4, n) + 1):
-        c = b[n - back]
-        if c & 0xC0 == 0x80:  # continuation byte: keep looking for the lead byte
-            continue
-        if c & 0x80 == 0:
-            return n
-        need = 2 if c & 0xE0 == 0xC0 else 3 if c & 0xF0 == 0xE0 else 4 if c & 0xF8 == 0xF0 else 1
-        return n if back >= need else n - back
-    return n
-
-
-def _held_suffix(text: bytes, stops: Sequence[bytes]) -> int:
-    """Bytes at the end of ``text`` that could be the start of a stop sequence."""
-    best = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:k]):
-                best = k
-                break
-    return best
 
 
 class Llama:
@@ -150,7 +116,7 @@ class Llama:
         self._ctx: LlamaContext | None = None
         self._batch: LlamaBatch | None = None
         self._lora: LlamaLoraAdapter | None = None
-        self._one: LlamaBatch | None = None
+        self._step: _gen.TokenStep | None = None
         self._input_ids: list[int] = []
         self._spec: _spec.MTPDecoder | None = None
         self.last_speculative_stats: _spec.SpeculativeStats | None = None
@@ -249,11 +215,7 @@ class Llama:
                 no_perf=bool(no_perf), type_k=type_k, type_v=type_v, n_rs_seq=n_rs_seq,
             )
             self._batch = LlamaBatch(self._ctx.n_batch(), 0, 1)
-            one = LlamaBatch(1, 0, 1)
-            one.logits[0] = 1
-            one.n_tokens = 1
-            self._one = one
-            self._one_struct = one.validated_view(self._ctx, 0, 1)
+            self._step = _gen.TokenStep(self._ctx)
             if lora_path:
                 self._lora = LlamaLoraAdapter(self._model, lora_path)
                 self._ctx.set_adapters_lora([self._lora], [lora_scale])
@@ -263,11 +225,10 @@ class Llama:
     # ------------------------------------------------------------------------------------------
     def close(self) -> None:
         """Free the context, adapter and model now (idempotent)."""
-        for attr in ("_batch", "_one"):
+        for attr in ("_batch", "_step"):
             b = getattr(self, attr, None)
             if b is not None:
                 b.close()
-        self._one_struct = None
         spec = getattr(self, "_spec", None)
         if spec is not None:
             spec.close()
@@ -431,148 +392,39 @@ class Llama:
     # ------------------------------------------------------------------------------------------
     # sampling
     # ------------------------------------------------------------------------------------------
-    def _suppress_bias(self) -> dict[int, float]:
-        m = self._need_model()
-        C = m._C
-        n = ctypes.c_int32(0)
-        try:
-            ptr = C.llama_vocab_get_suppress_tokens(m.vocab, ctypes.byref(n))
-        except (AttributeError, LlamaError):  # a library without the suppress-token list
-            return {}
-        if not ptr or n.value <= 0:
-            return {}
-        if isinstance(ptr, int):
-            ptr = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int32))
-        return {int(ptr[i]): float("-inf") for i in range(n.value)}
-
     def _make_sampler(self, *, temperature: float, top_k: int, top_p: float, min_p: float, typical_p: float,
                       repeat_penalty: float, frequency_penalty: float, presence_penalty: float,
                       penalty_last_n: int | None, mirostat_mode: int, mirostat_tau: float,
                       mirostat_eta: float, seed: int | None,
                       logit_bias: dict[Any, float] | None) -> LlamaSampler:
-        n_vocab = self._n_vocab
-        chain = LlamaSampler()
-        try:
-            bias: dict[int, float] = {}
-            if logit_bias:
-                for k, v in logit_bias.items():
-                    try:
-                        tok = int(k)
-                    except (TypeError, ValueError):
-                        raise TokenizationError(f"logit_bias key {k!r} is not a token id") from None
-                    bias[tok] = float(v)
-            for tok, v in self._suppress_bias().items():
-                bias.setdefault(tok, v)
-            if bias:
-                chain.add_logit_bias(n_vocab, bias)
-            if repeat_penalty != 1.0 or frequency_penalty != 0.0 or presence_penalty != 0.0:
-                last_n = self.last_n_tokens_size if penalty_last_n is None else int(penalty_last_n)
-                chain.add_penalties(n_vocab, last_n, repeat_penalty, frequency_penalty, presence_penalty)
-            s = self._seed if seed is None else int(seed)
-            if temperature == 0:
-                chain.add_greedy()
-            elif temperature < 0:
-                chain.add_dist(s)
-            elif mirostat_mode == 1:
-                chain.add_temp(temperature)
-                chain.add_mirostat(n_vocab, s, mirostat_tau, mirostat_eta, 100)
-            elif mirostat_mode == 2:
-                chain.add_temp(temperature)
-                chain.add_mirostat_v2(s, mirostat_tau, mirostat_eta)
-            else:
-                chain.add_top_k(top_k)
-                chain.add_typical(typical_p, 1)
-                chain.add_top_p(top_p, 1)
-                chain.add_min_p(min_p, 1)
-                chain.add_temp(temperature)
-                chain.add_dist(s)
-        except BaseException:
-            chain.close()
-            raise
-        return chain
-
-    def _grammar_sampler(self, grammar: None | str | LlamaGrammar) -> LlamaSampler | None:
-        if grammar is None:
-            return None
-        g = grammar if isinstance(grammar, LlamaGrammar) else LlamaGrammar(grammar)
-        s = LlamaSampler()
-        try:
-            s.add_grammar(self._need_model(), g.grammar, g.root)
-        except BaseException:
-            s.close()
-            raise
-        return s
+        return _sampling.sampler_chain(
+            self._need_model(), temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+            typical_p=typical_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty,
+            penalty_last_n=self.last_n_tokens_size if penalty_last_n is None else int(penalty_last_n),
+            mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+            seed=self._seed if seed is None else int(seed), logit_bias=logit_bias)
 
     # ------------------------------------------------------------------------------------------
     # the token loop
     # ------------------------------------------------------------------------------------------
     def _token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
                       grammar: LlamaSampler | None, want_logprobs: bool,
-                      reuse_prefix: bool = True) -> Iterator[tuple[int, np.ndarray | None]]:
+                      reuse_prefix: bool = True) -> Iterator[_gen.TokenRow]:
         """Yield ``(token, logits_row_or_None)`` until EOG or ``max_tokens``; EOG is yielded last."""
-        ctx = self._need_ctx()
-        if self._spec is not None:
-            yield from self._spec_token_stream(prompt_tokens, max_tokens, chain, grammar, want_logprobs,
-                                               reuse_prefix)
-            return
+        self._need_ctx()
         model = self._model
-        C = model._C
+        pick = _sampling.token_picker(model, chain, grammar, want_logprobs)
+        if self._spec is not None:
+            yield from self._spec_token_stream(prompt_tokens, max_tokens, chain, pick, reuse_prefix)
+            return
         self._prepare(prompt_tokens, reuse_prefix)
-        # the penalty sampler sees the prompt, as in llama.cpp's own tools
-        if "penalties" in chain.names:
-            for t in prompt_tokens[-max(self.last_n_tokens_size, 0):] if self.last_n_tokens_size else ():
-                chain.accept(t)
-        ctx_ptr, vocab = ctx.ptr, model.vocab
-        decode, is_eog = C.llama_decode, C.llama_vocab_is_eog
-        one, one_struct = self._one, self._one_struct
-        pick = self._picker(chain, grammar, want_logprobs)
-        n_ctx = ctx.n_ctx()
-        produced = 0
-        while produced < max_tokens:
-            tok, row = pick(ctx, -1)
-            produced += 1
-            if is_eog(vocab, tok):
-                yield tok, (np.array(row) if row is not None else None)
-                return
-            yield tok, (np.array(row) if row is not None else None)
-            if produced >= max_tokens or len(self._input_ids) >= n_ctx:
-                return
-            one.token_arr[0] = tok
-            one.pos[0] = len(self._input_ids)
-            rc = decode(ctx_ptr, one_struct)
-            if rc != 0:
-                from ._errors import DecodeError
-
-                raise DecodeError(f"llama_decode returned {rc} while generating token {produced}")
-            self._input_ids.append(tok)
-
-    def _picker(self, chain: LlamaSampler, grammar: LlamaSampler | None,
-                want_row: bool) -> Callable[[LlamaContext, int], tuple[int, Any]]:
-        """``pick(ctx, i) -> (token, logits row or None)`` for output ``i``: the native chain, or,
-        with a grammar, the grammar then the chain over the candidates (both accept the token)."""
-        sample_native = self._model._C.llama_sampler_sample
-        chain_ptr = chain.ptr
-        if grammar is None:
-            def pick(ctx: LlamaContext, i: int) -> tuple[int, Any]:
-                row = ctx.logits_ith(i) if want_row else None
-                return int(sample_native(chain_ptr, ctx.ptr, i)), row
-            return pick
-        cand = TokenCandidates(self._n_vocab)
-
-        def pick_constrained(ctx: LlamaContext, i: int) -> tuple[int, Any]:
-            row = ctx.logits_ith(i)
-            cand.fill(row)
-            grammar.apply(cand.ref)
-            chain.apply(cand.ref)
-            tok = cand.selected_token()
-            grammar.accept(tok)
-            chain.accept(tok)
-            return tok, row if want_row else None
-        return pick_constrained
+        _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size)
+        yield from _gen.decode_loop(model, self._step, pick, len(self._input_ids), max_tokens,
+                                    self._input_ids.append)
 
     def _spec_token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
-                           grammar: LlamaSampler | None, want_logprobs: bool,
-                           reuse_prefix: bool) -> Iterator[tuple[int, np.ndarray | None]]:
+                           pick: _sampling.Pick, reuse_prefix: bool) -> Iterator[_gen.TokenRow]:
         """``_token_stream`` through the MTP decoder: the same tokens, several per target decode."""
         dec = self._spec
         assert dec is not None
@@ -581,21 +433,9 @@ class Llama:
         dec.stats.reset()
         dec.prefill(prompt_tokens)
         self._input_ids = dec.kv_tokens
-        if "penalties" in chain.names:
-            for t in prompt_tokens[-max(self.last_n_tokens_size, 0):] if self.last_n_tokens_size else ():
-                chain.accept(t)
-        pick = self._picker(chain, grammar, want_logprobs)
-        rows: collections.deque[np.ndarray | None] = collections.deque()
-
-        def sample(ctx: LlamaContext, i: int) -> int:
-            # called once per emitted token, in order, with that token's row of the verify batch
-            tok, row = pick(ctx, i)
-            rows.append(None if row is None else np.array(row))
-            return tok
-
+        _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size)
         try:
-            for tok in dec.generate(sample, max_tokens):
-                yield tok, rows.popleft()
+            yield from _gen.speculative_loop(dec, pick, max_tokens)
         finally:
             self._input_ids = dec.kv_tokens
             st = dec.stats
@@ -647,85 +487,12 @@ class Llama:
         if max_tokens is None or max_tokens <= 0:
             max_tokens = room
         max_tokens = min(int(max_tokens), room)
-        stops = [stop] if isinstance(stop, (str, bytes)) else list(stop or [])
-        stop_b = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in stops if s]
-        longest = max((len(s) for s in stop_b), default=0)
         want_lp = logprobs is not None and logprobs >= 0
-
-        text = bytearray()
-        emitted = 0
-        token_list: list[int] = []
-        piece_ends: list[int] = []
-        lp_pending: list[tuple[int, np.ndarray | None, int]] = []
-        finish = "length"
-        token_to_piece = m.token_to_piece
-
-        def chunk(data: bytes, reason: str | None, lps: Any) -> dict[str, Any]:
-            return {"id": completion_id, "object": "text_completion", "created": created, "model": model_name,
-                    "choices": [{"text": data.decode("utf-8", errors="ignore"), "index": 0, "logprobs": lps,
-                                 "finish_reason": reason}]}
-
-        def logprob_block(entries: list[tuple[int, np.ndarray | None, int]]) -> dict[str, Any] | None:
-            if not want_lp:
-                return None
-            out: dict[str, Any] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
-            for tok, row, offset in entries:
-                piece = token_to_piece(tok).decode("utf-8", errors="ignore")
-                out["tokens"].append(piece)
-                out["text_offset"].append(offset)
-                if row is None:
-                    out["token_logprobs"].append(None)
-                    out["top_logprobs"].append(None)
-                    continue
-                r = row.astype(np.float64)
-                mx = r.max()
-                lse = mx + np.log(np.exp(r - mx).sum())
-                out["token_logprobs"].append(float(r[tok] - lse))
-                k = int(logprobs)
-                top = {}
-                if k > 0:
-                    idx = np.argpartition(-r, min(k, len(r) - 1))[:k]
-                    for j in idx[np.argsort(-r[idx])]:
-                        top[token_to_piece(int(j)).decode("utf-8", errors="ignore")] = float(r[j] - lse)
-                top[piece] = float(r[tok] - lse)
-                out["top_logprobs"].append(top)
-            return out
-
-        if echo:
-            head = m.detokenize(prompt_tokens)
-            text.extend(head)
-        prompt_len = len(text)
-
-        for tok, row in self._token_stream(prompt_tokens, max_tokens, chain, grammar, want_lp):
-            if m.is_eog(tok):
-                finish = "stop"
-                break
-            token_list.append(tok)
-            start_off = len(text)
-            text.extend(token_to_piece(tok))
-            piece_ends.append(len(text))
-            lp_pending.append((tok, row, start_off - (0 if echo else prompt_len)))
-            if stop_b:
-                search_from = max(prompt_len, emitted - longest)
-                hit = min((i for i in (bytes(text).find(s, search_from) for s in stop_b) if i >= 0), default=-1)
-                if hit >= 0:
-                    del text[hit:]
-                    finish = "stop"
-                    break
-                safe = len(text) - _held_suffix(bytes(text[emitted:]), stop_b)
-            else:
-                safe = len(text)
-            safe = emitted + _utf8_complete(bytes(text[emitted:safe]))
-            if safe > emitted:
-                yield chunk(bytes(text[emitted:safe]), None, logprob_block(lp_pending))
-                lp_pending = []
-                emitted = safe
-        tail = bytes(text[emitted:])
-        usage = {"prompt_tokens": len(prompt_tokens), "completion_tokens": len(token_list),
-                 "total_tokens": len(prompt_tokens) + len(token_list)}
-        final = chunk(tail, finish, logprob_block(lp_pending))
-        final["usage"] = usage
-        yield final
+        tokens = self._token_stream(prompt_tokens, max_tokens, chain, grammar, want_lp)
+        yield from _gen.completion_chunks(
+            m, tokens, n_prompt=len(prompt_tokens), stop=stop, logprobs=logprobs,
+            head=m.detokenize(prompt_tokens) if echo else b"", completion_id=completion_id, created=created,
+            model_name=model_name)
 
     def create_completion(
         self,
@@ -770,7 +537,7 @@ class Llama:
             presence_penalty=presence_penalty, penalty_last_n=penalty_last_n, mirostat_mode=mirostat_mode,
             mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias)
         try:
-            gsampler = self._grammar_sampler(grammar)
+            gsampler = _sampling.grammar_sampler(self._need_model(), grammar)
         except BaseException:
             chain.close()
             raise
@@ -789,25 +556,7 @@ class Llama:
 
         if stream:
             return closing()  # type: ignore[return-value]
-        return self._join_chunks(list(closing()))
-
-    @staticmethod
-    def _join_chunks(parts: list[dict[str, Any]]) -> dict[str, Any]:
-        first, last = parts[0], parts[-1]
-        lp: dict[str, Any] | None = None
-        for p in parts:
-            block = p["choices"][0]["logprobs"]
-            if block is not None:
-                if lp is None:
-                    lp = {k: [] for k in block}
-                for k, v in block.items():
-                    lp[k].extend(v)
-        return {
-            "id": first["id"], "object": "text_completion", "created": first["created"], "model": first["model"],
-            "choices": [{"text": "".join(p["choices"][0]["text"] for p in parts), "index": 0, "logprobs": lp,
-                         "finish_reason": last["choices"][0]["finish_reason"]}],
-            "usage": last["usage"],
-        }
+        return _responses.join_chunks(list(closing()))  # type: ignore[return-value]
 
     __call__ = create_completion
 
@@ -828,7 +577,7 @@ class Llama:
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             penalty_last_n=None, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias)
-        g = self._grammar_sampler(grammar)
+        g = _sampling.grammar_sampler(self._need_model(), grammar)
         try:
             room = self.n_ctx() - len(tokens)
             for tok, _ in self._token_stream(tokens, room, chain, g, False, reuse_prefix=True):
@@ -853,20 +602,13 @@ class Llama:
             penalty_last_n=None, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias)
         try:
-            if "penalties" in chain.names:
-                for t in self._input_ids[-self.last_n_tokens_size:]:
-                    chain.accept(t)
-            if grammar is None:
-                return chain.sample(ctx, -1)
-            g = self._grammar_sampler(grammar)
+            _sampling.prime_penalties(chain, self._input_ids, self.last_n_tokens_size)
+            g = _sampling.grammar_sampler(self._model, grammar)
             try:
-                cand = TokenCandidates(self._n_vocab)
-                cand.fill(ctx.logits_ith(-1))
-                g.apply(cand.ref)
-                chain.apply(cand.ref)
-                return cand.selected_token()
+                return _sampling.sample_once(self._model, ctx, chain, g)
             finally:
-                g.close()
+                if g is not None:
+                    g.close()
         finally:
             chain.close()
 
@@ -965,8 +707,8 @@ class Llama:
             stream=stream, seed=seed, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta, model=model, grammar=grammar, logit_bias=logit_bias)
         if stream:
-            return self._chat_stream(completion, tool_name)  # type: ignore[arg-type]
-        return self._chat_result(completion, tool_name)  # type: ignore[arg-type]
+            return _responses.chat_stream(completion, tool_name)  # type: ignore[arg-type,return-value]
+        return _responses.chat_response(completion, tool_name)  # type: ignore[arg-type,return-value]
 
     @staticmethod
     def _select_tool(tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
@@ -982,54 +724,6 @@ class Llama:
             return tools[0]
         raise ValueError(f"unsupported tool_choice {choice!r}")
 
-    @staticmethod
-    def _chat_logprobs(lp: dict[str, Any] | None) -> dict[str, Any] | None:
-        if not lp:
-            return None
-        content = []
-        for tok, val, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
-            content.append({"token": tok, "logprob": val, "bytes": None,
-                            "top_logprobs": [{"token": k, "logprob": v, "bytes": None} for k, v in (top or {}).items()]})
-        return {"content": content, "refusal": None}
-
-    def _chat_result(self, completion: dict[str, Any], tool_name: str | None) -> dict[str, Any]:
-        choice = completion["choices"][0]
-        message: dict[str, Any] = {"role": "assistant", "content": choice["text"]}
-        finish = choice["finish_reason"]
-        if tool_name is not None:
-            message = {"role": "assistant", "content": None, "tool_calls": [{
-                "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                "function": {"name": tool_name, "arguments": choice["text"]}}]}
-            finish = "tool_calls"
-        return {"id": "chat" + completion["id"], "object": "chat.completion", "created": completion["created"],
-                "model": completion["model"],
-                "choices": [{"index": 0, "message": message, "logprobs": self._chat_logprobs(choice["logprobs"]),
-                             "finish_reason": finish}],
-                "usage": completion["usage"]}
-
-    def _chat_stream(self, chunks: Iterator[dict[str, Any]], tool_name: str | None) -> Iterator[dict[str, Any]]:
-        first = True
-        call_id = f"call_{uuid.uuid4().hex[:24]}"
-        for c in chunks:
-            choice = c["choices"][0]
-            base = {"id": "chat" + c["id"], "object": "chat.completion.chunk", "created": c["created"],
-                    "model": c["model"]}
-            if first:
-                yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None,
-                                            "logprobs": None}]}
-                first = False
-            if choice["text"]:
-                if tool_name is None:
-                    delta: dict[str, Any] = {"content": choice["text"]}
-                else:
-                    delta = {"tool_calls": [{"index": 0, "id": call_id, "type": "function",
-                                             "function": {"name": tool_name, "arguments": choice["text"]}}]}
-                yield {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None,
-                                            "logprobs": self._chat_logprobs(choice["logprobs"])}]}
-            if choice["finish_reason"] is not None:
-                reason = "tool_calls" if tool_name is not None else choice["finish_reason"]
-                yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
-
     # ------------------------------------------------------------------------------------------
     # embeddings
     # ------------------------------------------------------------------------------------------
@@ -1039,8 +733,6 @@ class Llama:
 
         With pooling NONE each input gives one row per token.
         """
-        from .llama_embedding import embed_token_lists
-
         ctx = self._need_ctx()
         if not self._embedding:
             raise LlamaError("this Llama was created without embedding=True: create Llama(..., embedding=True)")

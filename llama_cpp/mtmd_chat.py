@@ -9,7 +9,8 @@ The flow, per request:
 2. mtmd tokenizes the prompt into text and media chunks; media chunks are encoded by the
    projector and decoded at the positions mtmd reports (M-RoPE sections where the model uses
    them, causal attention off for projectors that ask for it);
-3. tokens are sampled by a llama.cpp sampler chain and streamed as OpenAI chat chunks.
+3. tokens are sampled and streamed as OpenAI chat chunks by the shared generation engine
+   (:mod:`llama_cpp._generation`), as for text-only ``Llama``.
 
 With ``speculative=SpecConfig(...)`` (MTP), the prompt goes through :class:`MultimodalMTPDecoder`,
 which extends the text MTP engine (:class:`~llama_cpp.speculative.MTPDecoder`) with media spans:
@@ -41,10 +42,13 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
+from . import _generation as _gen
+from . import _responses, _sampling
 from . import llama_chat_format as _chat
 from ._errors import ClosedError, ContextOverflowError, MultimodalError, SpeculativeError
 from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, LlamaSampler
-from .mtmd import Audio, Chunk, Chunks, Image, MTMDContext
+from .llama_cpp import LLAMA_DEFAULT_SEED
+from .mtmd import Audio, Chunk, Chunks, Image, MarkerPrompt, MTMDContext
 from .speculative import MTPDecoder, SpecConfig, SpeculativeStats, check_model_file
 
 log = logging.getLogger("llama_cpp.mtmd_chat")
@@ -272,167 +276,35 @@ class MultimodalMTPDecoder(MTPDecoder):
 
 
 # --------------------------------------------------------------------------------------------
-# sampling and text streaming
-# --------------------------------------------------------------------------------------------
-
-def make_sampler(model: LlamaModel, *, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
-                 min_p: float = 0.05, typical_p: float = 1.0, repeat_penalty: float = 1.0,
-                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0, penalty_last_n: int = 64,
-                 seed: int = 0xFFFFFFFF) -> LlamaSampler:
-    """A llama.cpp sampler chain (greedy when ``temperature == 0``)."""
-    chain = LlamaSampler()
-    try:
-        if repeat_penalty != 1.0 or frequency_penalty != 0.0 or presence_penalty != 0.0:
-            chain.add_penalties(model.n_vocab, int(penalty_last_n), float(repeat_penalty),
-                                float(frequency_penalty), float(presence_penalty))
-        if temperature == 0:
-            chain.add_greedy()
-        else:
-            chain.add_top_k(int(top_k))
-            chain.add_typical(float(typical_p), 1)
-            chain.add_top_p(float(top_p), 1)
-            chain.add_min_p(float(min_p), 1)
-            chain.add_temp(float(temperature))
-            chain.add_dist(int(seed) & 0xFFFFFFFF)
-    except BaseException:
-        chain.close()
-        raise
-    return chain
-
-
-def _utf8_complete_len(b: bytes) -> int:
-    """Length of the longest prefix of ``b`` that does not end inside a UTF-8 sequence."""
-    n = len(b)
-    for back in range(1, min(4, n) + 1):
-        c = b[n - back]
-        if c & 0xC0 == 0x80:
-            continue
-        need = 1 if c < 0x80 else 2 if c >> 5 == 0b110 else 3 if c >> 4 == 0b1110 else 4 if c >> 3 == 0b11110 else 1
-        return n if back >= need else n - back
-    return n
-
-
-class _TextStream:
-    """Turns tokens into text deltas, holding back partial UTF-8 and possible stop-string prefixes."""
-
-    def __init__(self, model: LlamaModel, stops: Sequence[str]) -> None:
-        self.model = model
-        self.stops = [s.encode("utf-8") for s in stops if s]
-        self.buf = bytearray()
-        self.sent = 0
-        self.stopped = False
-
-    def push(self, token: int) -> str:
-        self.buf += self.model.token_to_piece(int(token))
-        for s in self.stops:
-            at = self.buf.find(s, max(self.sent - len(s), 0))
-            if at >= 0:
-                self.stopped = True
-                out = bytes(self.buf[self.sent:at])
-                self.sent = at
-                del self.buf[at:]
-                return out.decode("utf-8", errors="ignore")
-        hold = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(self.buf) - self.sent), 0, -1):
-                if self.buf.endswith(s[:k]):
-                    hold = max(hold, k)
-                    break
-        end = _utf8_complete_len(bytes(self.buf[: len(self.buf) - hold]))
-        if end <= self.sent:
-            return ""
-        out = bytes(self.buf[self.sent:end])
-        self.sent = end
-        return out.decode("utf-8", errors="replace")
-
-    def flush(self) -> str:
-        out = bytes(self.buf[self.sent:])
-        self.sent = len(self.buf)
-        return out.decode("utf-8", errors="replace")
-
-
-# --------------------------------------------------------------------------------------------
 # the chat engine
 # --------------------------------------------------------------------------------------------
 
-class MultimodalChat:
-    """Chat completions over a text model + projector, with optional MTP speculative decoding.
+class MultimodalChatEngine:
+    """Chat completions over a model, a projector and a context (or an MTP decoder) it borrows.
 
-    ``MultimodalChat(model_path, mmproj_path, speculative=SpecConfig(draft_n_max=3))``; then
-    :meth:`create_chat_completion` takes OpenAI-style messages (``image_url`` and
-    ``input_audio`` parts) and returns a response dict, or an iterator of chunks with
-    ``stream=True``. ``chat_template`` overrides the GGUF template, ``chat_format`` picks a named
-    one. Every request re-evaluates the conversation (media prompts are not prefix-cached).
+    Generation runs the shared engine (:mod:`llama_cpp._generation`): the conversation is
+    evaluated as mtmd chunks, then tokens come from :func:`~llama_cpp._generation.decode_loop` (or
+    :func:`~llama_cpp._generation.speculative_loop` with a decoder) and are streamed as chat chunks.
+    Every request re-evaluates the conversation (media prompts are not prefix-cached).
     """
 
-    def __init__(self, model: str | os.PathLike[str] | LlamaModel, mmproj_path: str | os.PathLike[str], *,
-                 n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int | None = None,
-                 n_threads: int | None = None, n_gpu_layers: int = 0, use_gpu: bool = True,
-                 chat_template: str | None = None, chat_format: str | None = None,
-                 speculative: SpecConfig | None = None, media_marker: str | None = None,
-                 image_min_tokens: int | None = None, image_max_tokens: int | None = None,
-                 seed: int = 0xFFFFFFFF) -> None:
-        self._closed = False
-        self._owned_model: LlamaModel | None = None
-        self._mctx: MTMDContext | None = None
-        self._ctx: LlamaContext | None = None
-        self._mtp: MultimodalMTPDecoder | None = None
-        self.speculative = speculative if speculative is not None and speculative.enabled else None
-        if isinstance(model, LlamaModel):
-            self.model = model
-        else:
-            if self.speculative is not None:
-                check_model_file(model, self.speculative)
-            self._owned_model = self.model = LlamaModel(model, n_gpu_layers=n_gpu_layers,
-                                                        load_mtp=self.speculative is not None)
+    def __init__(self, model: LlamaModel, mtmd: MTMDContext, formatter: _chat.Jinja2ChatFormatter, *,
+                 context: LlamaContext | None = None, decoder: MultimodalMTPDecoder | None = None,
+                 seed: int = LLAMA_DEFAULT_SEED) -> None:
+        if (context is None) == (decoder is None):
+            raise ValueError("give a context or an MTP decoder (exactly one)")
+        self.model = model
+        self._mctx: MTMDContext | None = mtmd
+        self._ctx = context
+        self._mtp = decoder
+        self._formatter = formatter
         self.seed = int(seed)
-        try:
-            self._mctx = MTMDContext(mmproj_path, self.model, use_gpu=use_gpu, n_threads=n_threads,
-                                     media_marker=media_marker, image_min_tokens=image_min_tokens,
-                                     image_max_tokens=image_max_tokens)
-            threads = {} if n_threads is None else {"n_threads": n_threads, "n_threads_batch": n_threads}
-            params = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch or n_batch, n_seq_max=1, **threads)
-            if self.speculative is not None:
-                self._mtp = MultimodalMTPDecoder(self.model, params, self.speculative)
-            else:
-                self._ctx = LlamaContext(self.model, **params)
-            self._formatter = self._make_formatter(chat_template, chat_format)
-        except BaseException:
-            self.close()
-            raise
         self.last_speculative_stats: SpeculativeStats | None = None
-
-    def _make_formatter(self, template: str | None, fmt: str | None) -> _chat.Jinja2ChatFormatter:
-        m = self.model
-        bos = m.token_text(m.token_bos()) if m.token_bos() >= 0 else ""
-        eos = m.token_text(m.token_eos()) if m.token_eos() >= 0 else ""
-        if fmt is not None:
-            return _chat.get_chat_formatter(fmt, bos_token=bos, eos_token=eos)
-        template = template or m.chat_template()
-        if not template:
-            raise MultimodalError("the model has no chat template: pass chat_template=... or chat_format=...")
-        return _chat.Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)
-
-    # -- lifecycle ----------------------------------------------------------------------------
-    def close(self) -> None:
-        """Free the contexts (and the model if this object loaded it). Idempotent."""
-        self._closed = True
-        for name in ("_mtp", "_ctx", "_mctx", "_owned_model"):
-            obj = getattr(self, name, None)
-            if obj is not None:
-                obj.close()
-                setattr(self, name, None)
-
-    def __enter__(self) -> MultimodalChat:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def mtmd(self) -> MTMDContext:
-        if self._closed or self._mctx is None:
-            raise ClosedError("this MultimodalChat is closed; create a new one")
+        if self._mctx is None:
+            raise ClosedError(f"this {type(self).__name__} is closed; create a new one")
         return self._mctx
 
     # -- prompt ---------------------------------------------------------------------------------
@@ -449,8 +321,6 @@ class MultimodalChat:
 
     def tokenize_messages(self, messages: Sequence[dict]) -> tuple[Chunks, list[str]]:
         prompt, media, stops, has_bos = self.render(messages)
-        from .mtmd import MarkerPrompt
-
         chunks = self.mtmd.tokenize(MarkerPrompt(prompt, media), add_special=not has_bos, parse_special=True,
                                     where="prompt")
         return chunks, stops
@@ -461,47 +331,40 @@ class MultimodalChat:
         """Yield generated token ids (the end-of-generation token included, as the last one)."""
         mctx = self.mtmd
         chunks, _ = self.tokenize_messages(messages)
-        chain = sampler or make_sampler(self.model, seed=sampling.pop("seed", self.seed), **sampling)
         try:
-            yield from self._tokens(mctx, chunks, chain, max_tokens)
+            chain = sampler or _sampling.sampler_chain(self.model, seed=sampling.pop("seed", self.seed), **sampling)
+        except BaseException:
+            chunks.close()
+            raise
+        try:
+            pick = _sampling.token_picker(self.model, chain, None, False)
+            for tok, _ in self._tokens(mctx, chunks, pick, max_tokens):
+                yield tok
         finally:
             chunks.close()
             if sampler is None:
                 chain.close()
 
-    def _tokens(self, mctx: MTMDContext, chunks: Chunks, chain: LlamaSampler,
-                max_tokens: int | None) -> Iterator[int]:
+    def _tokens(self, mctx: MTMDContext, chunks: Chunks, pick: _sampling.Pick,
+                max_tokens: int | None) -> Iterator[_gen.TokenRow]:
         if self._mtp is not None:
             dec = self._mtp
             dec.stats.reset()
-            room = dec.n_ctx - chunks.n_pos
-            limit = room if max_tokens is None or max_tokens <= 0 else min(int(max_tokens), room)
+            limit = _limit(dec.n_ctx - chunks.n_pos, max_tokens)
             dec.prefill_chunks(mctx, chunks)
             self.last_speculative_stats = dec.stats
-            if limit > 0:
-                yield from dec.generate(chain, limit)
+            yield from _gen.speculative_loop(dec, pick, limit)
             return
         ctx = self._ctx
         if ctx is None:
-            raise ClosedError("this MultimodalChat is closed; create a new one")
+            raise ClosedError(f"this {type(self).__name__} is closed; create a new one")
         ctx.memory_clear(True)
         n_past = eval_chunks(mctx, ctx, chunks)
-        room = ctx.n_ctx() - n_past
-        limit = room if max_tokens is None or max_tokens <= 0 else min(int(max_tokens), room)
-        C, model = ctx._C, self.model
-        batch = LlamaBatchExtNative(ctx)
+        step = _gen.TokenStep(ctx)
         try:
-            for i in range(limit):
-                tok = int(C.llama_sampler_sample(chain.ptr, ctx.ptr, -1))
-                yield tok
-                if model.is_eog(tok) or i == limit - 1:
-                    return
-                batch.clear()
-                batch.add_token(tok, 0, n_past, output=True)
-                ctx.process(batch)
-                n_past += 1
+            yield from _gen.decode_loop(self.model, step, pick, n_past, _limit(ctx.n_ctx() - n_past, max_tokens))
         finally:
-            batch.close()
+            step.close()
 
     def create_chat_completion(self, messages: Sequence[dict], *, max_tokens: int | None = None,
                                temperature: float = 0.2, top_k: int = 40, top_p: float = 0.95,
@@ -515,64 +378,104 @@ class MultimodalChat:
         if stop:
             stops = stops + ([stop] if isinstance(stop, str) else list(stop))
         try:
-            chain = make_sampler(self.model, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                                 typical_p=typical_p, repeat_penalty=repeat_penalty,
-                                 frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                                 seed=self.seed if seed is None else seed)
+            chain = _sampling.sampler_chain(
+                self.model, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+                repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                presence_penalty=presence_penalty, seed=self.seed if seed is None else seed)
         except BaseException:
             chunks.close()
             raise
-        cid = f"chatcmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
-        name = model or self.model.path.name
-        n_prompt = chunks.n_tokens
-        gen = self._chunks(mctx, chunks, chain, max_tokens, stops, cid, created, name, n_prompt)
+
+        def completion() -> Iterator[dict[str, Any]]:
+            try:
+                pick = _sampling.token_picker(self.model, chain, None, False)
+                yield from _gen.completion_chunks(
+                    self.model, self._tokens(mctx, chunks, pick, max_tokens), n_prompt=chunks.n_tokens,
+                    stop=stops, logprobs=None, head=b"", completion_id=f"cmpl-{uuid.uuid4().hex}",
+                    created=int(time.time()), model_name=model or self.model.path.name)
+            finally:
+                chunks.close()
+                chain.close()
+
         if stream:
-            return gen
-        content, finish, usage = [], None, None
-        for ch in gen:
-            delta = ch["choices"][0]["delta"]
-            content.append(delta.get("content") or "")
-            finish = ch["choices"][0]["finish_reason"] or finish
-            usage = ch.get("usage", usage)
-        return {"id": cid, "object": "chat.completion", "created": created, "model": name,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(content)},
-                             "logprobs": None, "finish_reason": finish}],
-                "usage": usage}
+            return _responses.chat_stream(completion())
+        return _responses.chat_response(_responses.join_chunks(list(completion())))
 
-    def _chunks(self, mctx: MTMDContext, chunks: Chunks, chain: LlamaSampler, max_tokens: int | None,
-                stops: list[str], cid: str, created: int, name: str, n_prompt: int) -> Iterator[dict]:
-        def chunk(delta: dict, finish: str | None) -> dict:
-            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
-        text = _TextStream(self.model, stops)
-        n_gen = 0
-        finish = "length"
+def _limit(room: int, max_tokens: int | None) -> int:
+    """Tokens to generate: ``max_tokens`` (all the room when None or <= 0), at most the room left."""
+    return room if max_tokens is None or max_tokens <= 0 else min(int(max_tokens), room)
+
+
+class MultimodalChat(MultimodalChatEngine):
+    """Chat completions over a text model + projector, with optional MTP speculative decoding.
+
+    ``MultimodalChat(model_path, mmproj_path, speculative=SpecConfig(draft_n_max=3))``; then
+    :meth:`create_chat_completion` takes OpenAI-style messages (``image_url`` and
+    ``input_audio`` parts) and returns a response dict, or an iterator of chunks with
+    ``stream=True``. ``chat_template`` overrides the GGUF template, ``chat_format`` picks a named
+    one. This object owns its projector and contexts (and the model when given a path).
+    """
+
+    def __init__(self, model: str | os.PathLike[str] | LlamaModel, mmproj_path: str | os.PathLike[str], *,
+                 n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int | None = None,
+                 n_threads: int | None = None, n_gpu_layers: int = 0, use_gpu: bool = True,
+                 chat_template: str | None = None, chat_format: str | None = None,
+                 speculative: SpecConfig | None = None, media_marker: str | None = None,
+                 image_min_tokens: int | None = None, image_max_tokens: int | None = None,
+                 seed: int = LLAMA_DEFAULT_SEED) -> None:
+        self._owned_model: LlamaModel | None = None
+        self._mctx = None
+        self._ctx = None
+        self._mtp = None
+        self.speculative = speculative if speculative is not None and speculative.enabled else None
+        if isinstance(model, LlamaModel):
+            text_model = model
+        else:
+            if self.speculative is not None:
+                check_model_file(model, self.speculative)
+            self._owned_model = text_model = LlamaModel(model, n_gpu_layers=n_gpu_layers,
+                                                        load_mtp=self.speculative is not None)
         try:
-            yield chunk({"role": "assistant"}, None)
-            for tok in self._tokens(mctx, chunks, chain, max_tokens):
-                n_gen += 1
-                if self.model.is_eog(tok):
-                    finish = "stop"
-                    break
-                piece = text.push(tok)
-                if piece:
-                    yield chunk({"content": piece}, None)
-                if text.stopped:
-                    finish = "stop"
-                    break
-            if not text.stopped:
-                rest = text.flush()
-                if rest:
-                    yield chunk({"content": rest}, None)
-            last = chunk({}, finish)
-            last["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": n_gen,
-                             "total_tokens": n_prompt + n_gen}
-            yield last
-        finally:
-            chunks.close()
-            chain.close()
+            mctx = self._mctx = MTMDContext(mmproj_path, text_model, use_gpu=use_gpu, n_threads=n_threads,
+                                            media_marker=media_marker, image_min_tokens=image_min_tokens,
+                                            image_max_tokens=image_max_tokens)
+            threads = {} if n_threads is None else {"n_threads": n_threads, "n_threads_batch": n_threads}
+            params = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch or n_batch, n_seq_max=1, **threads)
+            if self.speculative is not None:
+                self._mtp = MultimodalMTPDecoder(text_model, params, self.speculative)
+            else:
+                self._ctx = LlamaContext(text_model, **params)
+            formatter = _formatter(text_model, chat_template, chat_format)
+        except BaseException:
+            self.close()
+            raise
+        super().__init__(text_model, mctx, formatter, context=self._ctx, decoder=self._mtp, seed=seed)
+
+    def close(self) -> None:
+        """Free the contexts (and the model if this object loaded it). Idempotent."""
+        for name in ("_mtp", "_ctx", "_mctx", "_owned_model"):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.close()
+                setattr(self, name, None)
+
+    def __enter__(self) -> MultimodalChat:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _formatter(model: LlamaModel, template: str | None, fmt: str | None) -> _chat.Jinja2ChatFormatter:
+    bos = model.token_text(model.token_bos()) if model.token_bos() >= 0 else ""
+    eos = model.token_text(model.token_eos()) if model.token_eos() >= 0 else ""
+    if fmt is not None:
+        return _chat.get_chat_formatter(fmt, bos_token=bos, eos_token=eos)
+    template = template or model.chat_template()
+    if not template:
+        raise MultimodalError("the model has no chat template: pass chat_template=... or chat_format=...")
+    return _chat.Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)
 
 
 class MTMDChatHandler:
@@ -613,18 +516,8 @@ class MTMDChatHandler:
         bad = sorted(k for k, v in unsupported.items() if v not in (None, False, [], {}))
         if bad:
             raise MultimodalError(f"the multimodal chat handler does not support {', '.join(bad)}")
-        mctx = self._context_for(llama)
-        engine = MultimodalChat.__new__(MultimodalChat)
-        engine._closed = False
-        engine._owned_model = None
-        engine._mctx = mctx
-        engine._ctx = llama.ctx
-        engine._mtp = None
-        engine.speculative = None
-        engine.model = llama.model
-        engine.seed = getattr(llama, "_seed", 0xFFFFFFFF)
-        engine.last_speculative_stats = None
-        engine._formatter = llama._chat_formatter()
+        engine = MultimodalChatEngine(llama.model, self._context_for(llama), llama._chat_formatter(),
+                                      context=llama.ctx, seed=getattr(llama, "_seed", LLAMA_DEFAULT_SEED))
         llama.reset()
         result = engine.create_chat_completion(
             messages, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
@@ -645,9 +538,9 @@ class MTMDChatHandler:
 __all__ = [
     "MTMDChatHandler",
     "MultimodalChat",
+    "MultimodalChatEngine",
     "MultimodalMTPDecoder",
     "eval_chunks",
     "flatten_messages",
     "image_from_url",
-    "make_sampler",
 ]
