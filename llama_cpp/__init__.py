@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import _ctypes_util
 from ._errors import (
     BackendUnavailableError,
     ClosedError,
@@ -28,9 +29,29 @@ from ._errors import (
 )
 from ._version import __version__
 
+if TYPE_CHECKING:
+    import ctypes
+    from pathlib import Path
+
 # A library leaves output to the application: without this, Python's last-resort handler would
 # print llama.cpp's warnings to stderr. Configure logging (or use the CLI) to see them.
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+
+def _library_handle(name: str) -> ctypes.CDLL:
+    from ._loader import library_handle
+
+    return library_handle(name)
+
+
+def _library_path(name: str) -> Path | None:
+    from ._loader import library_path
+
+    return library_path(name)
+
+
+# The bindings find their libraries through the loader, which is imported on the first call.
+_ctypes_util.set_library_source(_library_handle, _library_path)
 
 # Public names resolved lazily: name -> module that defines it.
 _LAZY = {

@@ -8,29 +8,39 @@ constants and signatures can be inspected, e.g. by the ABI tests and the bump to
 native build), and the first call still fails loudly with the loader's error when no library is
 there.
 
-The module also holds the thin helpers that turn NULL returns of constructors into exceptions.
+The libraries come from a *library source* the package installs at import
+(:func:`set_library_source`, pointing at :mod:`llama_cpp._loader`): the loader routes native logs
+through :mod:`llama_cpp._logging`, which uses these bindings, so the bindings must not import the
+loader themselves.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from ._errors import (
-    ContextError,
-    LibraryLoadError,
-    LlamaError,
-    ModelLoadError,
-    MultimodalError,
-    OptionalSymbolMissing,
-)
+from ._errors import LibraryLoadError, OptionalSymbolMissing
 
-# A ctypes pointer, array, byref() result or None: what pointer arguments accept.
-CPointer = Any
+if TYPE_CHECKING:
+    from pathlib import Path
+
+_handle_of: Callable[[str], Any] | None = None
+_path_of: Callable[[str], Path | None] | None = None
+
+
+def set_library_source(handle: Callable[[str], Any], path: Callable[[str], Path | None]) -> None:
+    """Where bound functions find their libraries: ``handle(name)`` loads and returns the CDLL of
+    ``llama``, ``ggml``, ``ggml_base`` or ``mtmd``; ``path(name)`` says which file it is."""
+    global _handle_of, _path_of
+    _handle_of, _path_of = handle, path
+
+
+def _library_handle(name: str) -> Any:
+    if _handle_of is None:
+        raise LibraryLoadError("no library source is installed: import llama_cpp (its __init__ installs the loader)")
+    return _handle_of(name)
 
 
 class CFunction:
@@ -75,9 +85,7 @@ class CFunction:
 
     def find(self) -> Any | None:
         """The ctypes function from the loaded library, or None when no symbol name is exported."""
-        from . import _loader
-
-        handle = _loader.library_handle(self.library)
+        handle = _library_handle(self.library)
         for sym in self.symbols:
             try:
                 fn = getattr(handle, sym)
@@ -101,9 +109,7 @@ class CFunction:
                 return self._fn
             fn = self.find()
             if fn is None:
-                from . import _loader
-
-                path = _loader.library_path(self.library)
+                path = _path_of(self.library) if _path_of is not None else None
                 if self.optional:
                     raise OptionalSymbolMissing(
                         f"{self.__name__} is not exported by {path} (looked for {', '.join(self.symbols)}): "
@@ -168,158 +174,3 @@ class BindingSet:
         """Resolve every required function now (fails on the first one missing)."""
         for f in self.required():
             f.resolve()
-
-
-def byref_or_null(obj: Any) -> Any:
-    return None if obj is None else ctypes.byref(obj)
-
-
-# --------------------------------------------------------------------------------------------
-# NULL-checking constructors (the ownership wrappers above this layer build on these)
-# --------------------------------------------------------------------------------------------
-
-
-def _path_bytes(path: str | os.PathLike[str]) -> bytes:
-    p = os.fspath(path)
-    if "\0" in p:
-        raise ValueError(f"path contains a NUL character: {p!r}")
-    return os.fsencode(p)
-
-
-def _check_file(path: str | os.PathLike[str], what: str, error: type[LlamaError]) -> None:
-    p = os.fspath(path)
-    if not os.path.exists(p):
-        raise error(f"{what} {p!r} does not exist: check the path")
-    if os.path.isdir(p):
-        raise error(f"{what} {p!r} is a directory: pass the path of a .gguf file")
-
-
-def model_load_from_file(path: str | os.PathLike[str], params: Any = None) -> int:
-    """``llama_model_load_from_file`` that raises :class:`ModelLoadError` (naming the path) on NULL."""
-    from . import llama_cpp as C
-
-    _check_file(path, "model file", ModelLoadError)
-    if params is None:
-        params = C.llama_model_default_params()
-    model = C.llama_model_load_from_file(_path_bytes(path), params)
-    if not model:
-        raise ModelLoadError(
-            f"llama.cpp could not load the model {os.fspath(path)!r}: the file is not a GGUF model this "
-            "version supports, or is truncated (see the llama_cpp.native log for the reason)"
-        )
-    return model
-
-
-def model_load_from_splits(paths: Iterable[str | os.PathLike[str]], params: Any = None) -> int:
-    """``llama_model_load_from_splits`` raising :class:`ModelLoadError` on NULL."""
-    from . import llama_cpp as C
-
-    items = [os.fspath(p) for p in paths]
-    if not items:
-        raise ModelLoadError("no split files given: pass the paths of all parts, in order")
-    for p in items:
-        _check_file(p, "model split", ModelLoadError)
-    if params is None:
-        params = C.llama_model_default_params()
-    arr = (ctypes.c_char_p * len(items))(*(_path_bytes(p) for p in items))
-    model = C.llama_model_load_from_splits(arr, len(items), params)
-    if not model:
-        raise ModelLoadError(f"llama.cpp could not load the model from splits {items!r}")
-    return model
-
-
-def init_from_model(model: int, params: Any = None) -> int:
-    """``llama_init_from_model`` raising :class:`ContextError` on NULL."""
-    from . import llama_cpp as C
-
-    if not model:
-        raise ContextError("cannot create a context from a NULL model: load the model first")
-    if params is None:
-        params = C.llama_context_default_params()
-    ctx = C.llama_init_from_model(model, params)
-    if not ctx:
-        raise ContextError(
-            f"llama.cpp could not create a context (n_ctx={params.n_ctx}, n_batch={params.n_batch}, "
-            f"n_ubatch={params.n_ubatch}, n_seq_max={params.n_seq_max}): out of memory or invalid "
-            "parameters (see the llama_cpp.native log)"
-        )
-    return ctx
-
-
-def adapter_lora_init(model: int, path: str | os.PathLike[str]) -> int:
-    """``llama_adapter_lora_init`` raising :class:`ModelLoadError` on NULL."""
-    from . import llama_cpp as C
-
-    _check_file(path, "LoRA adapter", ModelLoadError)
-    adapter = C.llama_adapter_lora_init(model, _path_bytes(path))
-    if not adapter:
-        raise ModelLoadError(f"llama.cpp could not load the LoRA adapter {os.fspath(path)!r} for this model")
-    return adapter
-
-
-def sampler_chain_init(params: Any = None) -> Any:
-    """``llama_sampler_chain_init`` raising :class:`LlamaError` on NULL."""
-    from . import llama_cpp as C
-
-    if params is None:
-        params = C.llama_sampler_chain_default_params()
-    chain = C.llama_sampler_chain_init(params)
-    if not chain:
-        raise LlamaError("llama_sampler_chain_init returned NULL (out of memory)")
-    return chain
-
-
-def batch_ext_init(ctx: int) -> int:
-    """``llama_batch_ext_init`` raising :class:`ContextError` on NULL."""
-    from . import llama_cpp as C
-
-    if not ctx:
-        raise ContextError("cannot create an extended batch for a NULL context")
-    batch = C.llama_batch_ext_init(ctx)
-    if not batch:
-        raise ContextError("llama_batch_ext_init returned NULL")
-    return batch
-
-
-def mtmd_init_from_file(path: str | os.PathLike[str], model: int, params: Any = None) -> int:
-    """``mtmd_init_from_file`` raising :class:`MultimodalError` (naming the projector) on NULL."""
-    from . import mtmd_cpp as M
-
-    _check_file(path, "multimodal projector", MultimodalError)
-    if not model:
-        raise MultimodalError("cannot load a projector for a NULL text model: load the model first")
-    if params is None:
-        params = M.mtmd_context_params_default()
-    ctx = M.mtmd_init_from_file(_path_bytes(path), model, params)
-    if not ctx:
-        raise MultimodalError(
-            f"libmtmd could not load the projector {os.fspath(path)!r}: not an mmproj GGUF, or it does not "
-            "match the text model (see the llama_cpp.native.mtmd log)"
-        )
-    return ctx
-
-
-def mtmd_bitmap_init(nx: int, ny: int, rgb: bytes | bytearray | memoryview) -> int:
-    """``mtmd_bitmap_init`` from packed RGB bytes, with the size checked before calling C."""
-    from . import mtmd_cpp as M
-
-    if nx <= 0 or ny <= 0:
-        raise MultimodalError(f"image size must be positive, got {nx}x{ny}")
-    data = bytes(rgb)
-    if len(data) != nx * ny * 3:
-        raise MultimodalError(f"RGB buffer has {len(data)} bytes, expected {nx}*{ny}*3 = {nx * ny * 3}")
-    buf = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
-    bitmap = M.mtmd_bitmap_init(nx, ny, buf)
-    if not bitmap:
-        raise MultimodalError("mtmd_bitmap_init returned NULL")
-    return bitmap
-
-
-def mtmd_input_chunks_init() -> int:
-    """``mtmd_input_chunks_init`` raising :class:`MultimodalError` on NULL."""
-    from . import mtmd_cpp as M
-
-    chunks = M.mtmd_input_chunks_init()
-    if not chunks:
-        raise MultimodalError("mtmd_input_chunks_init returned NULL")
-    return chunks

@@ -4,18 +4,8 @@ Many inputs are packed into one ``llama_decode`` (one sequence id per input, up 
 tokens and ``n_seq_max`` sequences per call), like llama.cpp's ``llama-embedding``. Rows are
 ``llama_model_n_embd_out`` wide; results are NumPy ``float32`` arrays.
 
-Normalisation follows llama.cpp's ``--embd-normalize`` convention:
-
-====  ==========================================================
- -1   none
-  0   max-abs, scaled to the int16 range (values in [-32760, 32760])
-  1   L1 (taxicab)
-  2   L2 (euclidean, the default)
- p>2  p-norm
-====  ==========================================================
-
-Norms are computed in float64 after scaling by the largest magnitude, so tiny and huge vectors
-normalise without underflow or overflow; an all-zero row stays zero.
+Normalisation follows llama.cpp's ``--embd-normalize`` convention
+(:func:`llama_cpp._normalize.normalize_embeddings`; 2, L2, by default).
 
 Length limits: an input longer than the model can take in one pass (``n_ubatch`` for non-causal
 models such as BERT, ``n_batch`` otherwise, and never more than the model's training context,
@@ -33,6 +23,7 @@ import numpy as np
 
 from ._errors import ContextOverflowError, LlamaError, TokenizationError
 from ._internals import LlamaBatch, LlamaContext, LlamaModel, float_view
+from ._normalize import normalize_embeddings
 
 POOLING_TYPES: dict[str, int] = {"unspecified": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 POOLING_NONE, POOLING_RANK = 0, 4
@@ -51,33 +42,6 @@ def _pooling_value(pooling: int | str | None) -> int:
     if value not in POOLING_TYPES.values():
         raise ValueError(f"pooling_type {value} is not a llama_pooling_type (-1..4)")
     return value
-
-
-def normalize_embeddings(x: np.ndarray, mode: int = 2) -> np.ndarray:
-    """Normalise each row of ``x`` with llama.cpp's convention (see the module docstring)."""
-    a = np.asarray(x)
-    if a.dtype.kind != "f":
-        raise TypeError(f"embeddings must be floating point, got {a.dtype}")
-    mode = int(mode)
-    if mode < -1:
-        raise ValueError(f"normalize must be -1 (none), 0 (max-abs), 1 (L1), 2 (L2) or p > 2, got {mode}")
-    if mode == -1:
-        return a.astype(np.float32, copy=True)
-    d = a.astype(np.float64)
-    scale = np.max(np.abs(d), axis=-1, keepdims=True)
-    if mode == 0:
-        norm = scale / 32760.0
-    else:
-        safe = np.where(scale > 0, scale, 1.0)
-        y = np.abs(d / safe)
-        if mode == 1:
-            norm = scale * np.sum(y, axis=-1, keepdims=True)
-        elif mode == 2:
-            norm = scale * np.sqrt(np.sum(y * y, axis=-1, keepdims=True))
-        else:
-            norm = scale * np.power(np.sum(np.power(y, mode), axis=-1, keepdims=True), 1.0 / mode)
-    inv = np.where(norm > 0, 1.0 / np.where(norm > 0, norm, 1.0), 0.0)
-    return (d * inv).astype(np.float32)
 
 
 def input_limit(ctx: LlamaContext, model: LlamaModel) -> int:
@@ -382,4 +346,4 @@ class LlamaEmbedding:
                 "usage": {"prompt_tokens": total, "total_tokens": total}}
 
 
-__all__ = ["POOLING_TYPES", "LlamaEmbedding", "embed_token_lists", "normalize_embeddings"]
+__all__ = ["POOLING_TYPES", "LlamaEmbedding", "embed_token_lists"]

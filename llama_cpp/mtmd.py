@@ -35,6 +35,7 @@ import numpy as np
 
 from ._errors import ClosedError, ContextOverflowError, DecodeError, MultimodalError
 from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, _NativeRef, _Owned, check_gguf_file
+from ._normalize import normalize_embeddings
 
 log = logging.getLogger("llama_cpp.mtmd")
 
@@ -604,8 +605,6 @@ class MTMDContext(_Owned):
 def normalize_rows(rows: np.ndarray, normalize: float) -> np.ndarray:
     """Normalise each row as ``common_embd_normalize`` does: -1 none, 0 max-abs (int16 range),
     1 L1, 2 L2, p > 2 p-norm (the same function as :class:`~llama_cpp.LlamaEmbedding` uses)."""
-    from .llama_embedding import normalize_embeddings
-
     mode = -1 if normalize is None else normalize
     if mode != int(mode):
         raise ValueError(f"normalize must be an integer (-1, 0, 1, 2 or p > 2), got {normalize}")

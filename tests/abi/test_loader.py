@@ -142,35 +142,16 @@ def test_load_is_once_and_thread_safe(lib_dir):
     assert r.stdout.split() == ["1", "8"], r.stderr
 
 
-def test_null_constructors_raise(lib_dir, tmp_path):
-    from llama_cpp import ContextError, ModelLoadError, MultimodalError
-    from llama_cpp import _ctypes_util as U
-
-    with pytest.raises(ModelLoadError, match="does not exist"):
-        U.model_load_from_file(tmp_path / "missing.gguf")
-    junk = tmp_path / "junk.gguf"
-    junk.write_bytes(b"not a gguf file at all" * 10)
-    with pytest.raises(ModelLoadError, match="junk.gguf"):
-        U.model_load_from_file(junk)
-    with pytest.raises(ModelLoadError, match="directory"):
-        U.model_load_from_file(tmp_path)
-    with pytest.raises(ContextError, match="NULL model"):
-        U.init_from_model(None)
-    with pytest.raises(MultimodalError, match="expected"):
-        U.mtmd_bitmap_init(2, 2, b"\0" * 5)
-    assert U.sampler_chain_init()
-
-
 def test_native_logs_reach_logging(lib_dir, tmp_path, caplog):
     import logging
 
     from llama_cpp import ModelLoadError
-    from llama_cpp import _ctypes_util as U
+    from llama_cpp._internals import LlamaModel
 
     junk = tmp_path / "junk2.gguf"
     junk.write_bytes(b"GGUF" + b"\xff" * 64)
     with caplog.at_level(logging.DEBUG, logger="llama_cpp.native"), pytest.raises(ModelLoadError):
-        U.model_load_from_file(junk)
+        LlamaModel(junk)
     native = [r for r in caplog.records if r.name == "llama_cpp.native"]
     assert native and any(r.levelno >= logging.WARNING for r in native)
     assert all(not r.getMessage().endswith("\n") for r in native)
