@@ -36,16 +36,25 @@ from ._errors import (
     ModelLoadError,
     TokenizationError,
 )
+from .llama_cpp import (
+    LLAMA_CONTEXT_TYPE_MTP,
+    LLAMA_LOAD_MODE_MLOCK,
+    LLAMA_LOAD_MODE_MMAP,
+    LLAMA_LOAD_MODE_MMAP_MLOCK,
+    LLAMA_LOAD_MODE_NONE,
+    LLAMA_POOLING_TYPE_MEAN,
+    LLAMA_POOLING_TYPE_UNSPECIFIED,
+    LLAMA_ROPE_TYPE_IMROPE,
+    LLAMA_ROPE_TYPE_MROPE,
+    LLAMA_SPLIT_MODE_LAYER,
+    LLAMA_VOCAB_TYPE_SPM,
+)
 
 log = logging.getLogger("llama_cpp")
 
 _GGUF_MAGIC = b"GGUF"
 # magic (4) + version (u32) + n_tensors (u64) + n_kv (u64)
 _GGUF_MIN_HEADER = 24
-
-LLAMA_DEFAULT_SEED = 0xFFFFFFFF
-LLAMA_TOKEN_NULL = -1
-
 
 def _lib() -> Any:
     """The low-level binding module (``llama_cpp.llama_cpp``), loaded on first use."""
@@ -219,12 +228,12 @@ def _kv_overrides_array(C: Any, overrides: dict[str, bool | int | float | str]) 
 def load_mode_from_flags(use_mmap: bool, use_mlock: bool) -> int:
     """Map llama-cpp-python's ``use_mmap``/``use_mlock`` onto ``enum llama_load_mode``."""
     if use_mmap and use_mlock:
-        return 3  # LLAMA_LOAD_MODE_MMAP_MLOCK
+        return LLAMA_LOAD_MODE_MMAP_MLOCK
     if use_mmap:
-        return 1  # LLAMA_LOAD_MODE_MMAP
+        return LLAMA_LOAD_MODE_MMAP
     if use_mlock:
-        return 2  # LLAMA_LOAD_MODE_MLOCK
-    return 0  # LLAMA_LOAD_MODE_NONE
+        return LLAMA_LOAD_MODE_MLOCK
+    return LLAMA_LOAD_MODE_NONE
 
 
 class LlamaModel(_Owned):
@@ -232,7 +241,7 @@ class LlamaModel(_Owned):
 
     _kind = "model"
 
-    def __init__(self, path: str | os.PathLike[str], *, n_gpu_layers: int = 0, split_mode: int = 1,
+    def __init__(self, path: str | os.PathLike[str], *, n_gpu_layers: int = 0, split_mode: int = LLAMA_SPLIT_MODE_LAYER,
                  main_gpu: int = 0, tensor_split: Sequence[float] | None = None, vocab_only: bool = False,
                  use_mmap: bool = True, use_mlock: bool = False, load_mode: int | None = None,
                  kv_overrides: dict[str, bool | int | float | str] | None = None,
@@ -333,7 +342,7 @@ class LlamaModel(_Owned):
 
     def n_pos_per_embd(self) -> int:
         """Positions per embedding input: 4 for M-RoPE models, else 1."""
-        return 4 if self.rope_type() in (8, 40) else 1  # LLAMA_ROPE_TYPE_MROPE / _IMROPE
+        return 4 if self.rope_type() in (LLAMA_ROPE_TYPE_MROPE, LLAMA_ROPE_TYPE_IMROPE) else 1
 
     def has_encoder(self) -> bool:
         return bool(self._C.llama_model_has_encoder(self._ptr()))
@@ -467,7 +476,7 @@ class LlamaModel(_Owned):
 
     def _space_prefix(self) -> bool:
         if not hasattr(self, "_space_prefix_cache"):
-            spm = int(self._C.llama_vocab_type(self.vocab)) == 1  # LLAMA_VOCAB_TYPE_SPM
+            spm = int(self._C.llama_vocab_type(self.vocab)) == LLAMA_VOCAB_TYPE_SPM
             flag = self.metadata.get("tokenizer.ggml.add_space_prefix", "true").lower() != "false"
             self._space_prefix_cache = spm and flag
         return self._space_prefix_cache
@@ -605,10 +614,10 @@ class LlamaContext(_Owned):
         if int(cp.n_ubatch) > int(cp.n_batch) and int(cp.n_batch) > 0:
             cp.n_ubatch = cp.n_batch
         pooling = int(cp.pooling_type)
-        if pooling == -1:
+        if pooling == LLAMA_POOLING_TYPE_UNSPECIFIED:
             pooling = model.pooling_from_metadata()
         ub = int(cp.n_ubatch)
-        if bool(cp.embeddings) and pooling == 1 and n_seq_max > 1 and ub % n_seq_max:
+        if bool(cp.embeddings) and pooling == LLAMA_POOLING_TYPE_MEAN and n_seq_max > 1 and ub % n_seq_max:
             # llama.cpp rounds the reserve graph up to a multiple of n_seq_max and then aborts in
             # the mean-pooling matmul
             raise ContextError(f"mean pooling needs n_ubatch ({ub}) to be a multiple of n_seq_max ({n_seq_max}): "
@@ -690,7 +699,7 @@ class LlamaContext(_Owned):
 
     def n_embd_inp(self) -> int:
         """Width of an input embedding row (``n_embd_out`` for an MTP context)."""
-        return self._n_embd_out if self.ctx_type == 1 else self._n_embd_inp
+        return self._n_embd_out if self.ctx_type == LLAMA_CONTEXT_TYPE_MTP else self._n_embd_inp
 
     def pooling_type(self) -> int:
         self._ptr()

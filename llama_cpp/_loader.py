@@ -30,6 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import BackendUnavailableError, LibraryLoadError, LibraryNotFoundError
+from .ggml_cpp import (
+    GGML_BACKEND_DEVICE_TYPE_ACCEL,
+    GGML_BACKEND_DEVICE_TYPE_CPU,
+    GGML_BACKEND_DEVICE_TYPE_GPU,
+    GGML_BACKEND_DEVICE_TYPE_IGPU,
+    GGML_BACKEND_DEVICE_TYPE_META,
+)
 
 log = logging.getLogger("llama_cpp")
 
@@ -43,7 +50,9 @@ _DISPLAY = {
     "blas": "BLAS", "sycl": "SYCL", "rpc": "RPC", "opencl": "OpenCL", "cann": "CANN", "zendnn": "ZenDNN",
     "hexagon": "Hexagon", "virtgpu": "VirtGPU", "openvino": "OpenVINO",
 }
-_DEV_TYPES = {0: "CPU", 1: "GPU", 2: "IGPU", 3: "ACCEL", 4: "META"}
+_DEV_TYPES = {GGML_BACKEND_DEVICE_TYPE_CPU: "CPU", GGML_BACKEND_DEVICE_TYPE_GPU: "GPU",
+              GGML_BACKEND_DEVICE_TYPE_IGPU: "IGPU", GGML_BACKEND_DEVICE_TYPE_ACCEL: "ACCEL",
+              GGML_BACKEND_DEVICE_TYPE_META: "META"}
 # Why a dependency may be missing, for the usual suspects.
 _MISSING_HINTS = (
     (re.compile(r"^libcuda\.so"), "NVIDIA driver not installed"),

@@ -24,15 +24,24 @@ import numpy as np
 from ._errors import ContextOverflowError, LlamaError, TokenizationError
 from ._internals import LlamaBatch, LlamaContext, LlamaModel, float_view
 from ._normalize import normalize_embeddings
+from .llama_cpp import (
+    LLAMA_POOLING_TYPE_CLS,
+    LLAMA_POOLING_TYPE_LAST,
+    LLAMA_POOLING_TYPE_MEAN,
+    LLAMA_POOLING_TYPE_NONE,
+    LLAMA_POOLING_TYPE_RANK,
+    LLAMA_POOLING_TYPE_UNSPECIFIED,
+)
 
-POOLING_TYPES: dict[str, int] = {"unspecified": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
-POOLING_NONE, POOLING_RANK = 0, 4
+POOLING_TYPES: dict[str, int] = {
+    "unspecified": LLAMA_POOLING_TYPE_UNSPECIFIED, "none": LLAMA_POOLING_TYPE_NONE, "mean": LLAMA_POOLING_TYPE_MEAN,
+    "cls": LLAMA_POOLING_TYPE_CLS, "last": LLAMA_POOLING_TYPE_LAST, "rank": LLAMA_POOLING_TYPE_RANK}
 PACK_TOKENS = 256  # default tokens per decode when inputs are short (see embed_token_lists)
 
 
 def _pooling_value(pooling: int | str | None) -> int:
     if pooling is None:
-        return -1
+        return LLAMA_POOLING_TYPE_UNSPECIFIED
     if isinstance(pooling, str):
         key = pooling.lower()
         if key not in POOLING_TYPES:
@@ -69,7 +78,7 @@ def embed_token_lists(ctx: LlamaContext, model: LlamaModel, token_lists: Sequenc
     pooling = ctx.pooling_type()
     n_out = ctx.n_embd_out()
     if width is None:
-        width = model.n_cls_out() if pooling == POOLING_RANK else n_out
+        width = model.n_cls_out() if pooling == LLAMA_POOLING_TYPE_RANK else n_out
     limit = input_limit(ctx, model)
     inputs: list[np.ndarray] = []
     for i, toks in enumerate(token_lists):
@@ -99,7 +108,7 @@ def embed_token_lists(ctx: LlamaContext, model: LlamaModel, token_lists: Sequenc
     longest = max((len(t) for t in inputs), default=1)
     n_batch = min(n_batch, max(PACK_TOKENS if pack_tokens is None else int(pack_tokens), longest))
     n_seq_max = ctx.n_seq_max()
-    pooled = pooling != POOLING_NONE
+    pooled = pooling != LLAMA_POOLING_TYPE_NONE
     out_pooled = np.zeros((len(inputs), width), dtype=np.float32) if pooled else None
     out_tokens: list[np.ndarray] = []
     batch = LlamaBatch(n_batch, 0, 1)
@@ -160,7 +169,7 @@ class LlamaEmbedding:
     llama.cpp's auto).
     """
 
-    def __init__(self, model_path: str | os.PathLike[str], *, pooling_type: int | str | None = -1,
+    def __init__(self, model_path: str | os.PathLike[str], *, pooling_type: int | str | None = LLAMA_POOLING_TYPE_UNSPECIFIED,
                  n_batch: int = 2048, n_ctx: int | None = None, n_seq_max: int | None = None,
                  n_threads: int | None = None, n_threads_batch: int | None = None, n_gpu_layers: int = 0,
                  main_gpu: int = 0, use_mmap: bool = True, use_mlock: bool = False,
@@ -260,7 +269,7 @@ class LlamaEmbedding:
         of tokens processed.
         """
         ctx, model = self._parts()
-        if ctx.pooling_type() == POOLING_RANK:
+        if ctx.pooling_type() == LLAMA_POOLING_TYPE_RANK:
             raise LlamaError("this model pools with RANK (a reranker): use rank(query, documents)")
         single = isinstance(input, (str, bytes))
         items = [input] if single else list(input)
@@ -326,7 +335,7 @@ class LlamaEmbedding:
         """Reranker scores of each document for ``query`` (RANK pooling): shape ``(n_docs,)``, or
         ``(n_docs, n_cls_out)`` for multi-label heads. Raw scores, not normalised."""
         ctx, model = self._parts()
-        if ctx.pooling_type() != POOLING_RANK:
+        if ctx.pooling_type() != LLAMA_POOLING_TYPE_RANK:
             raise LlamaError("rank() needs a reranking model (pooling RANK); this context pools with "
                              f"{ctx.pooling_type()}: open it with pooling_type='rank' if the model has a head")
         if isinstance(documents, str):

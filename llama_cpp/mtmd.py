@@ -36,15 +36,15 @@ import numpy as np
 from ._errors import ClosedError, ContextOverflowError, DecodeError, MultimodalError
 from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, _NativeRef, _Owned, check_gguf_file
 from ._normalize import normalize_embeddings
+from .llama_cpp import LLAMA_POOLING_TYPE_CLS, LLAMA_POOLING_TYPE_LAST, LLAMA_POOLING_TYPE_MEAN
+from .mtmd_cpp import MTMD_INPUT_CHUNK_TYPE_AUDIO, MTMD_INPUT_CHUNK_TYPE_IMAGE, MTMD_INPUT_CHUNK_TYPE_TEXT
 
 log = logging.getLogger("llama_cpp.mtmd")
 
-CHUNK_TEXT = 0
-CHUNK_IMAGE = 1
-CHUNK_AUDIO = 2
-_CHUNK_NAMES = {CHUNK_TEXT: "text", CHUNK_IMAGE: "image", CHUNK_AUDIO: "audio"}
+_CHUNK_NAMES = {MTMD_INPUT_CHUNK_TYPE_TEXT: "text", MTMD_INPUT_CHUNK_TYPE_IMAGE: "image",
+                MTMD_INPUT_CHUNK_TYPE_AUDIO: "audio"}
 
-POOLING_NAMES = {"mean": 1, "cls": 2, "last": 3}
+POOLING_NAMES = {"mean": LLAMA_POOLING_TYPE_MEAN, "cls": LLAMA_POOLING_TYPE_CLS, "last": LLAMA_POOLING_TYPE_LAST}
 _POOLING_BY_ID = {v: k for k, v in POOLING_NAMES.items()}
 
 # mtmd_tokenize / mtmd_tokenize_from_parts return codes
@@ -223,7 +223,7 @@ class Chunk:
 
     @property
     def is_media(self) -> bool:
-        return self.type != CHUNK_TEXT
+        return self.type != MTMD_INPUT_CHUNK_TYPE_TEXT
 
 
 class Chunks(_Owned):
@@ -250,7 +250,7 @@ class Chunks(_Owned):
             ch = M.mtmd_input_chunks_get(p, i)
             kind = int(M.mtmd_input_chunk_get_type(ch))
             tokens = None
-            if kind == CHUNK_TEXT:
+            if kind == MTMD_INPUT_CHUNK_TYPE_TEXT:
                 n = ctypes.c_size_t(0)
                 tp = M.mtmd_input_chunk_get_tokens_text(ch, ctypes.byref(n))
                 tokens = (np.ctypeslib.as_array(tp, shape=(n.value,)).astype(np.int32, copy=True)
@@ -583,9 +583,9 @@ class MTMDContext(_Owned):
         Text chunks always have one column.
         """
         n = chunk.n_tokens
-        if chunk.type == CHUNK_TEXT or not self.use_mrope:
+        if chunk.type == MTMD_INPUT_CHUNK_TYPE_TEXT or not self.use_mrope:
             return (n_past + np.arange(n, dtype=np.int32))[:, None]
-        if chunk.type == CHUNK_AUDIO:
+        if chunk.type == MTMD_INPUT_CHUNK_TYPE_AUDIO:
             return np.repeat((n_past + np.arange(n, dtype=np.int32))[:, None], 4, axis=1)
         M = self._M
         img = M.mtmd_input_chunk_get_tokens_image(chunk.ptr)

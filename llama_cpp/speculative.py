@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
+from .llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 log = logging.getLogger("llama_cpp.speculative")
 
@@ -52,8 +53,6 @@ log = logging.getLogger("llama_cpp.speculative")
 #: batch costs more than a draft can plausibly win back).
 DRAFT_N_MAX_LIMIT = 64
 
-LLAMA_CONTEXT_TYPE_MTP = 1
-LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY = 1
 _NEXTN_SYMBOLS = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn", "llama_get_embeddings_nextn_ith")
 _INHERITED_PARAMS = ("n_threads", "n_threads_batch", "flash_attn_type", "type_k", "type_v", "offload_kqv",
                      "op_offload", "kv_unified", "no_perf")
