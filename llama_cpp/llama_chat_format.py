@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jinja2
@@ -129,15 +129,6 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def message_text(content: Any) -> str:
-    """The text of a message's content (string, or the text parts of a list)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-
-
 # --------------------------------------------------------------------------------------------
 # named formats
 # --------------------------------------------------------------------------------------------
@@ -212,18 +203,3 @@ def get_chat_formatter(name: str, *, bos_token: str = "", eos_token: str = "") -
     template, stop, emits_bos = _FORMATS[key]
     return Jinja2ChatFormatter(template, eos_token=eos_token, bos_token=bos_token, stop=stop,
                                added_special=emits_bos)
-
-
-def guess_chat_format(template: str | None) -> str | None:
-    """The named format whose markers a GGUF template uses (for logs and fallbacks)."""
-    if not template:
-        return None
-    markers = [("<|im_start|>", "chatml"), ("<start_of_turn>", "gemma"), ("<|start_header_id|>", "llama-3"),
-               ("<<SYS>>", "llama-2"), ("[INST]", "mistral-instruct"), ("<|assistant|>", "phi-3")]
-    for marker, name in markers:
-        if marker in template:
-            return name
-    return None
-
-
-ChatHandler = Callable[..., Any]
