@@ -411,17 +411,16 @@ class Llama:
     def _token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
                       grammar: LlamaSampler | None, want_logprobs: bool,
                       reuse_prefix: bool = True) -> Iterator[_gen.TokenRow]:
-        """Yield ``(token, logits_row_or_None)`` until EOG or ``max_tokens``; EOG is yielded last."""
+        """Evaluate the prompt now and return the ``(token, logits_row_or_None)`` source: tokens until
+        EOG (yielded last) or ``max_tokens``. Called from inside the generators that consume it."""
         self._need_ctx()
         model = self._model
         pick = _sampling.token_picker(model, chain, grammar, want_logprobs)
         if self._spec is not None:
-            yield from self._spec_token_stream(prompt_tokens, max_tokens, chain, pick, reuse_prefix)
-            return
+            return self._spec_token_stream(prompt_tokens, max_tokens, chain, pick, reuse_prefix)
         self._prepare(prompt_tokens, reuse_prefix)
         _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size)
-        yield from _gen.decode_loop(model, self._step, pick, len(self._input_ids), max_tokens,
-                                    self._input_ids.append)
+        return _gen.decode_loop(model, self._step, pick, len(self._input_ids), max_tokens, self._input_ids.append)
 
     def _spec_token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
                            pick: _sampling.Pick, reuse_prefix: bool) -> Iterator[_gen.TokenRow]:
