@@ -38,6 +38,9 @@ from ._errors import (
 )
 from .llama_cpp import (
     LLAMA_CONTEXT_TYPE_MTP,
+    LLAMA_FLASH_ATTN_TYPE_AUTO,
+    LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    LLAMA_FLASH_ATTN_TYPE_ENABLED,
     LLAMA_LOAD_MODE_MLOCK,
     LLAMA_LOAD_MODE_MMAP,
     LLAMA_LOAD_MODE_MMAP_MLOCK,
@@ -234,6 +237,15 @@ def load_mode_from_flags(use_mmap: bool, use_mlock: bool) -> int:
     if use_mlock:
         return LLAMA_LOAD_MODE_MLOCK
     return LLAMA_LOAD_MODE_NONE
+
+
+def flash_attn_type(flash_attn: bool | int | None) -> int:
+    """``enum llama_flash_attn_type`` from llama-cpp-python's ``flash_attn`` (None: auto, a bool, or the enum)."""
+    if flash_attn is None:
+        return LLAMA_FLASH_ATTN_TYPE_AUTO
+    if isinstance(flash_attn, bool):
+        return LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else LLAMA_FLASH_ATTN_TYPE_DISABLED
+    return int(flash_attn)
 
 
 class LlamaModel(_Owned):

@@ -23,10 +23,9 @@ from . import llama_chat_format as _chat
 from . import llama_types as T
 from . import speculative as _spec
 from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError
-from ._internals import LlamaBatch, LlamaContext, LlamaLoraAdapter, LlamaModel, LlamaSampler
+from ._internals import LlamaBatch, LlamaContext, LlamaLoraAdapter, LlamaModel, LlamaSampler, flash_attn_type
 from .llama_cpp import (
     LLAMA_DEFAULT_SEED,
-    LLAMA_FLASH_ATTN_TYPE_AUTO,
     LLAMA_POOLING_TYPE_NONE,
     LLAMA_POOLING_TYPE_UNSPECIFIED,
     LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
@@ -193,12 +192,7 @@ class Llama:
                       type_v: int | None, lora_path: str | None, lora_scale: float,
                       n_rs_seq: int | None = None) -> None:
         if not vocab_only:
-            if flash_attn is None:
-                fa = LLAMA_FLASH_ATTN_TYPE_AUTO
-            elif isinstance(flash_attn, bool):
-                fa = 1 if flash_attn else 0
-            else:
-                fa = int(flash_attn)
+            fa = flash_attn_type(flash_attn)
             if n_seq_max is None:
                 n_seq_max = 16 if embedding else 1
             if kv_unified is None and n_seq_max > 1:

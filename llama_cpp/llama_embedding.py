@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from ._errors import ContextOverflowError, LlamaError, TokenizationError
-from ._internals import LlamaBatch, LlamaContext, LlamaModel, float_view
+from ._internals import LlamaBatch, LlamaContext, LlamaModel, flash_attn_type, float_view
 from ._normalize import normalize_embeddings
 from .llama_cpp import (
+    LLAMA_ATTENTION_TYPE_UNSPECIFIED,
     LLAMA_POOLING_TYPE_CLS,
     LLAMA_POOLING_TYPE_LAST,
     LLAMA_POOLING_TYPE_MEAN,
@@ -174,7 +175,7 @@ class LlamaEmbedding:
                  n_threads: int | None = None, n_threads_batch: int | None = None, n_gpu_layers: int = 0,
                  main_gpu: int = 0, use_mmap: bool = True, use_mlock: bool = False,
                  kv_overrides: dict[str, Any] | None = None, flash_attn: bool | None = False,
-                 attention_type: int = -1, progress_callback: Callable[[float], Any] | None = None,
+                 attention_type: int = LLAMA_ATTENTION_TYPE_UNSPECIFIED, progress_callback: Callable[[float], Any] | None = None,
                  pack_tokens: int | None = None, mmproj_path: str | os.PathLike[str] | None = None,
                  verbose: bool = False) -> None:
         self.pack_tokens = pack_tokens
@@ -203,7 +204,7 @@ class LlamaEmbedding:
             while n_batch % n_seq_max:  # mean pooling needs n_ubatch to be a multiple of it
                 n_seq_max -= 1
             cpu = os.cpu_count() or 1
-            fa = -1 if flash_attn is None else (1 if flash_attn else 0)
+            fa = flash_attn_type(flash_attn)
             self._ctx = LlamaContext(
                 self._model, n_ctx=int(n_ctx), n_batch=n_batch, n_ubatch=n_batch, n_seq_max=int(n_seq_max),
                 n_threads=n_threads or cpu, n_threads_batch=n_threads_batch or n_threads or cpu,
