@@ -611,17 +611,11 @@ class Llama:
     def _chat_formatter(self) -> _chat.Jinja2ChatFormatter:
         if self._formatter is None:
             m = self._need_model()
-            bos = m.token_text(m.token_bos()) if m.token_bos() >= 0 else ""
-            eos = m.token_text(m.token_eos()) if m.token_eos() >= 0 else ""
-            if self.chat_format is not None:
-                self._formatter = _chat.get_chat_formatter(self.chat_format, bos_token=bos, eos_token=eos)
-            else:
-                template = m.chat_template()
-                if template:
-                    self._formatter = _chat.Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)
-                else:
-                    log.info("the model has no chat template; using the llama-2 chat format")
-                    self._formatter = _chat.get_chat_formatter("llama-2", bos_token=bos, eos_token=eos)
+            fmt = _chat.model_chat_formatter(m, chat_format=self.chat_format)
+            if fmt is None:
+                log.info("the model has no chat template; using the llama-2 chat format")
+                fmt = _chat.model_chat_formatter(m, chat_format="llama-2")
+            self._formatter = fmt
         return self._formatter
 
     def create_chat_completion(

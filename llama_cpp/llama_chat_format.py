@@ -203,3 +203,18 @@ def get_chat_formatter(name: str, *, bos_token: str = "", eos_token: str = "") -
     template, stop, emits_bos = _FORMATS[key]
     return Jinja2ChatFormatter(template, eos_token=eos_token, bos_token=bos_token, stop=stop,
                                added_special=emits_bos)
+
+
+def model_chat_formatter(model: Any, *, chat_format: str | None = None,
+                         template: str | None = None) -> Jinja2ChatFormatter | None:
+    """The formatter for a loaded model (a :class:`~llama_cpp._internals.LlamaModel`): the named
+    ``chat_format``, else ``template``, else the model's own template; None when it has none.
+    BOS/EOS are the model's token texts."""
+    bos = model.token_text(model.token_bos()) if model.token_bos() >= 0 else ""
+    eos = model.token_text(model.token_eos()) if model.token_eos() >= 0 else ""
+    if chat_format is not None:
+        return get_chat_formatter(chat_format, bos_token=bos, eos_token=eos)
+    template = template or model.chat_template()
+    if not template:
+        return None
+    return Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)

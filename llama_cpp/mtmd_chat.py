@@ -446,7 +446,9 @@ class MultimodalChat(MultimodalChatEngine):
                 self._mtp = MultimodalMTPDecoder(text_model, params, self.speculative)
             else:
                 self._ctx = LlamaContext(text_model, **params)
-            formatter = _formatter(text_model, chat_template, chat_format)
+            formatter = _chat.model_chat_formatter(text_model, chat_format=chat_format, template=chat_template)
+            if formatter is None:
+                raise MultimodalError("the model has no chat template: pass chat_template=... or chat_format=...")
         except BaseException:
             self.close()
             raise
@@ -465,17 +467,6 @@ class MultimodalChat(MultimodalChatEngine):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _formatter(model: LlamaModel, template: str | None, fmt: str | None) -> _chat.Jinja2ChatFormatter:
-    bos = model.token_text(model.token_bos()) if model.token_bos() >= 0 else ""
-    eos = model.token_text(model.token_eos()) if model.token_eos() >= 0 else ""
-    if fmt is not None:
-        return _chat.get_chat_formatter(fmt, bos_token=bos, eos_token=eos)
-    template = template or model.chat_template()
-    if not template:
-        raise MultimodalError("the model has no chat template: pass chat_template=... or chat_format=...")
-    return _chat.Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)
 
 
 class MTMDChatHandler:
