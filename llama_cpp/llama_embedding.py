@@ -170,12 +170,13 @@ class LlamaEmbedding:
     llama.cpp's auto).
     """
 
-    def __init__(self, model_path: str | os.PathLike[str], *, pooling_type: int | str | None = LLAMA_POOLING_TYPE_UNSPECIFIED,
-                 n_batch: int = 2048, n_ctx: int | None = None, n_seq_max: int | None = None,
+    def __init__(self, model_path: str | os.PathLike[str], *,
+                 pooling_type: int | str | None = LLAMA_POOLING_TYPE_UNSPECIFIED, n_batch: int = 2048, n_ctx: int | None = None, n_seq_max: int | None = None,
                  n_threads: int | None = None, n_threads_batch: int | None = None, n_gpu_layers: int = 0,
                  main_gpu: int = 0, use_mmap: bool = True, use_mlock: bool = False,
                  kv_overrides: dict[str, Any] | None = None, flash_attn: bool | None = False,
-                 attention_type: int = LLAMA_ATTENTION_TYPE_UNSPECIFIED, progress_callback: Callable[[float], Any] | None = None,
+                 attention_type: int = LLAMA_ATTENTION_TYPE_UNSPECIFIED,
+                 progress_callback: Callable[[float], Any] | None = None,
                  pack_tokens: int | None = None, mmproj_path: str | os.PathLike[str] | None = None,
                  verbose: bool = False) -> None:
         self.pack_tokens = pack_tokens
