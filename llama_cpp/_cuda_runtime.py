@@ -10,7 +10,7 @@ runtime wheels, which install into site-packages in one of two layouts:
 The dynamic loader searches neither, so before the CUDA backend is loaded :func:`preload` opens
 each library with ``RTLD_GLOBAL`` in dependency order; the backend's NEEDED entries then resolve
 to the already-loaded objects by SONAME. The driver (``libcuda.so.1``) comes with the GPU's
-kernel module, never from a wheel: :func:`driver_status` says whether it can be loaded.
+kernel module, never from a wheel.
 
 Nothing here runs at import time.
 """
@@ -29,11 +29,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._loader import ENV_LIB_PATH
+
 log = logging.getLogger(__name__)
 
-ENV_LIB_PATH = "LLAMA_CPP_LIB_PATH"
-DRIVER_SONAME = "libcuda.so.1"
-DRIVER_MISSING = f"{DRIVER_SONAME} not found (NVIDIA driver not installed)"
 
 # Libraries in load order (a library only needs the ones before it) and where each CUDA
 # major's wheels put them, with the wheel to install when one is missing.
@@ -89,20 +88,6 @@ class PreloadReport:
         if self.ok:
             return f"CUDA {self.major} runtime: " + ", ".join(f"{k} ({v})" for k, v in self.loaded.items())
         return "; ".join(f"{k}: {v}" for k, v in self.missing.items())
-
-
-@dataclass(frozen=True)
-class DriverStatus:
-    available: bool
-    reason: str = ""  # why not, when not available
-    cuda_version: tuple[int, int] | None = None  # what the driver supports (cuDriverGetVersion)
-
-    def message(self) -> str:
-        if not self.available:
-            return self.reason
-        if self.cuda_version:
-            return f"NVIDIA driver supports CUDA {self.cuda_version[0]}.{self.cuda_version[1]}"
-        return "NVIDIA driver found"
 
 
 def site_dirs(extra: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
@@ -190,33 +175,6 @@ def preload(major: int | None = None, *, backend: str | os.PathLike[str] | None 
     else:
         log.warning("CUDA runtime incomplete: %s", report.message())
     return report
-
-
-def driver_status() -> DriverStatus:
-    """Whether ``libcuda.so.1`` (the NVIDIA driver's user-space library) can be loaded, and its CUDA version."""
-    try:
-        lib = _dlopen(DRIVER_SONAME, os.RTLD_NOW)
-    except OSError:
-        return DriverStatus(False, DRIVER_MISSING)
-    version = ctypes.c_int(0)
-    try:
-        rc = lib.cuDriverGetVersion(ctypes.byref(version))
-    except AttributeError:
-        return DriverStatus(False, f"{DRIVER_SONAME} has no cuDriverGetVersion: not an NVIDIA driver library")
-    if rc != 0 or version.value <= 0:
-        return DriverStatus(False, f"{DRIVER_SONAME} loaded but cuDriverGetVersion failed (error {rc})")
-    return DriverStatus(True, "", (version.value // 1000, (version.value % 1000) // 10))
-
-
-def driver_supports(status: DriverStatus, major: int) -> tuple[bool, str]:
-    """Whether the driver can run a CUDA ``major`` runtime; the reason when it cannot."""
-    if not status.available:
-        return False, status.reason
-    if status.cuda_version is not None and status.cuda_version[0] < major:
-        v = status.cuda_version
-        return False, (f"the NVIDIA driver supports CUDA {v[0]}.{v[1]}, this wheel needs CUDA {major}: "
-                       "update the driver or install the CUDA 12 wheel")
-    return True, ""
 
 
 # ---------------------------------------------------------------------------- NEEDED of a backend

@@ -451,26 +451,6 @@ def test_site_dirs_finds_nvidia_namespaces(tmp_path, monkeypatch):
     assert dirs.count(Path(tmp_path / "a")) == 1
 
 
-def test_driver_status(monkeypatch):
-    def missing(path, mode):
-        raise OSError("libcuda.so.1: cannot open shared object file")
-
-    monkeypatch.setattr(_cuda_runtime, "_dlopen", missing)
-    st = _cuda_runtime.driver_status()
-    assert not st.available and st.message() == "libcuda.so.1 not found (NVIDIA driver not installed)"
-
-    class FakeDriver:
-        def cuDriverGetVersion(self, ptr):
-            ptr._obj.value = 12040
-            return 0
-
-    monkeypatch.setattr(_cuda_runtime, "_dlopen", lambda path, mode: FakeDriver())
-    st = _cuda_runtime.driver_status()
-    assert st.available and st.cuda_version == (12, 4)
-    ok, why = _cuda_runtime.driver_supports(st, 13)
-    assert not ok and "supports CUDA 12.4" in why and _cuda_runtime.driver_supports(st, 12) == (True, "")
-
-
 # ---------------------------------------------------------------------------- the GPU smoke helpers
 
 def test_gpu_smoke_comparisons():
