@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._errors import DecodeError
 from ._internals import LlamaBatch, LlamaContext, LlamaModel
 from ._sampling import Pick
+
+if TYPE_CHECKING:
+    from .speculative import MTPDecoder
 
 #: what a token source yields: the token and a copy of its logits row (None unless asked for)
 TokenRow = tuple[int, "np.ndarray | None"]
@@ -112,7 +115,7 @@ def decode_loop(model: LlamaModel, step: TokenStep, pick: Pick, n_past: int, max
             decoded(tok)
 
 
-def speculative_loop(decoder: Any, pick: Pick, max_tokens: int) -> Iterator[TokenRow]:
+def speculative_loop(decoder: MTPDecoder, pick: Pick, max_tokens: int) -> Iterator[TokenRow]:
     """:func:`decode_loop` through a prefilled MTP decoder: the same tokens, several per target decode."""
     rows: collections.deque[np.ndarray | None] = collections.deque()
 
