@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
         model = minilm_gguf()
     else:
-        from tests.fixtures import fixture_path
+        from build_tools.fixtures import fixture_path
 
         model = fixture_path("embedding_model", pooling="mean")
     from llama_cpp import LlamaEmbedding

@@ -47,7 +47,7 @@ def default_model(gemma: bool) -> Path:
         from tests.runtime.realmodels import gemma_path
 
         return gemma_path()
-    from tests.fixtures import fixture_path
+    from build_tools.fixtures import fixture_path
 
     return fixture_path("llama_spm")
 

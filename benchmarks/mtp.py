@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
         tools = native.build_reference_tools(nb, plan)
     if not args.no_fixtures:
-        from tests.fixtures import fixture_path
+        from build_tools.fixtures import fixture_path
 
         for form in ("echo", "noisy", "random"):
             bench(f"fixture qwen35_mtp form={form}", fixture_path("qwen35_mtp", form=form), args, tools)

@@ -27,3 +27,15 @@ class NativeBuildError(BuildToolsError):
 
 class ManifestError(BuildToolsError):
     """A native manifest is missing, malformed, or disagrees with the files on disk."""
+
+
+class SmokeError(BuildToolsError):
+    """A smoke run could not complete (venv, install, download); a wheel that fails the workload is a result."""
+
+    exit_code = 1
+
+
+class SmokeInputError(SmokeError):
+    """The smoke step was given something it cannot use: an unknown stage, an unreadable report, a bad bundle."""
+
+    exit_code = 2

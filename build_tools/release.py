@@ -165,8 +165,9 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
             smoke_cache: bool = True, jobs: int | None = None, twine: bool = True,
             force_wheels: bool = False, repo: Path = REPO_ROOT) -> ReleaseSummary:
     """Run the whole chain for ``configs``; publish only if every configuration passed both gates."""
-    from . import interpreters, publish, smoke
+    from . import interpreters, publish
     from .lock import load_lock
+    from .stages import smoke
     from .vendor import vendor
 
     started = time.monotonic()
@@ -197,7 +198,7 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
             t = time.monotonic()
             if models is None:
                 models = smoke.fixture_models()
-            srep = smoke.smoke(wr.wheels, interps, models, jobs=jobs, strict=strict, use_cache=smoke_cache)
+            srep = smoke.run(wr.wheels, interps, models, jobs=jobs, strict=strict, use_cache=smoke_cache)
             smoke.save_report(srep, out_dir)
             cs.smoke_table = srep.render()
             n_cached = sum(r.cached for r in srep.results)

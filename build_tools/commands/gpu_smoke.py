@@ -6,9 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import gpu_smoke
 from ..configs import load_matrix
 from ..errors import BuildToolsError
+from ..stages import smoke
+from ..stages.smoke.bundle import add_run_arguments
 from ._common import path_arg
 
 HELP = __doc__
@@ -28,12 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="leave NVIDIA's runtime wheels out (the GPU machine's site-packages has them)")
     prep.add_argument("--models-from", type=path_arg, default=None,
                       help="copy the models from an earlier bundle's models/ instead of generating them")
-    run = sub.add_parser("run", help="install the bundled wheel in a fresh venv and run the GPU checks")
-    run.add_argument("bundle", type=path_arg)
-    run.add_argument("--python", default=None, help="interpreter for the venv (default: this one)")
-    run.add_argument("--out", type=path_arg, default=None, help="write the JSON report here")
-    run.add_argument("--allow-cpu", action="store_true",
-                     help="do not require a GPU (runs the GPU side on the CPU: checks the bundle itself)")
+    add_run_arguments(sub.add_parser("run", help="install the bundled wheel in a fresh venv and run the GPU checks"))
 
 
 def _wheels(args: argparse.Namespace, local: str | None) -> list[Path]:
@@ -47,19 +43,16 @@ def _wheels(args: argparse.Namespace, local: str | None) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.mode == "prepare":
-            config = load_matrix().get(args.config)
-            if config.backend != "cuda":
-                raise BuildToolsError(f"{config.name} is not a CUDA configuration")
-            pythons = args.python or [f"{sys.version_info.major}.{sys.version_info.minor}"]
-            meta = gpu_smoke.prepare(args.out, _wheels(args, config.local_version), config=config.name,
-                                     pythons=pythons, nvidia_wheels=not args.no_nvidia_wheels,
-                                     models_from=args.models_from)
-            size = sum((args.out / rel).stat().st_size for rel in meta["files"])
-            print(f"GPU smoke bundle: {args.out} ({len(meta['files'])} files, {size / 1e6:.1f} MB)")
-            print(f"  on the GPU machine: sh {args.out / 'run.sh'}")
-            return 0
-        return gpu_smoke.run(args.bundle, python=args.python, out=args.out, allow_cpu=args.allow_cpu)
-    except gpu_smoke.GpuSmokeError as exc:
-        raise BuildToolsError(str(exc)) from None
+    if args.mode == "prepare":
+        config = load_matrix().get(args.config)
+        if config.backend != "cuda":
+            raise BuildToolsError(f"{config.name} is not a CUDA configuration")
+        pythons = args.python or [f"{sys.version_info.major}.{sys.version_info.minor}"]
+        meta = smoke.prepare_bundle(args.out, _wheels(args, config.local_version), config=config.name,
+                                    pythons=pythons, nvidia_wheels=not args.no_nvidia_wheels,
+                                    models_from=args.models_from)
+        size = sum((args.out / rel).stat().st_size for rel in meta["files"])
+        print(f"GPU smoke bundle: {args.out} ({len(meta['files'])} files, {size / 1e6:.1f} MB)")
+        print(f"  on the GPU machine: sh {args.out / 'run.sh'}")
+        return 0
+    return smoke.run_bundle(args.bundle, python=args.python, out=args.out, allow_cpu=args.allow_cpu)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .. import interpreters, publish, release, smoke
+from .. import interpreters, publish, release
+from ..stages import smoke
 from ..validate import load_report
 from ..wheels import load_record
 from ._common import path_arg, resolve_configs
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         if args.merge_reports:
             report = smoke.merge_reports(args.merge_reports, wheels, strict=args.strict)
         else:
-            report = smoke.smoke(wheels, interps, models, stages=stages, jobs=args.jobs, timeout=args.timeout,
+            report = smoke.run(wheels, interps, models, stages=stages, jobs=args.jobs, timeout=args.timeout,
                                  strict=args.strict, use_cache=not args.no_cache, require_gpu=args.require_gpu)
         smoke.save_report(report, out_dir)
         print(report.render())

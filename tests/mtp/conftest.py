@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures import fixture_path
+from build_tools.fixtures import fixture_path
 
 from .util import FORMS
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from build_tools.fixtures import fixture_path
 from llama_cpp import ClosedError, SpeculativeError
 from llama_cpp.speculative import (
     DRAFT_N_MAX_LIMIT,
@@ -14,7 +15,6 @@ from llama_cpp.speculative import (
     gguf_nextn_layers,
     load_mtp_model,
 )
-from tests.fixtures import fixture_path
 
 from .util import CTX, greedy_sampler, make_decoder
 

@@ -6,9 +6,9 @@ import inspect
 
 import pytest
 
+from build_tools.fixtures import fixture_path
 from llama_cpp import SpeculativeError
 from llama_cpp.speculative import SpecConfig, SpeculativeStats
-from tests.fixtures import fixture_path
 
 from .util import PROMPTS
 

@@ -92,8 +92,8 @@ def test_noisy_per_position_rates_non_increasing_on_average(mtp_models):
 
 def test_acceptance_falls_with_noise():
     """The noisy head's acceptance drops as its noise grows (the construction's knob)."""
+    from build_tools.fixtures import fixture_path
     from llama_cpp.speculative import load_mtp_model
-    from tests.fixtures import fixture_path
 
     rates = []
     for noise in (0.0, 0.02, 0.1):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures import fixture_path, png_bytes
+from build_tools.fixtures import fixture_path, png_bytes
 
 
 @pytest.fixture(scope="session")

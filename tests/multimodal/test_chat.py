@@ -8,11 +8,11 @@ import ctypes
 import numpy as np
 import pytest
 
+from build_tools.fixtures import fixture_path
 from llama_cpp import MultimodalError
 from llama_cpp.mtmd import MarkerPrompt, MTMDContext
 from llama_cpp.mtmd_chat import MTMDChatHandler, MultimodalChat, eval_chunks, image_from_url
 from llama_cpp.speculative import SpecConfig
-from tests.fixtures import fixture_path
 
 
 def _msgs(img_bytes: bytes, text: str = "what is in the picture?") -> list[dict]:

@@ -8,9 +8,9 @@ import wave
 import numpy as np
 import pytest
 
+from build_tools.fixtures import AUDIO_TOKENS, VISION_TOKENS, png_bytes
 from llama_cpp import ClosedError, ContextOverflowError, MultimodalError
 from llama_cpp.mtmd import Audio, Image, MarkerPrompt, MTMDContext, MTMDEmbeddingHandler, normalize_rows
-from tests.fixtures import AUDIO_TOKENS, VISION_TOKENS, png_bytes
 
 
 def _reference(model_path, mmproj_path, item, *, pooling_ctx: int = 0, add_special: bool = True) -> np.ndarray:

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import publish, release, smoke, validate, wheels
+from build_tools import publish, release, validate, wheels
 from build_tools.interpreters import Interpreter
+from build_tools.stages import smoke
+from build_tools.stages.smoke import runner
 
 
 def _passing_smoke(ws) -> smoke.SmokeReport:
@@ -181,7 +183,7 @@ def test_pip_installs_from_the_served_index(cleared, tmp_path, served, smoke_int
     subprocess.run([str(smoke_interpreter.path), "-m", "venv", str(venv)], check=True, timeout=180, env=env)
     py = venv / "bin" / "python"
     wheel = next(w for w in ws if w.python_tag == smoke_interpreter.tag)
-    deps = smoke.dependency_wheelhouse(py, smoke_interpreter, smoke._requires(wheel.path), timeout=300)
+    deps = runner.dependency_wheelhouse(py, smoke_interpreter, runner.requires_dist(wheel.path), timeout=300)
     proc = subprocess.run(
         [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--index-url",
          f"{base}/whl/{variant}/", "--find-links", str(deps), "llama-cpp-python"],

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from build_tools import release, smoke
+from build_tools import release
+from build_tools.stages.smoke import runner
 
 from .test_smoke import _mtp_ready
 
 
 def test_failed_smoke_publishes_nothing(built, config, repo, smoke_interpreter, tmp_path, monkeypatch):
     def failing(w, i, models, **kw):
-        return smoke.SmokeResult(w.filename, w.sha256, i.version, "fail", "import: injected failure")
+        return runner.SmokeResult(w.filename, w.sha256, i.version, "fail", "import: injected failure")
 
-    monkeypatch.setattr(smoke, "run_cell", failing)
+    monkeypatch.setattr(runner, "run_cell", failing)
     dist_base = built.wheels[0].path.parent.parent  # the session's wheels: reused by content key
     summary = release.release([config], out=tmp_path / "index", dist_base=dist_base,
                               python_versions=[smoke_interpreter.version], smoke_cache=False, twine=False,

@@ -1,0 +1,1 @@
+"""The release pipeline stages, in order: vendor → native → wheels → validate → smoke → publish."""

@@ -1,0 +1,247 @@
+"""Install a wheel into a fresh venv per interpreter and run the smoke workload in it.
+
+Per (wheel, interpreter) cell: ``python -m venv``, ``pip install --no-index --find-links
+<wheelhouse>`` of exactly that wheel file (its dependencies come from a per-interpreter
+wheelhouse in the cache, downloaded once with ``pip download --only-binary :all:``, so later
+runs are offline), then ``python -I workload.py`` from an empty directory with every
+``LLAMA_CPP_*`` variable removed (the loader must find the wheel's own libraries). Cells run
+in parallel; a passing cell's result is cached by (wheel sha256, interpreter, workload, stages,
+models) so an unchanged re-run costs nothing. :func:`install_and_run` is the part a GPU bundle
+runs too (see :mod:`.bundle`).
+
+Standard library only at import (``BuiltWheel`` is a type here): a GPU bundle carries this
+package to a machine without the release tool's dependencies.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import zipfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...errors import SmokeError, SmokeInputError
+from ...fsutil import write_json_atomic
+from ...hashing import sha256_file, sha256_json
+from ...interpreters import Interpreter
+from ...paths import cache_root
+from . import workload
+from .models import SmokeModels
+from .report import SmokeReport, SmokeResult
+
+if TYPE_CHECKING:
+    from ...wheels import BuiltWheel
+
+log = logging.getLogger(__name__)
+
+WORKLOAD = Path(workload.__file__)
+STAGES = workload.RELEASE_STAGES
+# The venv's python -> folders holding the wheel's dependency wheels.
+FindLinks = Callable[[Path], Sequence[Path]]
+_wheelhouse_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def compatible(wheel: BuiltWheel, interp: Interpreter) -> bool:
+    return wheel.python_tag in ("py3", interp.tag)
+
+
+def requires_dist(wheel: Path) -> list[str]:
+    """The wheel's ``Requires-Dist`` requirements, extras excluded."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
+        if name is None:
+            raise SmokeInputError(f"{wheel}: no .dist-info/METADATA")
+        meta = email.parser.Parser().parsestr(zf.read(name).decode("utf-8", "replace"))
+    return [r for r in meta.get_all("Requires-Dist") or [] if "extra ==" not in r]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LLAMA_CPP_", "PYTHON", "VIRTUAL_ENV", "CONDA"))}
+    env.update({"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+    return env
+
+
+def _tail(proc: subprocess.CompletedProcess[str]) -> str:
+    return (proc.stdout + proc.stderr).strip()[-1500:]
+
+
+def _run(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, env=_env(), cwd=cwd,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise SmokeError(f"{what} timed out after {timeout:.0f} s") from None
+
+
+def run_checked(cmd: Sequence[str], what: str, timeout: float) -> None:
+    """Run ``cmd`` (clean environment); a non-zero exit raises :class:`SmokeError` with the output's tail."""
+    proc = _run(cmd, what, timeout)
+    if proc.returncode != 0:
+        raise SmokeError(f"{what} failed (exit {proc.returncode}): {_tail(proc)}")
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def dependency_wheelhouse(python: Path, interp: Interpreter, reqs: Sequence[str], timeout: float) -> Path:
+    """A cached folder of binary wheels satisfying ``reqs`` for ``interp`` (downloaded once, then offline)."""
+    house = cache_root() / "smoke" / "wheelhouse" / f"{interp.tag}-{interp.full_version}"
+    stamp = house / f".complete-{sha256_json(sorted(reqs))[:16]}"
+    with _locks_guard:
+        lock = _wheelhouse_locks.setdefault(str(house), threading.Lock())
+    with lock:
+        if not stamp.exists():
+            house.mkdir(parents=True, exist_ok=True)
+            log.info("[smoke] downloading %s for Python %s into %s", ", ".join(reqs), interp.version, house)
+            run_checked([str(python), "-m", "pip", "download", "-q", "--only-binary", ":all:", "--dest",
+                         str(house), *reqs], f"pip download for Python {interp.version} (needs the package index once)", timeout)
+            stamp.write_text(json.dumps(sorted(reqs)))
+    return house
+
+
+def install_and_run(python: Path, wheel: Path, models: SmokeModels, *, stages: Sequence[str],
+                    find_links: FindLinks, version: str, flags: Sequence[str] = (),
+                    system_site_packages: bool = False, timeout: float = 600.0) -> dict[str, Any]:
+    """Install ``wheel`` into a fresh venv of ``python`` and run the workload there, from an empty folder.
+
+    Returns the workload's report (its ``stages``, plus ``timings``); raises :class:`SmokeError`
+    when a step before the workload's verdict fails.
+    """
+    timings: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="smoke-") as tmp_s:
+        tmp = Path(tmp_s)
+        venv, workdir = tmp / "venv", tmp / "empty"
+        workdir.mkdir()
+        t = time.monotonic()
+        run_checked([str(python), "-m", "venv", *(["--system-site-packages"] if system_site_packages else []),
+                     str(venv)], "python -m venv", timeout)
+        py = _venv_python(venv)
+        links = [arg for d in find_links(py) for arg in ("--find-links", str(d))]
+        run_checked([str(py), "-m", "pip", "install", "-q", "--no-index", *links, str(wheel)],
+                    f"pip install --no-index {wheel.name}", timeout)
+        timings["install"] = time.monotonic() - t
+        script, out = tmp / "workload.py", tmp / "result.json"
+        shutil.copyfile(WORKLOAD, script)
+        t = time.monotonic()
+        proc = _run([str(py), "-I", str(script), "--out", str(out), "--stages", ",".join(stages),
+                     "--version", version, *models.workload_args(), *flags], "the workload", timeout, cwd=workdir)
+        timings["workload"] = time.monotonic() - t
+        if not out.is_file():
+            raise SmokeError(f"the workload crashed (exit {proc.returncode}): {_tail(proc)}")
+        report = json.loads(out.read_text(encoding="utf-8"))
+    report["timings"] = {k: round(v, 2) for k, v in timings.items()}
+    return report
+
+
+def failed_stages(report: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in report.get("stages", {}).items() if v.get("status") != "pass"}
+
+
+def run_cell(wheel: BuiltWheel, interp: Interpreter, models: SmokeModels, *, stages: Sequence[str],
+             timeout: float = 600.0, require_gpu: bool = False) -> SmokeResult:
+    """One wheel on one interpreter, in a fresh venv; failures are results, not exceptions."""
+    started = time.monotonic()
+    res = SmokeResult(wheel.filename, wheel.sha256, interp.version, "fail")
+    assert interp.path is not None
+    try:
+        if sha256_file(wheel.path) != wheel.sha256:
+            raise SmokeError(f"{wheel.path} changed since it was built (sha256 differs); rebuild the wheels")
+        reqs = requires_dist(wheel.path)
+
+        def find_links(py: Path) -> list[Path]:
+            return [dependency_wheelhouse(py, interp, reqs, timeout)] if reqs else []
+
+        report = install_and_run(interp.path, wheel.path, models, stages=stages, find_links=find_links,
+                                 version=wheel.version, flags=["--require-gpu"] if require_gpu else [],
+                                 timeout=timeout)
+        res.stages = report["stages"]
+        failed = failed_stages(report)
+        if failed:
+            res.reason = "; ".join(f"{k}: {v.get('detail')}" for k, v in failed.items())
+            if models.reason and set(failed) & set(workload.MODEL_ROLES):
+                res.reason += f" (models: {models.reason})"
+        else:
+            res.status = "pass"
+    except SmokeError as exc:
+        res.reason = str(exc)
+    res.seconds = round(time.monotonic() - started, 1)
+    return res
+
+
+def _cell_key(wheel: BuiltWheel, interp: Interpreter, stages: Sequence[str], models_digest: str,
+              require_gpu: bool) -> str:
+    return sha256_json({"wheel": wheel.sha256, "python": [str(interp.path), interp.full_version],
+                        "workload": sha256_file(WORKLOAD), "stages": list(stages), "models": models_digest,
+                        "gpu": require_gpu})
+
+
+def _no_interpreter(w: BuiltWheel) -> SmokeResult:
+    version = f"{w.python_tag[2]}.{w.python_tag[3:]}" if w.python_tag.startswith("cp") else "any"
+    return SmokeResult(w.filename, w.sha256, version, "skip", f"no interpreter for {w.python_tag} was requested")
+
+
+def _cached(key_file: Path) -> SmokeResult | None:
+    try:
+        cached = SmokeResult(**json.loads(key_file.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+    cached.cached = True
+    return cached
+
+
+def run(wheels: Sequence[BuiltWheel], interpreters: Sequence[Interpreter], models: SmokeModels, *,
+        stages: Sequence[str] = STAGES, jobs: int | None = None, timeout: float = 600.0,
+        strict: bool = False, use_cache: bool = True, require_gpu: bool = False) -> SmokeReport:
+    """Every compatible (wheel, interpreter) cell, in parallel; missing interpreters are skips."""
+    unknown = [s for s in stages if s not in workload.REGISTRY]
+    if unknown:
+        raise SmokeInputError(f"unknown smoke stage {unknown[0]!r}; choose from {list(workload.REGISTRY)}")
+    results: list[SmokeResult] = []
+    todo: list[tuple[BuiltWheel, Interpreter, Path]] = []
+    digest = models.digest()
+    cache = cache_root() / "smoke" / "results"
+    for w in wheels:
+        if not any(compatible(w, i) for i in interpreters):
+            results.append(_no_interpreter(w))
+            continue
+        for i in (i for i in interpreters if compatible(w, i)):
+            if not i.found:
+                results.append(SmokeResult(w.filename, w.sha256, i.version, "skip",
+                                           f"Python {i.version} {i.reason or 'not found'}"))
+                continue
+            key_file = cache / f"{_cell_key(w, i, stages, digest, require_gpu)}.json"
+            hit = _cached(key_file) if use_cache and key_file.is_file() else None
+            if hit is not None:
+                results.append(hit)
+            else:
+                todo.append((w, i, key_file))
+
+    def one(item: tuple[BuiltWheel, Interpreter, Path]) -> SmokeResult:
+        w, i, key_file = item
+        r = run_cell(w, i, models, stages=stages, timeout=timeout, require_gpu=require_gpu)
+        log.info("[smoke] %s on %s: %s %s (%.0f s)", w.filename, i.version, r.status, r.reason, r.seconds)
+        if r.status == "pass":  # a later run may reuse it (use_cache only controls reading)
+            write_json_atomic(key_file, asdict(r))
+        return r
+
+    if todo:
+        with ThreadPoolExecutor(max_workers=jobs or min(len(todo), max(2, (os.cpu_count() or 2)))) as pool:
+            results += list(pool.map(one, todo))
+    order = {w.filename: n for n, w in enumerate(wheels)}
+    vorder = {i.version: n for n, i in enumerate(interpreters)}
+    results.sort(key=lambda r: (order.get(r.wheel, 0), vorder.get(r.python, 0)))
+    return SmokeReport(results, list(interpreters), strict)

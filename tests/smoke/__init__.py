@@ -1,0 +1,1 @@
+"""The smoke stage without wheels: the workload registry, its comparisons, the GPU bundle files."""
