@@ -28,10 +28,10 @@ if str(REPO) not in sys.path:
 
 def native_tools() -> tuple[Path, dict[str, str]]:
     """The cpu-host build's tools dir (built on first use) and an environment to run them in."""
-    from build_tools import native
-    from build_tools.configs import load_matrix
-    from build_tools.lock import load_lock
-    from build_tools.vendor import current_tree
+    from build_tools.inputs.configs import load_matrix
+    from build_tools.inputs.lock import load_lock
+    from build_tools.stages.native import build as native
+    from build_tools.stages.vendor import current_tree
 
     lock = load_lock()
     plan = native.plan(load_matrix().get(os.environ.get("LLAMA_CPP_TEST_CONFIG", "cpu-host")), lock,

@@ -28,10 +28,10 @@ if str(REPO) not in sys.path:
 
 
 def _native():
-    from build_tools import native
-    from build_tools.configs import load_matrix
-    from build_tools.lock import load_lock
-    from build_tools.vendor import current_tree
+    from build_tools.inputs.configs import load_matrix
+    from build_tools.inputs.lock import load_lock
+    from build_tools.stages.native import build as native
+    from build_tools.stages.vendor import current_tree
 
     lock = load_lock()
     plan = native.plan(load_matrix().get(os.environ.get("LLAMA_CPP_TEST_CONFIG", "cpu-host")), lock,
@@ -78,7 +78,7 @@ def mtp_run(model, prompt: list[int], n_gen: int, ctx_params: dict, draft_n_max:
 
 
 def tool_run(tools: Path, path: Path, prompt: str, n_gen: int, dn: int, threads: int, ngl: int) -> str:
-    from build_tools.native import tool_env
+    from build_tools.stages.native.build import tool_env
 
     proc = subprocess.run([str(tools / "llama-speculative-simple"), "-m", str(path), "--spec-type", "draft-mtp",
                            "--spec-draft-n-max", str(dn), "--temp", "0", "-p", prompt, "-n", str(n_gen),
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(nb.lib_dir))
     tools = None
     if args.tool:
-        from build_tools import native
+        from build_tools.stages.native import build as native
 
         tools = native.build_reference_tools(nb, plan)
     if not args.no_fixtures:

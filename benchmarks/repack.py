@@ -18,8 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from build_tools import release, repair, wheels
-from build_tools.configs import load_matrix
+from build_tools import release
+from build_tools.inputs.configs import load_matrix
+from build_tools.stages.wheels import build as wheels
+from build_tools.stages.wheels import repair
 
 
 def ninja_library_seconds(build_dir: Path) -> tuple[float, float] | None:

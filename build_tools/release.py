@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import native
-from .configs import BuildConfig
+from .common.paths import REPO_ROOT
 from .errors import BuildToolsError
-from .lock import load_lock
-from .paths import REPO_ROOT
-from .wheels import BuiltWheel, WheelOptions
+from .inputs.configs import BuildConfig
+from .inputs.lock import load_lock
+from .stages.native import build as native
+from .stages.wheels.build import BuiltWheel, WheelOptions
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def dist_dir(config: BuildConfig, base: Path = DIST) -> Path:
 
 def native_build(config: BuildConfig, *, build: bool, jobs: int | None = None) -> native.NativeBuild:
     """The configuration's native build: reused from the cache, built if ``build``, else an error."""
-    from .vendor import current_tree
+    from .stages.vendor import current_tree
 
     lock = load_lock()
     p = native.plan(config, lock, current_tree(lock))
@@ -54,7 +54,7 @@ def native_build(config: BuildConfig, *, build: bool, jobs: int | None = None) -
 
 def native_from_root(config: BuildConfig, root: Path) -> native.NativeBuild:
     """A finished native build at ``root`` (a CI artifact), verified against its manifest."""
-    from .manifest import load_manifest
+    from .stages.native.manifest import load_manifest
 
     manifest = load_manifest(root)
     if manifest.config_name != config.name:
@@ -76,8 +76,8 @@ class WheelsResult:
 def make_wheels(nb: native.NativeBuild, config: BuildConfig, options: WheelOptions, *, repair: bool = True,
                 force: bool = False) -> WheelsResult:
     """Wheels for ``nb``: reused when the content key matches the recorded one, else built (+ repaired)."""
-    from . import repair as repair_mod
-    from . import wheels
+    from .stages.wheels import build as wheels
+    from .stages.wheels import repair as repair_mod
 
     started = time.monotonic()
     key = wheels.content_key(nb.manifest, nb.manifest_path.read_bytes(), options, config, repair)
@@ -100,14 +100,14 @@ def make_wheels(nb: native.NativeBuild, config: BuildConfig, options: WheelOptio
 
 
 def expected_version(config: BuildConfig, repo: Path = REPO_ROOT) -> str:
-    from .wheels import read_project, wheel_version
+    from .stages.wheels.build import read_project, wheel_version
 
     return wheel_version(read_project(repo), config)
 
 
 def run_validate(wheels_: Sequence[BuiltWheel], nb_manifest: Any, config: BuildConfig, out_dir: Path, *,
                  twine: bool = True, repo: Path = REPO_ROOT) -> Any:
-    from . import validate
+    from .stages import validate
 
     tags = sorted({w.python_tag for w in wheels_})
     report = validate.validate(wheels_, nb_manifest, config, version=expected_version(config, repo),
@@ -165,10 +165,10 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
             smoke_cache: bool = True, jobs: int | None = None, twine: bool = True,
             force_wheels: bool = False, repo: Path = REPO_ROOT) -> ReleaseSummary:
     """Run the whole chain for ``configs``; publish only if every configuration passed both gates."""
-    from . import interpreters, publish
-    from .lock import load_lock
-    from .stages import smoke
-    from .vendor import vendor
+    from .common import interpreters
+    from .inputs.lock import load_lock
+    from .stages import publish, smoke
+    from .stages.vendor import vendor
 
     started = time.monotonic()
     summary = ReleaseSummary([])

@@ -1,6 +1,6 @@
 """Shared fixtures: the ``cpu-host`` native build the tests run against.
 
-The build comes from the content-keyed cache (``build_tools.native``); in a fresh clone the
+The build comes from the content-keyed cache (``build_tools.stages.native``); in a fresh clone the
 first test session builds it once (``nox -s tests`` does that before pytest starts).
 ``LLAMA_CPP_LIB_PATH`` points the package's loader at its libraries.
 """
@@ -23,10 +23,10 @@ TEST_CONFIG = os.environ.get("LLAMA_CPP_TEST_CONFIG", "cpu-host")
 
 
 def _native_build():
-    from build_tools import native
-    from build_tools.configs import load_matrix
-    from build_tools.lock import load_lock
-    from build_tools.vendor import current_tree
+    from build_tools.inputs.configs import load_matrix
+    from build_tools.inputs.lock import load_lock
+    from build_tools.stages.native import build as native
+    from build_tools.stages.vendor import current_tree
 
     lock = load_lock()
     p = native.plan(load_matrix().get(TEST_CONFIG), lock, current_tree(lock))
@@ -66,7 +66,7 @@ def lib_dir(native_build) -> Path:
 @pytest.fixture(scope="session")
 def tools_dir(native_build) -> Path:
     """llama.cpp's own reference programs built from the same tree and configuration."""
-    from build_tools import native
+    from build_tools.stages.native import build as native
 
     return native.build_reference_tools(native_build, native_build_and_plan()[1])
 
@@ -76,11 +76,11 @@ def run_tool(tools_dir) -> Callable[..., subprocess.CompletedProcess]:
     """Run one of llama.cpp's reference programs; returns the CompletedProcess (stdout as bytes).
 
     The programs log through an asynchronous logger that upstream never joins at exit; a preloaded
-    shim (``build_tools.native.tool_env``) drains it. ``complete(stdout)`` still guards the output:
+    shim (``build_tools.stages.native.build.tool_env``) drains it. ``complete(stdout)`` still guards the output:
     a truncated run of these deterministic programs is repeated.
     """
 
-    from build_tools.native import tool_env
+    from build_tools.stages.native.build import tool_env
 
     env = tool_env(tools_dir)
 

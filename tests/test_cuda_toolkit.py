@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import cuda_stub, cuda_toolkit, native
-from build_tools.configs import CudaSpec, load_matrix
-from build_tools.elf import read_dynamic
+from build_tools.common.compilers import Toolchain
+from build_tools.common.elf import read_dynamic
 from build_tools.errors import NativeBuildError
-from build_tools.lock import load_lock
-from build_tools.toolchain import Toolchain
-from build_tools.vendor import VendoredTree
+from build_tools.inputs.configs import CudaSpec, load_matrix
+from build_tools.inputs.lock import load_lock
+from build_tools.stages.native import build as native
+from build_tools.stages.native import cuda_stub, cuda_toolkit
+from build_tools.stages.vendor import VendoredTree
 from llama_cpp import _cuda_runtime
 
 REPO = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..configs import BuildConfig, load_matrix
+from ..inputs.configs import BuildConfig, load_matrix
 
 
 def path_arg(text: str) -> Path:

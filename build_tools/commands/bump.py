@@ -8,8 +8,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..bindgen.headers import REPO, VENDOR, Api, HeaderError, TypeRules, function_problems, parse_api, struct_problems
 from ..errors import BuildToolsError
-from ..headers import REPO, VENDOR, Api, HeaderError, TypeRules, function_problems, parse_api, struct_problems
 from ._common import path_arg
 
 HELP = __doc__
@@ -44,7 +44,7 @@ class Report:
                              ("Constants (enums, #defines)", self.constants)):
             if items:
                 out += [f"## {title} ({len(items)})", *(f"- [ ] {i}" for i in items), ""]
-        out += ["## Then", "- [ ] update EXCLUDED/GGML_* in build_tools/bindgen.py if needed",
+        out += ["## Then", "- [ ] update EXCLUDED/GGML_* in build_tools/bindgen/generate.py if needed",
                 "- [ ] python -m build_tools.bindgen   (regenerates llama_cpp/{ggml,llama,mtmd}_cpp.py)",
                 "- [ ] python -m pytest tests/abi      (layout probe, coverage, symbols)"]
         return "\n".join(out) + "\n"
@@ -71,7 +71,7 @@ def _bindings() -> tuple[dict[str, object], dict[str, type], dict[str, object]]:
 
 def compare(api: Api) -> Report:
     """Everything that differs between the headers at ``api.root`` and the committed bindings."""
-    from ..bindgen import EXCLUDED
+    from ..bindgen.generate import EXCLUDED
 
     functions, classes, constants = _bindings()
     new_structs = {s.name for s in api.structs.values() if s.header in PUBLIC_HEADERS}

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..configs import load_matrix
 from ..errors import BuildToolsError
+from ..inputs.configs import load_matrix
 from ..stages import smoke
 from ..stages.smoke.bundle import add_run_arguments
 from ._common import path_arg

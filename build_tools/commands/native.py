@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from .. import native
-from ..lock import load_lock
-from ..vendor import current_tree
+from ..inputs.lock import load_lock
+from ..stages.native import build as native
+from ..stages.vendor import current_tree
 from ._common import resolve_configs
 
 HELP = __doc__

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .. import publish, release
+from .. import release
+from ..stages import publish
 from ._common import path_arg, resolve_configs
 
 HELP = __doc__

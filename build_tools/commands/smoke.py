@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from .. import interpreters, publish, release
-from ..stages import smoke
-from ..validate import load_report
-from ..wheels import load_record
+from .. import release
+from ..common import interpreters
+from ..stages import publish, smoke
+from ..stages.validate import load_report
+from ..stages.wheels.build import load_record
 from ._common import path_arg, resolve_configs
 
 HELP = __doc__
@@ -71,7 +72,7 @@ def _embedded_manifest(wheel):
     import json
     import zipfile
 
-    from ..manifest import NativeManifest
+    from ..stages.native.manifest import NativeManifest
 
     with zipfile.ZipFile(wheel) as zf:
         return NativeManifest.from_json(json.loads(zf.read("llama_cpp/native-manifest.json")), str(wheel))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from .. import release
-from ..manifest import load_manifest
-from ..wheels import load_record
+from ..stages.native.manifest import load_manifest
+from ..stages.wheels.build import load_record
 from ._common import path_arg, resolve_configs
 
 HELP = __doc__

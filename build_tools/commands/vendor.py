@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..lock import load_lock
-from ..vendor import vendor
+from ..inputs.lock import load_lock
+from ..stages.vendor import vendor
 from ._common import path_arg
 
 HELP = __doc__

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import release
-from ..wheels import PYTHON_TAGS, WheelOptions, default_platform_tag
+from ..stages.wheels.build import PYTHON_TAGS, WheelOptions, default_platform_tag
 from ._common import path_arg, resolve_configs
 
 HELP = __doc__

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import headers as H
+from build_tools.bindgen import headers as H
 
 REPO = Path(__file__).resolve().parents[2]
 VENDOR = REPO / "vendor" / "llama.cpp"
@@ -178,7 +178,7 @@ def api() -> H.Api:
 
 @pytest.fixture(scope="session")
 def rules(api: H.Api) -> H.TypeRules:
-    from build_tools.bindgen import type_rules
+    from build_tools.bindgen.generate import type_rules
 
     return type_rules(api)
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from build_tools import headers as H
+from build_tools.bindgen import headers as H
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from build_tools import bindgen
-from build_tools import headers as H
+from build_tools.bindgen import generate as bindgen
+from build_tools.bindgen import headers as H
 
 from .conftest import binding_modules
 

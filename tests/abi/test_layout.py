@@ -15,7 +15,7 @@ from .conftest import (
 
 
 def test_every_mirrored_struct_matches_the_compiler(api, probe):
-    from build_tools.bindgen import mirrored_structs
+    from build_tools.bindgen.generate import mirrored_structs
 
     classes = {n: c for n, c in mirrored_classes().items() if api.structs[n].header != "llama-ext.h"}
     assert set(classes) == {n for n in mirrored_structs(api) if api.structs[n].header != "llama-ext.h"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import headers as H
+from build_tools.bindgen import headers as H
 
 REPO = Path(__file__).resolve().parents[2]
 

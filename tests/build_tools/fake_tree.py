@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from build_tools.hashing import tree_hash
-from build_tools.vendor import VendoredTree
+from build_tools.common.hashing import tree_hash
+from build_tools.stages.vendor import VendoredTree
 
 CMAKE = """
 cmake_minimum_required(VERSION 3.18)

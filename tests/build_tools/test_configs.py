@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from build_tools.configs import load_matrix, parse_matrix
+from build_tools.common.paths import CONFIGS_FILE
 from build_tools.errors import ConfigError
-from build_tools.lock import load_lock
-from build_tools.native import cmake_defines
-from build_tools.paths import CONFIGS_FILE
+from build_tools.inputs.configs import load_matrix, parse_matrix
+from build_tools.inputs.lock import load_lock
+from build_tools.stages.native.build import cmake_defines
 
 if sys.version_info >= (3, 11):
     import tomllib

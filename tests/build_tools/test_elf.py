@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from build_tools.elf import read_dynamic
+from build_tools.common.elf import read_dynamic
 
 
 def test_native_libraries_dynamic_sections(native_build):

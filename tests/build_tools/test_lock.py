@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from build_tools.common.paths import LOCK_FILE
 from build_tools.errors import LockError
-from build_tools.lock import GitSource, PypiSdistSource, load_lock, parse_lock
-from build_tools.paths import LOCK_FILE
+from build_tools.inputs.lock import GitSource, PypiSdistSource, load_lock, parse_lock
 
 
 @pytest.fixture()

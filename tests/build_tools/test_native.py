@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import native
-from build_tools.configs import load_matrix
+from build_tools.common.compilers import detect
 from build_tools.errors import NativeBuildError
-from build_tools.lock import load_lock
-from build_tools.manifest import MANIFEST_NAME, load_manifest
-from build_tools.toolchain import detect
+from build_tools.inputs.configs import load_matrix
+from build_tools.inputs.lock import load_lock
+from build_tools.stages.native import build as native
+from build_tools.stages.native.manifest import MANIFEST_NAME, load_manifest
 
 from .fake_tree import make_fake_tree
 
@@ -126,9 +126,9 @@ def test_interrupted_build_is_not_reused(cache, tmp_path, toolchain):
         f"""
         import sys, logging
         sys.path.insert(0, {str(REPO)!r})
-        from build_tools import native
-        from build_tools.configs import load_matrix
-        from build_tools.lock import load_lock
+        from build_tools.stages.native import build as native
+        from build_tools.inputs.configs import load_matrix
+        from build_tools.inputs.lock import load_lock
         from tests.build_tools.fake_tree import make_fake_tree
         p = native.plan(load_matrix().get("cpu-host"), load_lock(), make_fake_tree(__import__("pathlib").Path({str(src)!r})))
         print(p.dir_name, flush=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import toolchain
+from build_tools.common import compilers as toolchain
 from build_tools.errors import NativeBuildError
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from build_tools.common.hashing import sha256_file, tree_hash
 from build_tools.errors import HashMismatchError
-from build_tools.hashing import sha256_file, tree_hash
-from build_tools.lock import parse_lock
-from build_tools.vendor import read_stamp, vendor
+from build_tools.inputs.lock import parse_lock
+from build_tools.stages.vendor import read_stamp, vendor
 
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 

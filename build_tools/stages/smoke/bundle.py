@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ...common.hashing import sha256_file
+from ...common.interpreters import probe
 from ...errors import SmokeError, SmokeInputError
-from ...hashing import sha256_file
-from ...interpreters import probe
 from . import workload
 from .models import SmokeModels, fixture_models
 from .runner import failed_stages, install_and_run, requires_dist, run_checked

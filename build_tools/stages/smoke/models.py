@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...hashing import sha256_file, sha256_json
+from ...common.hashing import sha256_file, sha256_json
 from .workload import MODEL_ROLES
 
 # The fixture (name, parameters) that plays each workload role.

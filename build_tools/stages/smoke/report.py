@@ -8,12 +8,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...common.fsutil import write_json_atomic
+from ...common.interpreters import Interpreter
 from ...errors import SmokeInputError
-from ...fsutil import write_json_atomic
-from ...interpreters import Interpreter
 
 if TYPE_CHECKING:
-    from ...wheels import BuiltWheel
+    from ..wheels import BuiltWheel
 
 REPORT_FILE = "smoke.json"
 SCHEMA_VERSION = 1

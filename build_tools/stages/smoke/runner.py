@@ -31,17 +31,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...common.fsutil import write_json_atomic
+from ...common.hashing import sha256_file, sha256_json
+from ...common.interpreters import Interpreter
+from ...common.paths import cache_root
 from ...errors import SmokeError, SmokeInputError
-from ...fsutil import write_json_atomic
-from ...hashing import sha256_file, sha256_json
-from ...interpreters import Interpreter
-from ...paths import cache_root
 from . import workload
 from .models import SmokeModels
 from .report import SmokeReport, SmokeResult
 
 if TYPE_CHECKING:
-    from ...wheels import BuiltWheel
+    from ..wheels import BuiltWheel
 
 log = logging.getLogger(__name__)
 

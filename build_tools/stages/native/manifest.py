@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .elf import is_elf, read_dynamic
-from .errors import ManifestError
-from .fsutil import write_json_atomic
-from .hashing import sha256_file
+from ...common.elf import is_elf, read_dynamic
+from ...common.fsutil import write_json_atomic
+from ...common.hashing import sha256_file
+from ...errors import ManifestError
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "native-manifest.json"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from .errors import BuildToolsError
+from ...errors import BuildToolsError
 
 DEFAULT_SOURCE_DATE_EPOCH = 315532800  # 1980-01-01T00:00:00Z: the earliest time a zip entry can hold
 COMPRESSION = zipfile.ZIP_DEFLATED

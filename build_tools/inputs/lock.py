@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from .errors import LockError
-from .paths import LOCK_FILE
+from ..common.paths import LOCK_FILE
+from ..errors import LockError
 
 SCHEMA_VERSION = 1
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

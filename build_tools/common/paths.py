@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS_DIR = REPO_ROOT / "manifests"
 LOCK_FILE = MANIFESTS_DIR / "llama.cpp.lock.json"
 CONFIGS_FILE = MANIFESTS_DIR / "configs.toml"

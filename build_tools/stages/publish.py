@@ -33,10 +33,10 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from .errors import BuildToolsError
-from .fsutil import replace_dir, write_json_atomic
-from .hashing import sha256_file
-from .paths import REPO_ROOT
+from ..common.fsutil import replace_dir, write_json_atomic
+from ..common.hashing import sha256_file
+from ..common.paths import REPO_ROOT
+from ..errors import BuildToolsError
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def record_release(dist_dir: Path, *, config: Any, wheels: Sequence[Any], valida
                    native: Any, strict: bool) -> Path:
     """Write the release manifest: the wheels that passed validation and smoke, by sha256.
 
-    ``validation`` is a :class:`~build_tools.validate.ValidationReport`, ``smoke`` a
+    ``validation`` is a :class:`~build_tools.stages.validate.ValidationReport`, ``smoke`` a
     :class:`~build_tools.smoke.SmokeReport`; raises unless both passed for these exact files.
     """
     if not validation.ok:

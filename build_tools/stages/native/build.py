@@ -25,16 +25,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import RECIPE_VERSION
-from .configs import BuildConfig
-from .errors import ManifestError, NativeBuildError
-from .fsutil import staging_dir
-from .hashing import sha256_json
-from .lock import SourceLock
+from ... import RECIPE_VERSION
+from ...common.compilers import Toolchain, detect
+from ...common.fsutil import staging_dir
+from ...common.hashing import sha256_json
+from ...common.paths import native_cache_dir
+from ...errors import ManifestError, NativeBuildError
+from ...inputs.configs import BuildConfig
+from ...inputs.lock import SourceLock
+from ..vendor import VendoredTree
 from .manifest import MANIFEST_NAME, LibraryRecord, NativeManifest, describe_library, load_manifest, verify_files
-from .paths import native_cache_dir
-from .toolchain import Toolchain, detect
-from .vendor import VendoredTree
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ def _run_logged(cmd: list[str], log_file: Path, label: str, env: dict[str, str])
 
 def _stage_libraries(bin_dir: Path, lib_dir: Path) -> list[str]:
     """Copy each built library to ``lib_dir`` under its SONAME (one real file, no symlinks)."""
-    from .elf import is_elf, read_dynamic
+    from ...common.elf import is_elf, read_dynamic
 
     lib_dir.mkdir(parents=True)
     staged: list[str] = []
@@ -428,7 +428,7 @@ def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] 
     """
     import json
 
-    from .elf import is_elf, read_dynamic
+    from ...common.elf import is_elf, read_dynamic
 
     tools_dir = nb.tools_dir
     stamp = tools_dir / ".tools.json"

@@ -14,8 +14,8 @@ import time
 import uuid
 from typing import Any
 
-from . import RECIPE_VERSION
-from .manifest import NativeManifest
+from ... import RECIPE_VERSION
+from ..native.manifest import NativeManifest
 
 SPEC_VERSION = "1.6"
 SBOM_NAME = "llama-cpp-python.cdx.json"

@@ -37,12 +37,12 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from .configs import BuildConfig
-from .fsutil import write_json_atomic
-from .inwheel import WheelError, parse_wheel_name, record_hash
-from .manifest import MANIFEST_NAME, NativeManifest
-from .sbom import SBOM_NAME
-from .wheels import PACKAGE, PACKAGE_FILES, PACKAGE_SUFFIXES, BuiltWheel
+from ..common.fsutil import write_json_atomic
+from ..inputs.configs import BuildConfig
+from .native.manifest import MANIFEST_NAME, NativeManifest
+from .wheels.build import PACKAGE, PACKAGE_FILES, PACKAGE_SUFFIXES, BuiltWheel
+from .wheels.inwheel import WheelError, parse_wheel_name, record_hash
+from .wheels.sbom import SBOM_NAME
 
 REPORT_FILE = "validation.json"
 _DRIVER = re.compile(r"^(libcuda\.so|libcudart\.so|libcublas(Lt)?\.so|libnvidia-|nvcuda\.dll|cudart64_|cublas(Lt)?64_)")

@@ -5,7 +5,7 @@ wheel is ``llama_cpp/**/*.py`` + ``llama_cpp/lib/<the native manifest's librarie
 ``llama_cpp/native-manifest.json`` + ``.dist-info`` (METADATA from pyproject.toml, WHEEL,
 entry points, licenses, a CycloneDX SBOM, RECORD). Assembling the zip directly (rather
 than running a build backend per interpreter) is what makes five wheels take seconds and
-lets :mod:`build_tools.inwheel` make them byte-for-byte reproducible.
+lets :mod:`build_tools.stages.wheels.inwheel` make them byte-for-byte reproducible.
 """
 
 from __future__ import annotations
@@ -27,14 +27,15 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import RECIPE_VERSION
-from .configs import BuildConfig
-from .errors import BuildToolsError
-from .fsutil import write_json_atomic
-from .hashing import sha256_file, sha256_json
+from ... import RECIPE_VERSION
+from ...common.fsutil import write_json_atomic
+from ...common.hashing import sha256_file, sha256_json
+from ...common.interpreters import VERSIONS
+from ...common.paths import REPO_ROOT, VENDOR_DIR
+from ...errors import BuildToolsError
+from ...inputs.configs import BuildConfig
+from ..native.manifest import MANIFEST_NAME, NativeManifest
 from .inwheel import Entry, source_date_epoch, write_wheel
-from .manifest import MANIFEST_NAME, NativeManifest
-from .paths import REPO_ROOT, VENDOR_DIR
 from .sbom import SBOM_NAME, build_sbom, render
 
 if sys.version_info >= (3, 11):
@@ -45,7 +46,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 log = logging.getLogger(__name__)
 
 WHEEL_RECIPE = "1"  # bump when the wheel layout changes in a way the content key cannot see
-PYTHON_TAGS = ("cp310", "cp311", "cp312", "cp313", "cp314")
+PYTHON_TAGS = tuple(f"cp{v.replace('.', '')}" for v in VERSIONS)
 PACKAGE = "llama_cpp"
 PACKAGE_SUFFIXES = (".py", ".pyi")
 PACKAGE_FILES = ("py.typed",)
@@ -317,7 +318,7 @@ def build_wheels(nb: Any, config: BuildConfig, options: WheelOptions) -> list[Bu
     manifest: NativeManifest = nb.manifest
     if manifest.config_name != config.name:
         raise WheelBuildError(f"native build is for {manifest.config_name!r}, not {config.name!r}")
-    from .manifest import verify_files
+    from ..native.manifest import verify_files
 
     problems = verify_files(manifest, nb.root)
     if problems:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BuildToolsError
+from ..errors import BuildToolsError
 
 VERSIONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 ENV = "LLAMA_CPP_PYTHONS"

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import NativeBuildError
+from ...errors import NativeBuildError
 
 log = logging.getLogger(__name__)
 

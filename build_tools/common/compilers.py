@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import NativeBuildError
+from ..errors import NativeBuildError
 from .paths import cache_root
 
 log = logging.getLogger(__name__)

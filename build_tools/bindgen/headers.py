@@ -1,6 +1,6 @@
 """Parse the vendored llama.cpp C headers into plain data (functions, structs, enums, #defines).
 
-Shared by the binding generator (``build_tools/bindgen.py``), the ABI/coverage tests and the
+Shared by the binding generator (:mod:`build_tools.bindgen.generate`), the ABI/coverage tests and the
 bump tool. The headers are preprocessed by the system C compiler (``$CC``, ``cc`` or ``gcc``)
 against a tiny fake libc written to a temporary directory, with ``-undef`` so no compiler
 extensions (``__attribute__``) reach pycparser; deprecation markers and ``#define`` constants
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VENDOR = REPO / "vendor" / "llama.cpp"
 
 # header basename -> path relative to the llama.cpp tree

@@ -4,7 +4,7 @@
     python -m build_tools.bindgen --check    # exit 1 when the committed modules are stale
 
 The output is deterministic and committed. The binding rules are the ones
-:class:`build_tools.headers.TypeRules` describes: enums are ``c_int`` plus module constants,
+:class:`build_tools.bindgen.headers.TypeRules` describes: enums are ``c_int`` plus module constants,
 pointers to opaque structs are ``c_void_p`` (``<name>_p`` aliases), ``char *`` is ``c_char_p``,
 mirrored structs are ``ctypes.Structure`` classes with the C field names (an anonymous union is
 a field named ``value`` listed in ``_anonymous_``), callbacks are ``CFUNCTYPE`` types.
@@ -608,6 +608,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'wrote' if name in stale else 'unchanged'} llama_cpp/{name}.py")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,11 +12,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import HashMismatchError, VendorError
-from .fsutil import replace_dir, write_json_atomic
-from .hashing import sha256_file, tree_hash
-from .lock import GitSource, PathSource, PypiSdistSource, Source, SourceLock
-from .paths import VENDOR_DIR, downloads_dir
+from ..common.fsutil import replace_dir, write_json_atomic
+from ..common.hashing import sha256_file, tree_hash
+from ..common.paths import VENDOR_DIR, downloads_dir
+from ..errors import HashMismatchError, VendorError
+from ..inputs.lock import GitSource, PathSource, PypiSdistSource, Source, SourceLock
 
 log = logging.getLogger(__name__)
 

@@ -55,12 +55,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...common.fsutil import staging_dir, write_json_atomic
+from ...common.hashing import sha256_json
+from ...common.paths import cache_root
+from ...errors import NativeBuildError
+from ...inputs.configs import CudaSpec
 from . import cuda_stub
-from .configs import CudaSpec
-from .errors import NativeBuildError
-from .fsutil import staging_dir, write_json_atomic
-from .hashing import sha256_json
-from .paths import cache_root
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ OpenMP is off in every configuration, so the libraries need nothing beyond glibc
 libstdc++ and libgcc_s (and, for CUDA, the driver and NVIDIA's runtime wheels, which are
 excluded): ``auditwheel show`` decides the manylinux tag, ``auditwheel repair`` applies it,
 and any change to a library or any grafted library is an error. The repaired wheel is then
-re-zipped deterministically with RECORD rewritten (:mod:`build_tools.inwheel`).
+re-zipped deterministically with RECORD rewritten (:mod:`build_tools.stages.wheels.inwheel`).
 Windows wheels are repaired by delvewheel in the release workflow; macOS needs no repair.
 """
 
@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BuildToolsError
+from ...errors import BuildToolsError
+from ..native.manifest import NativeManifest
+from .build import BuiltWheel
 from .inwheel import parse_wheel_name, read_entries, rewrite
-from .manifest import NativeManifest
-from .wheels import BuiltWheel
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import ConfigError
-from .paths import CONFIGS_FILE
+from ..common.paths import CONFIGS_FILE
+from ..errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -1,0 +1,1 @@
+"""Plumbing every stage uses, one place each: paths, files, hashing, interpreters, compilers, ELF."""

@@ -1,0 +1,1 @@
+"""The data the pipeline starts from: the source lock (``lock``) and the build matrix (``configs``)."""
