@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from ...errors import BuildToolsError
+from ...errors import SmokeError
 from .bundle import add_run_arguments, run_bundle
 
 
@@ -18,9 +18,9 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return run_bundle(args.bundle, python=args.python, out=args.out, allow_cpu=args.allow_cpu)
-    except BuildToolsError as exc:
+    except SmokeError as exc:
         print(f"gpu-smoke: {exc}", file=sys.stderr)
-        return getattr(exc, "exit_code", 2)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ A GPU machine may have no network, no repository and none of the release tool's
 dependencies, so everything travels as one folder::
 
     bundle.json     what is inside, with the sha256 of every file
-    run.sh          python3 -m build_tools.stages.smoke "$(dirname "$0")", with tooling/ on the path
+    run.sh          python3 -S -m build_tools.stages.smoke "$(dirname "$0")", with tooling/ on the path
     tooling/        a copy of build_tools (this stage is standard library only at import)
     wheels/         the CUDA wheel and every dependency wheel (numpy, jinja2, NVIDIA's runtime)
                     for each target Python
@@ -44,7 +44,8 @@ MODEL_FILES = {"generation": "llama.gguf", "embedding": "embed.gguf", "mtp": "mt
 TOOLING = Path(__file__).resolve().parents[2]  # the build_tools package
 RUN_SH = """#!/bin/sh
 d="$(cd "$(dirname "$0")" && pwd)"
-PYTHONPATH="$d/tooling" PYTHONDONTWRITEBYTECODE=1 exec python3 -m build_tools.stages.smoke "$d" "$@"
+# -S: no site-packages, so the tool provably needs nothing the machine may lack.
+PYTHONPATH="$d/tooling" PYTHONDONTWRITEBYTECODE=1 exec python3 -S -m build_tools.stages.smoke "$d" "$@"
 """
 _NVIDIA_REQ = re.compile(r"^nvidia-", re.IGNORECASE)
 _DOWNLOAD_TIMEOUT = 1800.0
@@ -213,7 +214,7 @@ def run_bundle(bundle: Path, *, python: str | None = None, out: Path | None = No
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The options of running a bundle (``gpu-smoke run`` and the bundle's own ``run.sh``)."""
-    p.add_argument("bundle", type=Path)
+    p.add_argument("bundle", type=Path, help="the folder `gpu-smoke prepare` wrote")
     p.add_argument("--python", default=None, help="interpreter for the venv (default: this one)")
     p.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     p.add_argument("--allow-cpu", action="store_true",
