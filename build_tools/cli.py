@@ -1,7 +1,8 @@
 """``python -m build_tools STEP [ARGS]``: one subcommand per module in :mod:`build_tools.commands`.
 
 Each command module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
-nox sessions call :func:`main` with the session's arguments.
+nox sessions call :func:`main` with the session's arguments. A :class:`~build_tools.errors.BuildToolsError`
+is printed (with its traceback under ``-v``) and exits with its class's ``exit_code``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.verbose)
     try:
         return int(args.func(args) or 0)
-    except (BuildToolsError, FileNotFoundError) as exc:
-        log.error("%s", exc)
-        return 2
+    except BuildToolsError as exc:
+        log.error("%s", exc, exc_info=args.verbose)
+        return exc.exit_code

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .common.paths import REPO_ROOT
-from .errors import BuildToolsError
+from .errors import BuildToolsError, ReleaseError
 from .inputs.configs import BuildConfig
 from .inputs.lock import load_lock
 from .stages.native import build as native
@@ -28,9 +28,6 @@ log = logging.getLogger(__name__)
 
 DIST = REPO_ROOT / "dist"
 
-
-class ReleaseError(BuildToolsError):
-    """A release gate refused (validation or smoke failed)."""
 
 
 def dist_dir(config: BuildConfig, base: Path = DIST) -> Path:

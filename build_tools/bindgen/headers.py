@@ -19,11 +19,13 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..common import proc
+from ..errors import HeaderError, MissingInputError
 
 REPO = Path(__file__).resolve().parents[2]
 VENDOR = REPO / "vendor" / "llama.cpp"
@@ -74,9 +76,6 @@ BUILTIN_KEYS = {
     "double": "f64",
 }
 
-
-class HeaderError(RuntimeError):
-    """The headers could not be preprocessed or parsed."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,10 +281,7 @@ def preprocess(root: Path, headers: Sequence[str] = ENTRY_HEADERS, *, ext: bool 
         src.write_text("\n".join(lines) + "\n")
         cmd = [*cc.split(), "-E", "-undef", "-nostdinc", "-std=c11", "-D__STDC_VERSION__=201112L",
                "-isystem", str(fake), *(f"-I{root / d}" for d in INCLUDE_DIRS), str(src)]
-        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if r.returncode != 0:
-            raise HeaderError(f"preprocessing failed ({' '.join(cmd)}):\n{r.stderr[-4000:]}")
-        out = r.stdout
+        out = proc.run(cmd, what=f"preprocessing ({' '.join(cmd)})", error=HeaderError).stdout
         # Report the staging header under its real name.
         return out.replace(str(t / "llama-ext.h"), str(header_path(root, "llama-ext.h")))
 
@@ -536,7 +532,7 @@ def parse_api(root: Path | None = None) -> Api:
     """Parse the llama.cpp tree at ``root`` (default: ``vendor/llama.cpp``); cached per content."""
     root = Path(root or VENDOR).resolve()
     if not header_path(root, "llama.h").exists():
-        raise HeaderError(f"{header_path(root, 'llama.h')} not found: run `python -m build_tools vendor` "
+        raise MissingInputError(f"{header_path(root, 'llama.h')} not found: run `python -m build_tools vendor` "
                           "or pass the root of a llama.cpp tree")
     key = (str(root), _tree_digest(root))
     if key in _CACHE:

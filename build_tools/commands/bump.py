@@ -8,8 +8,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bindgen.headers import REPO, VENDOR, Api, HeaderError, TypeRules, function_problems, parse_api, struct_problems
-from ..errors import BuildToolsError
+from ..bindgen.headers import REPO, VENDOR, Api, TypeRules, function_problems, parse_api, struct_problems
+from ..errors import HeaderError
 from ._common import path_arg
 
 HELP = __doc__
@@ -123,10 +123,6 @@ def compare(api: Api) -> Report:
 
 def run(args: argparse.Namespace) -> int:
     root = Path(args.against).resolve() if args.against else VENDOR
-    try:
-        api = parse_api(root)
-    except HeaderError as exc:
-        raise BuildToolsError(str(exc)) from exc
-    rep = compare(api)
+    rep = compare(parse_api(root))
     sys.stdout.write(rep.render())
     return 0 if rep.clean else 1

@@ -7,12 +7,12 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import NativeBuildError
+from . import pip, proc
 from .paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -41,10 +41,7 @@ class Toolchain:
 
 
 def _first_line(cmd: list[str]) -> str:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise NativeBuildError(f"`{' '.join(cmd)}` failed: {exc}") from None
+    out = proc.run(cmd, error=NativeBuildError).stdout
     return out.strip().splitlines()[0] if out.strip() else ""
 
 
@@ -64,14 +61,10 @@ def _from_pypi(requirement: str, exe: str) -> Path:
     if found.exists():
         return found
     log.info("%s not found on PATH (or too old): installing %s from the package index", exe, requirement)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         "--prefix", str(target), "--ignore-installed", requirement],
-        check=False, capture_output=True, text=True,
-    )
-    if proc.returncode != 0 or not found.exists():
+    done = proc.run(pip.install_prefix(requirement, target), check=False)
+    if done.returncode != 0 or not found.exists():
         raise NativeBuildError(
-            f"could not install {requirement} from the package index: {proc.stderr.strip()[-1500:]}\n"
+            f"could not install {requirement} from the package index: {proc.tail(done)}\n"
             f"Install {exe} yourself and put it on PATH."
         )
     return found

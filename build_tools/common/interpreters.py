@@ -13,13 +13,13 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BuildToolsError
+from ..errors import InterpreterError, ToolNotFoundError, ToolTimeoutError
+from . import proc
 
 VERSIONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 ENV = "LLAMA_CPP_PYTHONS"
@@ -30,9 +30,6 @@ _PROBE = (
     "'venv': u.find_spec('venv') is not None and u.find_spec('ensurepip') is not None}))"
 )
 
-
-class InterpreterError(BuildToolsError):
-    """A required interpreter is missing (``--strict``)."""
 
 
 @dataclass(frozen=True)
@@ -55,14 +52,13 @@ class Interpreter:
 
 def probe(path: Path, timeout: float = 20.0) -> dict | None:
     try:
-        proc = subprocess.run([str(path), "-I", "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        done = proc.run([path, "-I", "-c", _PROBE], check=False, timeout=timeout)
+    except (OSError, ToolNotFoundError, ToolTimeoutError):
         return None
-    if proc.returncode != 0:
+    if done.returncode != 0:
         return None
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        return json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return None
 
@@ -94,11 +90,10 @@ def candidates(version: str) -> Iterable[Path]:
         yield Path(d) / f"python{version}"
     if sys.platform == "win32" and shutil.which("py"):
         try:
-            out = subprocess.run(["py", f"-{version}", "-c", "import sys; print(sys.executable)"],
-                                 capture_output=True, text=True, timeout=20, check=False)
+            out = proc.run(["py", f"-{version}", "-c", "import sys; print(sys.executable)"], check=False, timeout=20)
             if out.returncode == 0 and out.stdout.strip():
                 yield Path(out.stdout.strip())
-        except (OSError, subprocess.TimeoutExpired):
+        except (OSError, ToolNotFoundError, ToolTimeoutError):
             pass
 
 

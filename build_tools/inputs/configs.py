@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..common.paths import CONFIGS_FILE
-from ..errors import ConfigError
+from ..errors import ConfigError, MissingInputError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -293,7 +293,7 @@ def load_matrix(path: Path = CONFIGS_FILE) -> BuildMatrix:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise FileNotFoundError(f"build matrix not found: {path}") from None
+        raise MissingInputError(f"build matrix not found: {path}") from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from ..common.paths import LOCK_FILE
-from ..errors import LockError
+from ..errors import LockError, MissingInputError
 
 SCHEMA_VERSION = 1
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -198,7 +198,7 @@ def load_lock(path: Path = LOCK_FILE) -> SourceLock:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise FileNotFoundError(f"source lock not found: {path}") from None
+        raise MissingInputError(f"source lock not found: {path}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

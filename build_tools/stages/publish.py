@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -33,10 +32,11 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from ..common import proc
 from ..common.fsutil import replace_dir, write_json_atomic
 from ..common.hashing import sha256_file
 from ..common.paths import REPO_ROOT
-from ..errors import BuildToolsError
+from ..errors import PublishError
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,6 @@ RELEASE_MANIFEST = "release-manifest.json"
 DEFAULT_OUT = REPO_ROOT / "dist" / "index"
 PROJECT = "llama-cpp-python"
 
-
-class PublishError(BuildToolsError):
-    """A file is not cleared for release, or writing the index failed."""
 
 
 def record_release(dist_dir: Path, *, config: Any, wheels: Sequence[Any], validation: Any, smoke: Any,
@@ -263,8 +260,7 @@ def upload_twine(files: Sequence[Path], repository_url: str | None = None) -> No
     if not url:
         raise PublishError("set TWINE_REPOSITORY_URL (and TWINE_USERNAME/TWINE_PASSWORD or a token) to upload")
     cmd = [sys.executable, "-m", "twine", "upload", "--non-interactive", "--repository-url", url, *map(str, files)]
-    if subprocess.run(cmd, check=False).returncode != 0:
-        raise PublishError(f"twine upload to {url} failed")
+    proc.run(cmd, what=f"twine upload to {url}", error=PublishError, capture=False)
 
 
 def upload_github(files: Sequence[Path], tag: str) -> None:
@@ -272,9 +268,9 @@ def upload_github(files: Sequence[Path], tag: str) -> None:
     gh = shutil.which("gh")
     if gh is None:
         raise PublishError("the GitHub CLI (gh) is not installed; it is needed for --github-release")
-    exists = subprocess.run([gh, "release", "view", tag], capture_output=True, check=False).returncode == 0
-    create = [gh, "release", "create", tag, "--title", tag, "--notes", f"llama-cpp-python {tag}"]
-    if not exists and subprocess.run(create, check=False).returncode != 0:
-        raise PublishError(f"gh release create {tag} failed")
-    if subprocess.run([gh, "release", "upload", tag, "--clobber", *map(str, files)], check=False).returncode != 0:
-        raise PublishError(f"gh release upload {tag} failed")
+    exists = proc.run([gh, "release", "view", tag], check=False).returncode == 0
+    if not exists:
+        proc.run([gh, "release", "create", tag, "--title", tag, "--notes", f"llama-cpp-python {tag}"],
+                 what=f"gh release create {tag}", error=PublishError, capture=False)
+    proc.run([gh, "release", "upload", tag, "--clobber", *files], what=f"gh release upload {tag}",
+             error=PublishError, capture=False)

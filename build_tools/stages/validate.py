@@ -26,7 +26,6 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 import zipfile
 from collections.abc import Sequence
@@ -37,11 +36,13 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from ..common import proc
 from ..common.fsutil import write_json_atomic
+from ..errors import ToolTimeoutError, WheelError
 from ..inputs.configs import BuildConfig
 from .native.manifest import MANIFEST_NAME, NativeManifest
 from .wheels.build import PACKAGE, PACKAGE_FILES, PACKAGE_SUFFIXES, BuiltWheel
-from .wheels.inwheel import WheelError, parse_wheel_name, record_hash
+from .wheels.inwheel import parse_wheel_name, record_hash
 from .wheels.sbom import SBOM_NAME
 
 REPORT_FILE = "validation.json"
@@ -250,12 +251,11 @@ def _check_sbom(rep: WheelReport, zf: zipfile.ZipFile, dist_info: str, manifest:
 def twine_check(paths: Sequence[Path]) -> dict[str, list[str]]:
     """``twine check --strict`` per file: filename -> problems (empty when it passed)."""
     try:
-        proc = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, paths)],
-                              capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "10000"}, check=False)
-    except subprocess.TimeoutExpired:
+        done = proc.run([sys.executable, "-m", "twine", "check", "--strict", *paths], check=False, timeout=300,
+                        env={**os.environ, "NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "10000"})
+    except ToolTimeoutError:
         return {p.name: ["twine check timed out"] for p in paths}
-    out = proc.stdout + proc.stderr
+    out = done.stdout + done.stderr
     if "No module named twine" in out:
         return {p.name: ["twine is not installed: pip install -r requirements/release.txt"] for p in paths}
     # twine's console may wrap long lines anywhere (even inside a path): unwrap before parsing.

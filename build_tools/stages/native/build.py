@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import RECIPE_VERSION
+from ...common import proc
 from ...common.compilers import Toolchain, detect
 from ...common.fsutil import staging_dir
 from ...common.hashing import sha256_json
 from ...common.paths import native_cache_dir
-from ...errors import ManifestError, NativeBuildError
+from ...errors import ManifestError, NativeBuildError, ToolNotFoundError
 from ...inputs.configs import BuildConfig
 from ...inputs.lock import SourceLock
 from ..vendor import VendoredTree
@@ -223,14 +224,17 @@ def _run_logged(cmd: list[str], log_file: Path, label: str, env: dict[str, str])
     with open(log_file, "a", encoding="utf-8") as out:
         out.write(f"\n$ {' '.join(cmd)}\n")
         out.flush()
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, **env}, errors="replace",
-        )
-        assert proc.stdout is not None
+        try:
+            child = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                env={**os.environ, **env}, errors="replace",
+            )
+        except FileNotFoundError as exc:
+            raise ToolNotFoundError(f"{cmd[0]} is not installed (or not on PATH): needed for [{label}]") from exc
+        assert child.stdout is not None
         last_report = 0.0
         last_pct = -1
-        for line in proc.stdout:
+        for line in child.stdout:
             out.write(line)
             m = _PROGRESS.match(line)
             if m:
@@ -240,7 +244,7 @@ def _run_logged(cmd: list[str], log_file: Path, label: str, env: dict[str, str])
                 if pct >= last_pct + 10 or now - last_report > 30 or done == total:
                     log.info("[%s] %d/%d steps (%d%%)", label, done, total, pct)
                     last_report, last_pct = now, pct
-        rc = proc.wait()
+        rc = child.wait()
     if rc != 0:
         tail = log_file.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
         raise NativeBuildError(
@@ -412,11 +416,11 @@ def tool_env(tools_dir: Path, base: dict[str, str] | None = None) -> dict[str, s
 def _build_log_flush_shim(cc: Path, out: Path) -> None:
     src = out.with_suffix(".c")
     src.write_text(_LOG_FLUSH_C)
-    proc = subprocess.run([str(cc), "-shared", "-fPIC", "-O2", "-o", str(out), str(src), "-ldl"],
-                          check=False, capture_output=True, text=True)
-    src.unlink()
-    if proc.returncode != 0:
-        raise NativeBuildError(f"could not compile the log-flush shim for the reference tools: {proc.stderr}")
+    try:
+        proc.run([cc, "-shared", "-fPIC", "-O2", "-o", out, src, "-ldl"],
+                 what="compiling the log-flush shim for the reference tools", error=NativeBuildError)
+    finally:
+        src.unlink()
 
 
 def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] = REFERENCE_TOOLS,

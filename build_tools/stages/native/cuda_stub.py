@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from ...common import proc
 from ...errors import NativeBuildError
 
 log = logging.getLogger(__name__)
@@ -89,11 +89,7 @@ def generate(out_dir: Path, *, cc: Path | None = None, symbols: Iterable[str] = 
         src.write_text(stub_source(symbols), encoding="utf-8")
         built = Path(tmp) / "libcuda.so"
         cmd = [str(cc), "-shared", "-fPIC", "-O1", f"-Wl,-soname,{SONAME}", "-o", str(built), str(src)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise NativeBuildError(
-                f"compiling the libcuda.so.1 link stub failed (`{' '.join(cmd)}`):\n{proc.stderr.strip()[-2000:]}"
-            )
+        proc.run(cmd, what=f"compiling the libcuda.so.1 link stub (`{' '.join(cmd)}`)", error=NativeBuildError)
         shutil.move(str(built), target)
     os.chmod(target, 0o755)
     link = out_dir / SONAME
@@ -109,10 +105,7 @@ def _nm_dynamic(path: Path, which: str) -> str:
     nm = shutil.which("nm")
     if nm is None:
         raise NativeBuildError("`nm` (binutils) is needed to list a library's symbols; install binutils")
-    proc = subprocess.run([nm, "-D", f"--{which}-only", str(path)], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise NativeBuildError(f"`nm -D {path}` failed: {proc.stderr.strip()}")
-    return proc.stdout
+    return proc.run([nm, "-D", f"--{which}-only", path], what=f"`nm -D {path}`", error=NativeBuildError).stdout
 
 
 def exported_symbols(path: Path) -> set[str]:

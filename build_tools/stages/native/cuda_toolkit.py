@@ -48,17 +48,16 @@ import os
 import platform
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...common import pip, proc
 from ...common.fsutil import staging_dir, write_json_atomic
 from ...common.hashing import sha256_json
 from ...common.paths import cache_root
-from ...errors import NativeBuildError
+from ...errors import NativeBuildError, ToolNotFoundError, ToolTimeoutError
 from ...inputs.configs import CudaSpec
 from . import cuda_stub
 
@@ -211,16 +210,11 @@ def kit_hash(spec: CudaSpec, system_root: Path | None = None) -> str:
 
 def pip_install(pins: Sequence[str], target: Path) -> None:
     """Install exactly ``pins`` (binary wheels, no dependency resolution) into ``target``."""
-    cmd = [
-        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-        "--no-deps", "--only-binary=:all:", "--no-compile", "--no-warn-script-location",
-        "--target", str(target), *pins,
-    ]
     log.info("installing the CUDA toolkit wheels %s (several hundred MB, once)", " ".join(pins))
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
+    done = proc.run(pip.install_target(pins, target), check=False)
+    if done.returncode != 0:
         raise NativeBuildError(
-            f"pip could not install the CUDA toolkit wheels {' '.join(pins)}:\n{proc.stderr.strip()[-2000:]}\n"
+            f"pip could not install the CUDA toolkit wheels {' '.join(pins)}:\n{proc.tail(done)}\n"
             "Check that each pin exists for this platform (`pip download --no-deps NAME==VERSION`) "
             "and fix [config.cuda].packages in manifests/configs.toml."
         )
@@ -374,13 +368,13 @@ def _missing_message(spec: CudaSpec, missing: list[tuple[str, str]], nvcc_pin: s
 def nvcc_version(nvcc: Path) -> tuple[str, str, str]:
     """(banner line, release 'X.Y', full version 'X.Y.Z') from ``nvcc --version``."""
     try:
-        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = proc.run([nvcc, "--version"], check=False, timeout=60)
+    except (OSError, ToolNotFoundError, ToolTimeoutError) as exc:
         raise NativeBuildError(f"`{nvcc} --version` could not run: {exc}") from None
-    text = proc.stdout + proc.stderr
+    text = done.stdout + done.stderr
     m = _RELEASE.search(text)
-    if proc.returncode != 0 or not m:
-        raise NativeBuildError(f"`{nvcc} --version` failed (exit {proc.returncode}):\n{text.strip()[-1500:]}")
+    if done.returncode != 0 or not m:
+        raise NativeBuildError(f"`{nvcc} --version` failed (exit {done.returncode}):\n{text.strip()[-1500:]}")
     banner = next(line.strip() for line in text.splitlines() if "release" in line)
     return banner, m.group(1), m.group(2)
 
@@ -399,11 +393,10 @@ def compile_probe(nvcc: Path, env: dict[str, str], arch: str = "80") -> None:
         src.write_text(_PROBE, encoding="utf-8")
         cmd = [str(nvcc), "-c", str(src), "-o", str(Path(tmp) / "probe.o"),
                f"-gencode=arch=compute_{arch},code=sm_{arch}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=300, check=False)
-        if proc.returncode != 0:
+        done = proc.run(cmd, check=False, env={**os.environ, **env}, timeout=300)
+        if done.returncode != 0:
             raise NativeBuildError(
-                f"the provisioned nvcc cannot compile a probe kernel (`{' '.join(cmd)}`):\n"
-                f"{(proc.stdout + proc.stderr).strip()[-2000:]}"
+                f"the provisioned nvcc cannot compile a probe kernel (`{' '.join(cmd)}`):\n{proc.tail(done)}"
             )
 
 

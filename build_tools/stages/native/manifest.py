@@ -10,7 +10,7 @@ from typing import Any
 from ...common.elf import is_elf, read_dynamic
 from ...common.fsutil import write_json_atomic
 from ...common.hashing import sha256_file
-from ...errors import ManifestError
+from ...errors import ManifestError, MissingInputError
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "native-manifest.json"
@@ -127,7 +127,7 @@ def load_manifest(path: Path) -> NativeManifest:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"native manifest not found: {path}") from None
+        raise MissingInputError(f"native manifest not found: {path}") from None
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{path}: invalid JSON ({exc})") from None
     return NativeManifest.from_json(data, str(path))

@@ -32,7 +32,7 @@ from ...common.fsutil import write_json_atomic
 from ...common.hashing import sha256_file, sha256_json
 from ...common.interpreters import VERSIONS
 from ...common.paths import REPO_ROOT, VENDOR_DIR
-from ...errors import BuildToolsError
+from ...errors import WheelBuildError
 from ...inputs.configs import BuildConfig
 from ..native.manifest import MANIFEST_NAME, NativeManifest
 from .inwheel import Entry, source_date_epoch, write_wheel
@@ -53,9 +53,6 @@ PACKAGE_FILES = ("py.typed",)
 RECORD_FILE = "wheels.json"  # in the output dir: what the wheels step produced, and its content key
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
-
-class WheelBuildError(BuildToolsError):
-    """Wheel assembly failed (bad metadata, missing sources, or an unwritable output)."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from ...errors import BuildToolsError
+from ...errors import WheelError
 
 DEFAULT_SOURCE_DATE_EPOCH = 315532800  # 1980-01-01T00:00:00Z: the earliest time a zip entry can hold
 COMPRESSION = zipfile.ZIP_DEFLATED
@@ -35,9 +35,6 @@ _WHEEL_NAME = re.compile(
     r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
 )
 
-
-class WheelError(BuildToolsError):
-    """A wheel archive is malformed or cannot be written."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ import importlib.util
 import logging
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -22,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import BuildToolsError
+from ...common import proc
+from ...errors import RepairError
 from ..native.manifest import NativeManifest
 from .build import BuiltWheel
 from .inwheel import parse_wheel_name, read_entries, rewrite
@@ -34,9 +34,6 @@ CUDA_EXCLUDES = ("libcuda.so.1", "libcudart.so.*", "libcublas.so.*", "libcublasL
 _SHOW_TAG = re.compile(r'consistent with\s+the following platform tag:\s+"([^"]+)"', re.DOTALL)
 _SHOW_LIMIT = re.compile(r'constrains the platform tag to "([^"]+)"')
 
-
-class RepairError(BuildToolsError):
-    """auditwheel is missing, failed, or changed what it must not change."""
 
 
 @dataclass(frozen=True)
@@ -57,10 +54,8 @@ def _auditwheel() -> list[str]:
 
 
 def _run(cmd: list[str], what: str) -> str:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    if proc.returncode != 0:
-        raise RepairError(f"{what} failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
-    return proc.stdout + proc.stderr
+    done = proc.run(cmd, what=what, error=RepairError, timeout=600)
+    return done.stdout + done.stderr
 
 
 def show_platform(wheel: Path) -> str:
