@@ -18,8 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from build_tools import release
 from build_tools.inputs.configs import load_matrix
+from build_tools.inputs.lock import load_lock
+from build_tools.stages.native import build as native
+from build_tools.stages.vendor import current_tree
 from build_tools.stages.wheels import build as wheels
 from build_tools.stages.wheels import repair
 
@@ -57,7 +59,8 @@ def main() -> int:
     p.add_argument("--no-repair", action="store_true", help="time assembly only (no auditwheel)")
     args = p.parse_args()
     config = load_matrix().get(args.config)
-    nb = release.native_build(config, build=False)
+    lock = load_lock()
+    nb = native.run(config, lock, current_tree(lock), allow_build=False)
     if nb.seconds:
         native_s, native_cpu = nb.seconds, None
     else:

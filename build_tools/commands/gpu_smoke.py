@@ -8,9 +8,9 @@ from pathlib import Path
 
 from ..errors import BuildToolsError
 from ..inputs.configs import load_matrix
+from ..options import path_arg
 from ..stages import smoke
 from ..stages.smoke.bundle import add_run_arguments
-from ._common import path_arg
 
 HELP = __doc__
 

@@ -6,22 +6,22 @@ import argparse
 import time
 
 from ..inputs.lock import load_lock
+from ..options import Options, add_configs, add_jobs
 from ..stages.native import build as native
 from ..stages.vendor import current_tree
-from ._common import resolve_configs
 
 HELP = __doc__
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("configs", nargs="*", help="configuration names (default: the matrix default)")
+    add_configs(p)
     p.add_argument("--verify", action="store_true", help="rehash a finished build against its manifest")
     p.add_argument("--tools", action="store_true", help="also build llama.cpp's reference programs")
     p.add_argument("--force", action="store_true", help="rebuild even on a cache hit")
     p.add_argument("--print-key", action="store_true",
                    help="print each configuration's content key and result directory, build nothing "
                         "(CI cache keys); provisions a CUDA toolkit if the key needs its versions")
-    p.add_argument("-j", "--jobs", type=int, default=None)
+    add_jobs(p)
 
 
 def _verify(configs, lock, tree) -> int:
@@ -44,7 +44,7 @@ def _verify(configs, lock, tree) -> int:
 
 def run(args: argparse.Namespace) -> int:
     lock = load_lock()
-    configs = resolve_configs(args.configs)
+    configs = Options.from_args(args).configs
     tree = current_tree(lock)
     if args.verify:
         return _verify(configs, lock, tree)

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from .. import release
+from ..options import Options, add_configs, add_dist, add_index_out
 from ..stages import publish
-from ._common import path_arg, resolve_configs
 
 HELP = __doc__
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("configs", nargs="*", help="configuration names (default: the matrix default)")
-    p.add_argument("--dist", type=path_arg, default=release.DIST, help="wheels base (dist/<config>/)")
-    p.add_argument("--out", type=path_arg, default=publish.DEFAULT_OUT, help="index folder")
+    add_configs(p)
+    add_dist(p)
+    add_index_out(p)
     p.add_argument("--twine", action="store_true",
                    help="also upload with twine to $TWINE_REPOSITORY_URL (credentials from the environment)")
     p.add_argument("--github-release", metavar="TAG", help="also attach the wheels to GitHub release TAG (gh)")
@@ -22,13 +21,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    dirs = [release.dist_dir(c, args.dist) for c in resolve_configs(args.configs)]
-    index = publish.publish(dirs, args.out, allow_dev=not args.release_only)
+    options = Options.from_args(args)
+    dirs = [d for _c, d in options.dist_dirs()]
+    index = publish.publish(dirs, options.out, allow_dev=not args.release_only)
     for v in index.variants():
         print(f"{v}: {index.root / v}/  (pip install --index-url {index.variant_url(v)} llama-cpp-python)")
     for f in index.new:
         print(f"  {f.filename}  {f.sha256[:16]}")
-    new_files = [d / f.filename for d in dirs for f in index.new if (d / f.filename).is_file()]
+    new_files = [d.path / f.filename for d in dirs for f in index.new if (d.path / f.filename).is_file()]
     if args.twine:
         publish.upload_twine(new_files)
     if args.github_release:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from .. import release
+from ..inputs.lock import load_lock
+from ..options import Options, add_configs, add_dist, path_arg
+from ..stages import validate
+from ..stages.native import build as native
 from ..stages.native.manifest import load_manifest
-from ..stages.wheels.build import load_record
-from ._common import path_arg, resolve_configs
+from ..stages.vendor import current_tree
 
 HELP = __doc__
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("configs", nargs="*", help="configuration names (default: the matrix default)")
-    p.add_argument("--dist", type=path_arg, default=release.DIST, help="wheels base (dist/<config>/)")
+    add_configs(p)
+    add_dist(p)
     p.add_argument("--manifest", type=path_arg, default=None,
                    help="native manifest to check against (default: the cached native build's)")
     p.add_argument("--no-twine", action="store_true", help="skip `twine check` (metadata)")
@@ -22,12 +24,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     failed = 0
-    for config in resolve_configs(args.configs):
-        out_dir = release.dist_dir(config, args.dist)
-        _key, wheels = load_record(out_dir)
-        manifest = load_manifest(args.manifest) if args.manifest else \
-            release.native_build(config, build=False).manifest
-        report = release.run_validate(wheels, manifest, config, out_dir, twine=not args.no_twine)
+    for config, dist in Options.from_args(args).dist_dirs():
+        if args.manifest:
+            manifest = load_manifest(args.manifest)
+        else:
+            lock = load_lock()
+            manifest = native.run(config, lock, current_tree(lock), allow_build=False).manifest
+        report = validate.run(dist.wheels(), manifest, config, dist.path, twine=not args.no_twine)
         print(report.render())
         failed += not report.ok
     return 1 if failed else 0

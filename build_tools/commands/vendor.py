@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ..inputs.lock import load_lock
+from ..options import path_arg
 from ..stages.vendor import vendor
-from ._common import path_arg
 
 HELP = __doc__
 

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from .. import release
-from ..stages.wheels.build import PYTHON_TAGS, WheelOptions, default_platform_tag
-from ._common import path_arg, resolve_configs
+from ..inputs.lock import load_lock
+from ..options import Options, add_configs, add_dist, add_jobs, path_arg
+from ..stages import wheels
+from ..stages.native import build as native
+from ..stages.vendor import current_tree
+from ..stages.wheels.build import default_platform_tag
 
 HELP = __doc__
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("configs", nargs="*", help="configuration names (default: the matrix default)")
-    p.add_argument("--python-tags", default=",".join(PYTHON_TAGS), help="comma-separated cpXY tags")
+    add_configs(p)
+    p.add_argument("--python-tags", default=",".join(wheels.PYTHON_TAGS), help="comma-separated cpXY tags")
     p.add_argument("--single", action="store_true", help="one py3-none-<platform> wheel instead")
-    p.add_argument("--dist", type=path_arg, default=release.DIST, help="output base (dist/<config>/)")
+    add_dist(p)
     p.add_argument("--platform-tag", default=None, help="tag before repair (default: this machine's)")
     p.add_argument("--epoch", type=int, default=None, help="SOURCE_DATE_EPOCH for the archive entries")
     p.add_argument("--no-repair", action="store_true", help="skip auditwheel (keeps linux_* tags)")
@@ -23,22 +26,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--native-root", type=path_arg, default=None,
                    help="use this finished native build folder (e.g. a CI artifact) instead of the cache")
     p.add_argument("--force", action="store_true", help="rebuild even if the recorded wheels match")
-    p.add_argument("-j", "--jobs", type=int, default=None)
+    add_jobs(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    for config in resolve_configs(args.configs):
-        nb = release.native_from_root(config, args.native_root) if args.native_root else \
-            release.native_build(config, build=args.build_native, jobs=args.jobs)
-        options = WheelOptions(
-            out_dir=release.dist_dir(config, args.dist),
+    options = Options.from_args(args)
+    for config, dist in options.dist_dirs():
+        if args.native_root:
+            nb = native.from_root(config, args.native_root)
+        else:
+            lock = load_lock()
+            nb = native.run(config, lock, current_tree(lock), allow_build=args.build_native, jobs=options.jobs)
+        wheel_options = wheels.WheelOptions(
+            out_dir=dist.path,
             python_tags=tuple(t.strip() for t in args.python_tags.split(",") if t.strip()),
             single=args.single, platform_tag=args.platform_tag or default_platform_tag(),
-            epoch=args.epoch, jobs=args.jobs,
+            epoch=args.epoch, jobs=options.jobs,
         )
-        res = release.make_wheels(nb, config, options, repair=not args.no_repair, force=args.force)
+        res = wheels.run(nb, config, wheel_options, repair_tags=not args.no_repair, force=args.force)
+        if not res.reused:
+            dist.forget_reports()
         state = "reused (content key unchanged)" if res.reused else "built"
-        print(f"{config.name}: {len(res.wheels)} wheels {state} in {res.seconds:.1f} s -> {options.out_dir}")
+        print(f"{config.name}: {len(res.wheels)} wheels {state} in {res.seconds:.1f} s -> {dist.path}")
         if res.platform_tag:
             print(f"  auditwheel: {res.platform_tag}")
         for w in res.wheels:

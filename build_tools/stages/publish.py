@@ -1,8 +1,9 @@
 """Step 6: publish exactly the wheels that passed validate and smoke, as a PEP 503 index.
 
-Gate: ``dist/<config>/release-manifest.json`` is written only when validation and smoke both
-passed (:func:`record_release`); :func:`publish` refuses any file whose sha256 is not in such
-a manifest. Output (default ``dist/index`` in the repository)::
+Input: cleared ``dist/<config>/`` folders (:class:`~build_tools.dist.DistDir`; the gate,
+:func:`build_tools.dist.clear`, writes their ``clearance.json`` only when validation and smoke
+both passed); :func:`publish` refuses any file whose sha256 is not in a clearance. Output, a
+:class:`PublishedIndex` (default ``dist/index`` in the repository)::
 
     <out>/whl/index.html                                  the variants
     <out>/whl/<variant>/index.html                        PEP 503 root: llama-cpp-python
@@ -33,71 +34,17 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from ..common import proc
-from ..common.fsutil import replace_dir, write_json_atomic
+from ..common.fsutil import replace_dir
 from ..common.hashing import sha256_file
 from ..common.paths import REPO_ROOT
+from ..dist import CLEARANCE_FILE, PROJECT, DistDir
 from ..errors import PublishError
 
 log = logging.getLogger(__name__)
 
-RELEASE_MANIFEST = "release-manifest.json"
+RELEASE_MANIFEST = "release-manifest.json"  # per index variant: the files it serves and their releases
 DEFAULT_OUT = REPO_ROOT / "dist" / "index"
-PROJECT = "llama-cpp-python"
 
-
-
-def record_release(dist_dir: Path, *, config: Any, wheels: Sequence[Any], validation: Any, smoke: Any,
-                   native: Any, strict: bool) -> Path:
-    """Write the release manifest: the wheels that passed validation and smoke, by sha256.
-
-    ``validation`` is a :class:`~build_tools.stages.validate.ValidationReport`, ``smoke`` a
-    :class:`~build_tools.smoke.SmokeReport`; raises unless both passed for these exact files.
-    """
-    if not validation.ok:
-        raise PublishError(f"validation of {config.name} failed; no release manifest written")
-    if not smoke.ok:
-        raise PublishError(f"smoke tests of {config.name} failed; no release manifest written")
-    validated = {w.sha256 for w in validation.wheels if w.ok}
-    entries = []
-    for w in wheels:
-        if w.sha256 not in validated:
-            raise PublishError(f"{w.filename} (sha256 {w.sha256[:16]}) was not the file that passed validation")
-        verdict = smoke.verdict(w.filename)
-        if verdict == "fail" or (verdict == "skip" and strict):
-            raise PublishError(f"{w.filename}: smoke verdict {verdict}")
-        entries.append({"filename": w.filename, "sha256": w.sha256, "size": w.size, "tag": w.tag,
-                        "version": w.version, "requires_python": w.requires_python, "smoke": verdict})
-    src = native.source
-    data = {
-        "schema_version": 1,
-        "project": PROJECT,
-        "config": config.name,
-        "variant": config.variant,
-        "release": config.release,
-        "version": wheels[0].version if wheels else None,
-        "native_key": native.key,
-        "llama_cpp": {"commit": src.get("commit"), "build_number": src.get("build_number")},
-        "source_date_epoch": wheels[0].epoch if wheels else None,
-        "gates": {"validate": "passed", "smoke": "passed (strict)" if strict else "passed"},
-        "wheels": entries,
-    }
-    path = dist_dir / RELEASE_MANIFEST
-    write_json_atomic(path, data)
-    return path
-
-
-def load_release(dist_dir: Path) -> dict[str, Any]:
-    path = dist_dir / RELEASE_MANIFEST
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PublishError(f"{path} is missing: these wheels have not passed validate and smoke "
-                           "(nox -s validate, nox -s smoke)") from None
-    except ValueError as exc:
-        raise PublishError(f"{path}: invalid JSON ({exc})") from None
-    if data.get("schema_version") != 1 or not isinstance(data.get("wheels"), list):
-        raise PublishError(f"{path}: not a release manifest of schema 1")
-    return data
 
 
 @dataclass(frozen=True)
@@ -122,22 +69,23 @@ class PublishedIndex:
         return sorted({f.variant for f in self.files})
 
 
-def _cleared(dist_dirs: Sequence[Path]) -> list[tuple[dict[str, Any], dict[str, Any], Path]]:
-    """(release manifest, wheel entry, file) for every wheel cleared for release; refuses mismatches."""
+def _cleared(dist_dirs: Sequence[DistDir]) -> list[tuple[dict[str, Any], dict[str, Any], Path]]:
+    """(clearance, wheel entry, file) for every wheel cleared for release; refuses mismatches."""
     out = []
-    for d in dist_dirs:
-        rel = load_release(d)
+    for dist in dist_dirs:
+        d = dist.path
+        rel = dist.clearance()
         for entry in rel["wheels"]:
             path = d / entry["filename"]
             if not path.is_file():
-                raise PublishError(f"{path} is listed in {d / RELEASE_MANIFEST} but missing")
+                raise PublishError(f"{path} is listed in {d / CLEARANCE_FILE} but missing")
             digest = sha256_file(path)
             if digest != entry["sha256"]:
                 raise PublishError(f"refusing {path.name}: its sha256 {digest[:16]} is not the validated and "
                                    f"smoke-tested {entry['sha256'][:16]} (re-run validate and smoke)")
             out.append((rel, entry, path))
         for extra in sorted(set(d.glob("*.whl")) - {d / e["filename"] for e in rel["wheels"]}):
-            log.warning("not publishing %s: it is not in %s", extra.name, d / RELEASE_MANIFEST)
+            log.warning("not publishing %s: it is not in %s", extra.name, d / CLEARANCE_FILE)
     return out
 
 
@@ -188,11 +136,11 @@ def _write_variant(stage: Path, variant: str, files: list[PublishedFile], releas
     (vdir / RELEASE_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def publish(dist_dirs: Sequence[Path], out: Path = DEFAULT_OUT, *, allow_dev: bool = True) -> PublishedIndex:
+def publish(dist_dirs: Sequence[DistDir], out: Path = DEFAULT_OUT, *, allow_dev: bool = True) -> PublishedIndex:
     """Write (atomically) the index of every cleared wheel in ``dist_dirs`` under ``out/whl``."""
     cleared = _cleared(dist_dirs)
     if not cleared:
-        raise PublishError("nothing to publish: the release manifests list no wheels")
+        raise PublishError("nothing to publish: the clearances list no wheels")
     for rel, _e, _p in cleared:
         if not rel.get("release", True) and not allow_dev:
             raise PublishError(f"{rel['config']} is a development configuration (release = false)")

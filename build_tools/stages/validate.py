@@ -38,10 +38,11 @@ from packaging.utils import canonicalize_name
 
 from ..common import proc
 from ..common.fsutil import write_json_atomic
+from ..common.paths import REPO_ROOT
 from ..errors import ToolTimeoutError, WheelError
 from ..inputs.configs import BuildConfig
 from .native.manifest import MANIFEST_NAME, NativeManifest
-from .wheels.build import PACKAGE, PACKAGE_FILES, PACKAGE_SUFFIXES, BuiltWheel
+from .wheels.build import PACKAGE, PACKAGE_FILES, PACKAGE_SUFFIXES, BuiltWheel, expected_version
 from .wheels.inwheel import parse_wheel_name, record_hash
 from .wheels.sbom import SBOM_NAME
 
@@ -95,6 +96,14 @@ class ValidationReport:
                         "failures": [{"check": f.check, "message": f.message} for f in w.failures]}
                        for w in self.wheels],
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ValidationReport:
+        """The report :meth:`to_json` wrote (``ok`` is derived, not read)."""
+        return cls(data["config"], data["version"], data["native_key"], [
+            WheelReport(w["filename"], w["sha256"], w["size"],
+                        [Failure(f["check"], f["message"]) for f in w.get("failures", [])])
+            for w in data["wheels"]])
 
     def render(self) -> str:
         lines = [f"validate {self.config} {self.version}: {'OK' if self.ok else 'REFUSED'}"]
@@ -344,14 +353,24 @@ def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: Bui
     return report
 
 
+def run(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: BuildConfig, out_dir: Path, *,
+        twine: bool = True, repo: Path = REPO_ROOT) -> ValidationReport:
+    """The stage: validate the wheels against the native manifest and save the report in ``out_dir``."""
+    report = validate(wheels, manifest, config, version=expected_version(config, repo),
+                      python_tags=sorted({w.python_tag for w in wheels}), twine=twine)
+    save_report(report, out_dir)
+    return report
+
+
 def save_report(report: ValidationReport, out_dir: Path) -> Path:
     path = out_dir / REPORT_FILE
     write_json_atomic(path, report.to_json())
     return path
 
 
-def load_report(out_dir: Path) -> dict[str, Any] | None:
+def load_report(out_dir: Path) -> ValidationReport | None:
+    """The saved report of ``out_dir``, or None when validation has not run there (or left no readable report)."""
     try:
-        return json.loads((out_dir / REPORT_FILE).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
+        return ValidationReport.from_json(json.loads((out_dir / REPORT_FILE).read_text(encoding="utf-8")))
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
         return None

@@ -12,6 +12,7 @@ import pytest
 
 from build_tools.common import interpreters
 from build_tools.inputs.configs import load_matrix
+from build_tools.stages import wheels as stage_wheels
 from build_tools.stages.native.build import NativeBuild
 from build_tools.stages.native.manifest import LibraryRecord, NativeManifest
 from build_tools.stages.wheels import build as wheels
@@ -38,10 +39,8 @@ def repo(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def built(native_build, config, repo, tmp_path_factory):
     """The five cpu-host wheels, repaired (auditwheel) as a release makes them; treat as read-only."""
-    from build_tools import release
-
     out = tmp_path_factory.mktemp("dist") / config.name
-    return release.make_wheels(native_build, config, wheels.WheelOptions(out_dir=out, repo=repo))
+    return stage_wheels.run(native_build, config, wheels.WheelOptions(out_dir=out, repo=repo))
 
 
 @pytest.fixture

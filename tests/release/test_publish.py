@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import release
+from build_tools import dist
 from build_tools.common.interpreters import Interpreter
 from build_tools.stages import publish, smoke, validate
 from build_tools.stages.smoke import runner
@@ -37,9 +37,9 @@ def cleared(built, native_build, config, tmp_path):
     for w in built.wheels:
         shutil.copyfile(w.path, d / w.path.name)
         ws.append(replace(w, path=d / w.path.name))
-    report = validate.validate(ws, native_build.manifest, config, version=release.expected_version(config),
+    report = validate.validate(ws, native_build.manifest, config, version=wheels.expected_version(config),
                                python_tags=wheels.PYTHON_TAGS, twine=False)
-    publish.record_release(d, config=config, wheels=ws, validation=report, smoke=_passing_smoke(ws),
+    dist.clear(dist.DistDir(d), config=config, wheels=ws, validation=report, smoke=_passing_smoke(ws),
                            native=native_build.manifest, strict=False)
     return d, ws
 
@@ -51,7 +51,7 @@ def _tree(root: Path) -> dict[str, str]:
 
 def test_index_layout(cleared, config, tmp_path):
     d, ws = cleared
-    index = publish.publish([d], tmp_path / "index")
+    index = publish.publish([dist.DistDir(d)], tmp_path / "index")
     vdir = tmp_path / "index" / "whl" / config.variant
     page = (vdir / "llama-cpp-python" / "index.html").read_text()
     for w in ws:
@@ -73,7 +73,7 @@ def test_refuses_without_release_manifest(built, tmp_path):
     d.mkdir()
     shutil.copyfile(built.wheels[0].path, d / built.wheels[0].filename)
     with pytest.raises(publish.PublishError, match="not passed validate and smoke"):
-        publish.publish([d], tmp_path / "index")
+        publish.publish([dist.DistDir(d)], tmp_path / "index")
 
 
 def test_refuses_a_file_changed_after_validation(cleared, tmp_path):
@@ -82,7 +82,7 @@ def test_refuses_a_file_changed_after_validation(cleared, tmp_path):
     data[-100] ^= 0xFF
     ws[1].path.write_bytes(bytes(data))
     with pytest.raises(publish.PublishError, match=f"refusing {ws[1].filename}"):
-        publish.publish([d], tmp_path / "index")
+        publish.publish([dist.DistDir(d)], tmp_path / "index")
     assert not (tmp_path / "index" / "whl").exists()
 
 
@@ -91,36 +91,36 @@ def test_unlisted_wheels_are_not_published(cleared, tmp_path):
     assert ws
     stray = d / ws[0].filename.replace("0.4.0", "0.4.0.post9")
     shutil.copyfile(ws[0].path, stray)
-    index = publish.publish([d], tmp_path / "index")
+    index = publish.publish([dist.DistDir(d)], tmp_path / "index")
     assert stray.name not in {f.filename for f in index.files}
 
 
-def test_record_release_needs_both_gates(built, native_build, config, tmp_path):
+def test_clearance_needs_both_gates(built, native_build, config, tmp_path):
     ws = built.wheels
-    good = validate.validate(ws, native_build.manifest, config, version=release.expected_version(config),
+    good = validate.validate(ws, native_build.manifest, config, version=wheels.expected_version(config),
                              python_tags=wheels.PYTHON_TAGS, twine=False)
     bad_validation = validate.ValidationReport(config.name, "x", "y", [validate.WheelReport("a", "b", 1)])
     bad_validation.wheels[0].fail("record", "broken")
     with pytest.raises(publish.PublishError, match="validation"):
-        publish.record_release(tmp_path, config=config, wheels=ws, validation=bad_validation,
+        dist.clear(dist.DistDir(tmp_path), config=config, wheels=ws, validation=bad_validation,
                                smoke=_passing_smoke(ws), native=native_build.manifest, strict=False)
     failing = _passing_smoke(ws)
     failing.results[0].status = "fail"
     with pytest.raises(publish.PublishError, match="smoke"):
-        publish.record_release(tmp_path, config=config, wheels=ws, validation=good, smoke=failing,
+        dist.clear(dist.DistDir(tmp_path), config=config, wheels=ws, validation=good, smoke=failing,
                                native=native_build.manifest, strict=False)
     skipped = _passing_smoke(ws)
     skipped.results[0].status = "skip"
     with pytest.raises(publish.PublishError, match="smoke"):
-        publish.record_release(tmp_path, config=config, wheels=ws, validation=good, smoke=skipped,
+        dist.clear(dist.DistDir(tmp_path), config=config, wheels=ws, validation=good, smoke=skipped,
                                native=native_build.manifest, strict=True)
-    assert not (tmp_path / publish.RELEASE_MANIFEST).exists()
+    assert not (tmp_path / dist.CLEARANCE_FILE).exists()
 
 
 def test_failure_half_way_leaves_the_previous_index(cleared, tmp_path, monkeypatch):
     d, _ws = cleared
     out = tmp_path / "index"
-    publish.publish([d], out)
+    publish.publish([dist.DistDir(d)], out)
     before = _tree(out)
     real_place = publish._place
     calls = []
@@ -133,7 +133,7 @@ def test_failure_half_way_leaves_the_previous_index(cleared, tmp_path, monkeypat
 
     monkeypatch.setattr(publish, "_place", flaky)
     with pytest.raises(OSError, match="injected"):
-        publish.publish([d], out)
+        publish.publish([dist.DistDir(d)], out)
     assert len(calls) == 3
     assert _tree(out) == before
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
@@ -142,17 +142,17 @@ def test_failure_half_way_leaves_the_previous_index(cleared, tmp_path, monkeypat
 def test_earlier_files_are_carried_over(cleared, tmp_path):
     d, ws = cleared
     out = tmp_path / "index"
-    publish.publish([d], out)
+    publish.publish([dist.DistDir(d)], out)
     vdir = out / "whl" / ws[0].variant / "llama-cpp-python"
     old = "llama_cpp_python-0.3.0-cp312-cp312-manylinux_2_34_x86_64.whl"
     shutil.copyfile(ws[0].path, vdir / old)
     sums = vdir.parent / "SHA256SUMS"
     sums.write_text(sums.read_text() + f"{ws[0].sha256}  {old}\n")
-    publish.publish([d], out)
+    publish.publish([dist.DistDir(d)], out)
     assert old in (vdir / "index.html").read_text() and (vdir / old).is_file()
     (vdir / old).write_bytes(b"damaged")
     with pytest.raises(publish.PublishError, match="damaged"):
-        publish.publish([d], out)
+        publish.publish([dist.DistDir(d)], out)
 
 
 @pytest.fixture
@@ -176,7 +176,7 @@ def served(tmp_path):
 def test_pip_installs_from_the_served_index(cleared, tmp_path, served, smoke_interpreter):
     d, ws = cleared
     out = tmp_path / "index"
-    publish.publish([d], out)
+    publish.publish([dist.DistDir(d)], out)
     base = served(out)
     variant = ws[0].variant
     venv = tmp_path / "venv"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from build_tools import release
+from build_tools import dist, release
 from build_tools.stages.smoke import runner
 
 from .test_smoke import _mtp_ready
@@ -25,7 +25,7 @@ def test_failed_smoke_publishes_nothing(built, config, repo, smoke_interpreter, 
     assert cs.steps[2].state == "reused" and cs.steps[4].state == "failed"
     assert "injected failure" in cs.smoke_table
     assert not (tmp_path / "index").exists()
-    assert not (dist_base / config.name / "release-manifest.json").exists()
+    assert not (dist_base / config.name / dist.CLEARANCE_FILE).exists()
 
 
 def test_release_twice(built, config, repo, smoke_interpreter, tmp_path):

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import release
 from build_tools.inputs.configs import load_matrix
 from build_tools.stages import validate
 from build_tools.stages.wheels import build as wheels
@@ -18,7 +17,7 @@ from .conftest import fake_native
 
 
 def _check(ws, native_build, config, twine=False):
-    return validate.validate(ws, native_build.manifest, config, version=release.expected_version(config),
+    return validate.validate(ws, native_build.manifest, config, version=wheels.expected_version(config),
                              python_tags=wheels.PYTHON_TAGS, twine=twine)
 
 

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from build_tools import release
 from build_tools.common.hashing import sha256_file
+from build_tools.stages import wheels as stage_wheels
 from build_tools.stages.wheels import build as wheels
 from build_tools.stages.wheels import inwheel
 
@@ -86,7 +86,7 @@ def test_rebuild_is_byte_identical(native_build, config, repo, tmp_path):
 
 def test_repaired_rebuild_is_byte_identical(built, native_build, config, repo, tmp_path):
     """A release run from scratch reproduces the repaired wheels of the session fixture exactly."""
-    res = release.make_wheels(native_build, config, wheels.WheelOptions(out_dir=tmp_path / config.name, repo=repo),
+    res = stage_wheels.run(native_build, config, wheels.WheelOptions(out_dir=tmp_path / config.name, repo=repo),
                               force=True)
     assert [(w.path.name, w.sha256) for w in res.wheels] == [(w.path.name, w.sha256) for w in built.wheels]
 
@@ -98,7 +98,7 @@ def test_single_py3_wheel(native_build, config, tmp_path):
 
 def test_wheels_are_reused_by_content_key(built, native_build, config, repo):
     out = built.wheels[0].path.parent
-    res = release.make_wheels(native_build, config, wheels.WheelOptions(out_dir=out, repo=repo))
+    res = stage_wheels.run(native_build, config, wheels.WheelOptions(out_dir=out, repo=repo))
     assert res.reused and [w.sha256 for w in res.wheels] == [w.sha256 for w in built.wheels]
 
 

@@ -31,7 +31,7 @@ from ...common.compilers import Toolchain, detect
 from ...common.fsutil import staging_dir
 from ...common.hashing import sha256_json
 from ...common.paths import native_cache_dir
-from ...errors import ManifestError, NativeBuildError, ToolNotFoundError
+from ...errors import ManifestError, MissingInputError, NativeBuildError, ToolNotFoundError
 from ...inputs.configs import BuildConfig
 from ...inputs.lock import SourceLock
 from ..vendor import VendoredTree
@@ -481,3 +481,27 @@ def verify(nb_root: Path) -> list[str]:
             if rel not in listed:
                 problems.append(f"{rel}: not in the manifest")
     return problems
+
+
+def run(config: BuildConfig, lock: SourceLock, tree: VendoredTree, *, allow_build: bool = True,
+        jobs: int | None = None) -> NativeBuild:
+    """The stage: the configuration's native build, reused from the cache, else built if ``allow_build``."""
+    p = plan(config, lock, tree)
+    nb = find_finished(p)
+    if nb is not None:
+        return nb
+    if not allow_build:
+        raise MissingInputError(f"no finished native build of {config.name} (key {p.key[:16]}): run "
+                                f"`nox -s native -- {config.name}` first")
+    return build(p, jobs=jobs)
+
+
+def from_root(config: BuildConfig, root: Path) -> NativeBuild:
+    """A finished native build at ``root`` (a CI artifact), verified against its manifest."""
+    manifest = load_manifest(root)
+    if manifest.config_name != config.name:
+        raise ManifestError(f"{root} holds a native build of {manifest.config_name!r}, not {config.name!r}")
+    problems = verify(root)
+    if problems:
+        raise ManifestError(f"{root} does not match its native manifest: {problems}")
+    return NativeBuild(config, manifest.key, root, manifest, reused=True)

@@ -397,3 +397,8 @@ def clean_stale(out_dir: Path, keep: Sequence[BuiltWheel]) -> None:
     for p in out_dir.glob("*.whl"):
         if p.name not in names:
             p.unlink()
+
+
+def expected_version(config: BuildConfig, repo: Path = REPO_ROOT) -> str:
+    """The version every wheel of ``config`` must carry (the package version + the local variant)."""
+    return wheel_version(read_project(repo), config)
