@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from build_tools.common.interpreters import VERSIONS
+from build_tools.inputs.configs import load_matrix
+from build_tools.inputs.matrix import ci_matrices
+from build_tools.stages.wheels import PYTHON_TAGS
+
 yaml = pytest.importorskip("yaml")
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / ".github" / "workflows"
@@ -54,19 +59,45 @@ def test_no_permissions_by_default(name):
 
 def test_release_job_graph():
     jobs = _load("release.yml")["jobs"]
-    assert set(jobs) == {"native", "wheels", "smoke", "publish", "pypi"}
-    assert _needs(jobs["native"]) == set()
-    assert _needs(jobs["wheels"]) == {"native"}
-    assert _needs(jobs["smoke"]) == {"wheels"}
-    assert _needs(jobs["publish"]) == {"native", "wheels", "smoke"}
+    assert set(jobs) == {"matrix", "native", "wheels", "smoke", "publish", "pypi"}
+    assert _needs(jobs["matrix"]) == set()
+    assert _needs(jobs["native"]) == {"matrix"}
+    assert _needs(jobs["wheels"]) == {"matrix", "native"}
+    assert _needs(jobs["smoke"]) == {"matrix", "wheels"}
+    assert _needs(jobs["publish"]) == {"matrix", "native", "wheels", "smoke"}
     assert _needs(jobs["pypi"]) == {"publish"}
-    configs = jobs["native"]["strategy"]["matrix"]["config"]
-    assert jobs["wheels"]["strategy"]["matrix"]["config"] == configs
-    assert "cpu" in configs and any(c.startswith("cuda") for c in configs)
-    assert jobs["smoke"]["strategy"]["matrix"]["python"] == ["3.10", "3.11", "3.12", "3.13", "3.14"]
     smoke_run = " ".join(s.get("run", "") for s in jobs["smoke"]["steps"])
     assert "--strict" in smoke_run and "build_tools smoke" in smoke_run
     assert "refs/tags/v" in jobs["publish"]["if"]
+
+
+def test_matrices_come_from_build_tools_matrix():
+    """Every matrix is ``fromJSON`` of the matrix job's outputs; no configuration or Python list in YAML."""
+    jobs = _load("release.yml")["jobs"]
+    runs = " ".join(s.get("run", "") for s in jobs["matrix"]["steps"])
+    assert "build_tools matrix" in runs
+    outputs = jobs["matrix"]["outputs"]
+    for name in ("native", "wheels", "smoke"):
+        matrix = jobs[name]["strategy"]["matrix"]
+        assert isinstance(matrix, str) and matrix.startswith("${{ fromJSON(needs.matrix.outputs."), name
+        assert matrix.removeprefix("${{ fromJSON(needs.matrix.outputs.").split(")")[0] in outputs
+    gate = next(s for s in jobs["publish"]["steps"] if "--merge-reports" in s.get("run", ""))
+    for where, text in [*((n, yaml.safe_dump(jobs[n])) for n in ("native", "wheels", "smoke")), ("gate", gate["run"])]:
+        for config in load_matrix().configs.values():
+            assert not re.search(rf"(?<![\w.-]){re.escape(config.name)}(?![\w.-])", text), \
+                f"release.yml {where} names {config.name}: take it from the matrix job"
+        assert not re.search(r"\b3\.1[0-4]\b", text), f"release.yml {where} lists Python versions"
+    assert gate["env"]["CONFIGS"] == "${{ needs.matrix.outputs.names }}"
+
+
+def test_matrix_command_reads_configs_toml():
+    matrices = ci_matrices()
+    release = [c.name for c in load_matrix().configs.values() if c.release]
+    assert [row["config"] for row in matrices["configs"]["include"]] == release
+    assert matrices["smoke"] == {"config": release, "python": list(VERSIONS)}
+    assert matrices["names"].split() == release
+    assert [f"cp{v.replace('.', '')}" for v in matrices["python"]] == list(PYTHON_TAGS)
+    assert "cpu-host" not in release and "cpu" in release
 
 
 def test_trusted_publishing_and_attestations():
