@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .common.fsutil import write_json_atomic
+from .common.fsutil import read_json, write_json_atomic
 from .common.paths import REPO_ROOT
 from .errors import PublishError
 from .inputs.configs import BuildConfig
@@ -62,13 +62,8 @@ class DistDir:
     def clearance(self) -> dict[str, Any]:
         """The saved clearance; raises :class:`PublishError` when these wheels were not cleared."""
         path = self.path / CLEARANCE_FILE
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise PublishError(f"{path} is missing: these wheels have not passed validate and smoke "
-                               "(nox -s validate, nox -s smoke)") from None
-        except ValueError as exc:
-            raise PublishError(f"{path}: invalid JSON ({exc})") from None
+        data = read_json(path, missing=f"{path} is missing: these wheels have not passed validate and smoke "
+                         "(nox -s validate, nox -s smoke)", invalid=PublishError, missing_error=PublishError)
         if data.get("schema_version") != 1 or not isinstance(data.get("wheels"), list):
             raise PublishError(f"{path}: not a clearance of schema 1")
         return data

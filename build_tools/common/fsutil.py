@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..errors import BuildToolsError, MissingInputError
+
 
 def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,3 +65,14 @@ def replace_dir(src: Path, final: Path) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def read_json(path: Path, *, missing: str, invalid: type[BuildToolsError],
+              missing_error: type[BuildToolsError] = MissingInputError) -> Any:
+    """The JSON document at ``path``; ``missing_error(missing)`` if there is none, ``invalid`` if it is not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise missing_error(missing) from None
+    except ValueError as exc:
+        raise invalid(f"{path}: invalid JSON ({exc})") from None

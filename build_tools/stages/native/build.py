@@ -13,7 +13,6 @@ can be added later without recompiling the libraries.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import platform
@@ -21,7 +20,6 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from ...common import proc
 from ...common.compilers import Toolchain, detect
 from ...common.fsutil import staging_dir
 from ...common.hashing import sha256_json
+from ...common.locks import exclusive
 from ...common.paths import native_cache_dir
 from ...errors import ManifestError, MissingInputError, NativeBuildError, ToolNotFoundError
 from ...inputs.configs import BuildConfig
@@ -284,31 +283,6 @@ def _backend_names(names: list[str]) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-@contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path``: one build of a key at a time, across processes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as fh:
-        if os.name == "nt":
-            import msvcrt
-
-            fh.seek(0)
-            msvcrt.locking(fh.fileno(), msvcrt.LK_LOCK, 1)
-            try:
-                yield
-            finally:
-                fh.seek(0)
-                msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
-        else:
-            import fcntl
-
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def find_finished(p: BuildPlan) -> NativeBuild | None:
     """The cached result for this plan's key, if a finished one exists and is intact."""
     root = result_dir(p)
@@ -328,7 +302,7 @@ def find_finished(p: BuildPlan) -> NativeBuild | None:
 def build(p: BuildPlan, *, jobs: int | None = None, force: bool = False) -> NativeBuild:
     """Return the native build for ``p``: the cached one when its key exists, else a new one."""
     final = result_dir(p)
-    with _exclusive(final.with_name(final.name + ".lock")):
+    with exclusive(final.with_name(final.name + ".lock")):
         if not force:
             cached = find_finished(p)
             if cached is not None:
@@ -442,7 +416,7 @@ def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] 
                 and set(recorded.get("tools", ())).issuperset(tools):
             return tools_dir
     build_dir = nb.build_dir
-    with _exclusive(nb.root.with_name(nb.root.name + ".lock")):
+    with exclusive(nb.root.with_name(nb.root.name + ".lock")):
         log_file = nb.root / "tools.log"
         if not (build_dir / "build.ninja").exists():
             build_dir.mkdir(parents=True, exist_ok=True)

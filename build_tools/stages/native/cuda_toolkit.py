@@ -40,8 +40,6 @@ long-running servers. Because the driver is needed at run time anyway (cudart it
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -49,13 +47,14 @@ import platform
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...common import pip, proc
 from ...common.fsutil import staging_dir, write_json_atomic
 from ...common.hashing import sha256_json
+from ...common.locks import exclusive
 from ...common.paths import cache_root
 from ...errors import NativeBuildError, ToolNotFoundError, ToolTimeoutError
 from ...inputs.configs import CudaSpec
@@ -402,17 +401,6 @@ def compile_probe(nvcc: Path, env: dict[str, str], arch: str = "80") -> None:
 
 # ---------------------------------------------------------------------------- provisioning
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 DEFAULT_SYSTEM_ROOTS = ("/usr/local/cuda",)
 
 
@@ -458,7 +446,7 @@ def provision(spec: CudaSpec, *, installer: Installer | None = None, verify: boo
     installer = installer or pip_install
     sys_root = system_root(environ) if spec.toolkit == "system" else None
     final = cuda_cache_dir() / kit_hash(spec, sys_root)
-    with _locked(final.with_name(final.name + ".lock")):
+    with exclusive(final.with_name(final.name + ".lock")):
         kit = _load_stamp(final, spec)
         if kit is not None:
             _check_release(spec, kit.nvcc_version, kit.root)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...common.elf import is_elf, read_dynamic
-from ...common.fsutil import write_json_atomic
+from ...common.fsutil import read_json, write_json_atomic
 from ...common.hashing import sha256_file
-from ...errors import ManifestError, MissingInputError
+from ...errors import ManifestError
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "native-manifest.json"
@@ -124,12 +123,7 @@ class NativeManifest:
 def load_manifest(path: Path) -> NativeManifest:
     if path.is_dir():
         path = path / MANIFEST_NAME
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MissingInputError(f"native manifest not found: {path}") from None
-    except json.JSONDecodeError as exc:
-        raise ManifestError(f"{path}: invalid JSON ({exc})") from None
+    data = read_json(path, missing=f"native manifest not found: {path}", invalid=ManifestError)
     return NativeManifest.from_json(data, str(path))
 
 

@@ -11,7 +11,6 @@ lets :mod:`build_tools.stages.wheels.inwheel` make them byte-for-byte reproducib
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import sys
@@ -28,11 +27,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ... import RECIPE_VERSION
-from ...common.fsutil import write_json_atomic
+from ...common.fsutil import read_json, write_json_atomic
 from ...common.hashing import sha256_file, sha256_json
 from ...common.interpreters import VERSIONS
 from ...common.paths import REPO_ROOT, VENDOR_DIR
-from ...errors import WheelBuildError
+from ...errors import MissingInputError, WheelBuildError
 from ...inputs.configs import BuildConfig
 from ..native.manifest import MANIFEST_NAME, NativeManifest
 from .inwheel import Entry, source_date_epoch, write_wheel
@@ -368,12 +367,8 @@ def save_record(out_dir: Path, key: str, wheels: Sequence[BuiltWheel]) -> Path:
 def load_record(out_dir: Path) -> tuple[str, list[BuiltWheel]]:
     """The wheels a previous run recorded in ``out_dir`` (key, wheels); raises if there is no record."""
     path = out_dir / RECORD_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise WheelBuildError(f"{path} is missing: run `nox -s wheels -- <config>` first") from None
-    except json.JSONDecodeError as exc:
-        raise WheelBuildError(f"{path}: invalid JSON ({exc})") from None
+    data = read_json(path, missing=f"{path} is missing: run `nox -s wheels -- <config>` first",
+                     invalid=WheelBuildError)
     return str(data.get("key", "")), [BuiltWheel.from_json(w, out_dir) for w in data["wheels"]]
 
 
@@ -381,7 +376,7 @@ def reusable(out_dir: Path, key: str) -> list[BuiltWheel] | None:
     """The recorded wheels if they were built from the same inputs and are intact on disk."""
     try:
         old_key, wheels = load_record(out_dir)
-    except (WheelBuildError, KeyError, TypeError):
+    except (MissingInputError, WheelBuildError, KeyError, TypeError):
         return None
     if old_key != key or not wheels:
         return None
