@@ -18,13 +18,13 @@ import functools
 import hashlib
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common import proc
+from ..common.compilers import find_compiler
 from ..errors import HeaderError, MissingInputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -213,21 +213,6 @@ class Api:
 # --------------------------------------------------------------------------------------------
 
 
-def find_cc() -> str:
-    """The system C compiler: ``$CC``, else ``cc``, ``gcc`` or ``clang`` on PATH."""
-    for cand in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if cand and shutil.which(cand.split()[0]):
-            return cand
-    raise HeaderError("no C compiler found: install gcc or clang, or set CC")
-
-
-def find_cxx() -> str | None:
-    for cand in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if cand and shutil.which(cand.split()[0]):
-            return cand
-    return None
-
-
 def write_fake_libc(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for name, text in _FAKE_LIBC.items():
@@ -268,7 +253,7 @@ def _strip_cpp_ext(text: str) -> str:
 def preprocess(root: Path, headers: Sequence[str] = ENTRY_HEADERS, *, ext: bool = True) -> str:
     """Run the C preprocessor over ``headers`` of the llama.cpp tree at ``root``."""
     root = Path(root)
-    cc = find_cc()
+    cc = str(find_compiler(hint="it preprocesses the headers"))
     with tempfile.TemporaryDirectory(prefix="llama-headers-") as tmp:
         t = Path(tmp)
         fake = write_fake_libc(t / "fake_libc")

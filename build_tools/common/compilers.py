@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import NativeBuildError
+from ..errors import NativeBuildError, ToolNotFoundError
 from . import pip, proc
 from .paths import cache_root
 
@@ -84,22 +84,27 @@ def find_ninja() -> Path:
     return _from_pypi(PYPI_NINJA, "ninja")
 
 
-def _compiler(env: str, names: tuple[str, ...]) -> Path:
+C_COMPILERS = ("cc", "gcc", "clang")
+CXX_COMPILERS = ("c++", "g++", "clang++")
+
+
+def find_compiler(env: str = "CC", names: tuple[str, ...] = C_COMPILERS, *, hint: str = "") -> Path:
+    """The compiler ``$env`` names, else the first of ``names`` on PATH: the one compiler finder."""
     explicit = os.environ.get(env)
     candidates = [explicit] if explicit else list(names)
     for name in candidates:
         found = shutil.which(name)
         if found:
             return Path(found)
-    raise NativeBuildError(
+    raise ToolNotFoundError(
         f"no {env} compiler found (tried {', '.join(candidates)}); install gcc/g++ (or clang) "
-        f"or set {env} to the compiler's path"
+        f"or set {env} to the compiler's path" + (f"; {hint}" if hint else "")
     )
 
 
 def detect() -> Toolchain:
     cmake, ninja = find_cmake(), find_ninja()
-    cc, cxx = _compiler("CC", ("cc", "gcc", "clang")), _compiler("CXX", ("c++", "g++", "clang++"))
+    cc, cxx = find_compiler("CC", C_COMPILERS), find_compiler("CXX", CXX_COMPILERS)
     versions = {
         "cmake": _first_line([str(cmake), "--version"]),
         "ninja": _first_line([str(ninja), "--version"]),

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from build_tools.bindgen import headers as H
+from build_tools.common.compilers import CXX_COMPILERS, find_compiler
+from build_tools.errors import ToolNotFoundError
 
 REPO = Path(__file__).resolve().parents[2]
 VENDOR = REPO / "vendor" / "llama.cpp"
@@ -144,8 +146,9 @@ def parse_probe(text: str) -> ProbeResult:
 
 
 def compile_and_run(src: str, tmp: Path, cxx: bool = False) -> str:
-    compiler = H.find_cxx() if cxx else H.find_cc()
-    if compiler is None:
+    try:
+        compiler = str(find_compiler("CXX", CXX_COMPILERS) if cxx else find_compiler())
+    except ToolNotFoundError:
         pytest.skip("no C++ compiler")
     ext = "cpp" if cxx else "c"
     (tmp / f"probe.{ext}").write_text(src)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from build_tools.bindgen import headers as H
+from build_tools.common.compilers import find_compiler
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def run_py(code: str, lib_dir: Path | str | None, *args: str, **env: str) -> sub
 
 
 def _cc(*args: str) -> None:
-    subprocess.run([*H.find_cc().split(), *args], check=True, capture_output=True)
+    subprocess.run([str(find_compiler()), *args], check=True, capture_output=True)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from build_tools.common import compilers as toolchain
-from build_tools.errors import NativeBuildError
+from build_tools.errors import ToolNotFoundError
 
 
 def test_detect_records_versions():
@@ -37,5 +37,5 @@ def test_old_cmake_is_replaced_from_pypi(monkeypatch, tmp_path):
 
 def test_missing_compiler_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("CC", "no-such-compiler")
-    with pytest.raises(NativeBuildError, match="no CC compiler found.*no-such-compiler"):
-        toolchain._compiler("CC", ("cc",))
+    with pytest.raises(ToolNotFoundError, match="no CC compiler found.*no-such-compiler"):
+        toolchain.find_compiler("CC", ("cc",))

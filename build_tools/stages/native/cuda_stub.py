@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ...common import proc
+from ...common.compilers import find_compiler
 from ...errors import NativeBuildError
 
 log = logging.getLogger(__name__)
@@ -62,26 +63,14 @@ def stub_source(symbols: Iterable[str] = DRIVER_SYMBOLS) -> str:
     return "\n".join(lines) + "\n"
 
 
-def find_c_compiler() -> Path:
-    """The C compiler the stub is built with: ``$CC``, else cc/gcc/clang on PATH."""
-    explicit = os.environ.get("CC")
-    for name in ([explicit] if explicit else ["cc", "gcc", "clang"]):
-        found = shutil.which(name)
-        if found:
-            return Path(found)
-    raise NativeBuildError(
-        "no C compiler found to generate the libcuda.so.1 link stub (tried $CC, cc, gcc, clang); "
-        "install gcc, set CC, or set no_vmm = true in the configuration's [config.cuda] table"
-    )
-
-
 def generate(out_dir: Path, *, cc: Path | None = None, symbols: Iterable[str] = DRIVER_SYMBOLS) -> Path:
     """Compile the stub to ``out_dir/libcuda.so`` (SONAME ``libcuda.so.1``) and return its path.
 
     ``libcuda.so.1`` is also created as a link to it, the name a linker resolving NEEDED
     entries of other libraries looks for.
     """
-    cc = cc or find_c_compiler()
+    cc = cc or find_compiler(hint="it builds the libcuda.so.1 link stub (or set no_vmm = true in the "
+                                   "configuration's [config.cuda] table)")
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "libcuda.so"
     with tempfile.TemporaryDirectory(prefix="cuda-stub-") as tmp:
