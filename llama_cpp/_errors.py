@@ -23,6 +23,14 @@ class ClosedError(LlamaError, ValueError):
     """An object was used after ``close()``."""
 
 
+class ParameterError(LlamaError, ValueError):
+    """A parameter is outside what llama.cpp accepts (checked before any native call)."""
+
+
+class BusyError(LlamaError, RuntimeError):
+    """An object is in use by an open stream; finish or close that stream first."""
+
+
 class ModelLoadError(LlamaError, ValueError):
     """llama.cpp could not load a model file."""
 

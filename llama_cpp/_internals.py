@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _checks
 from ._errors import (
     ClosedError,
     ContextError,
@@ -494,8 +495,11 @@ class LlamaModel(_Owned):
         return self._space_prefix_cache
 
     def token_to_piece(self, token: int, special: bool = False, lstrip: int = 0) -> bytes:
+        token = int(token)
+        if not 0 <= token < self.n_vocab:  # a scalar test: this runs once per generated token
+            raise TokenizationError(f"token id {token} is outside the vocabulary [0, {self.n_vocab})")
         buf = ctypes.create_string_buffer(64)
-        n = self._C.llama_token_to_piece(self.vocab, int(token), buf, 64, lstrip, special)
+        n = self._C.llama_token_to_piece(self.vocab, token, buf, 64, lstrip, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
             n = self._C.llama_token_to_piece(self.vocab, int(token), buf, -n, lstrip, special)
@@ -614,6 +618,10 @@ class LlamaContext(_Owned):
         cp = C.llama_context_default_params()
         for name, value in params.items():
             if value is not None:
+                if name in ("n_threads", "n_threads_batch"):
+                    value = _checks.threads(name, value)
+                else:
+                    value = _checks.struct_field(type(cp), name, value)
                 setattr(cp, name, value)
         parents = [model._ref]
         if ctx_other is not None:

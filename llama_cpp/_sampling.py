@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _checks
 from ._errors import LlamaError, TokenizationError
 from ._internals import LlamaContext, LlamaModel, LlamaSampler, TokenCandidates
 from .llama_cpp import LLAMA_DEFAULT_SEED
@@ -49,6 +50,8 @@ def _bias(model: LlamaModel, logit_bias: Mapping[Any, float] | None) -> dict[int
             tok = int(k)
         except (TypeError, ValueError):
             raise TokenizationError(f"logit_bias key {k!r} is not a token id") from None
+        if not 0 <= tok < model.n_vocab:
+            raise TokenizationError(f"logit_bias key {tok} is outside the vocabulary [0, {model.n_vocab})")
         bias[tok] = float(v)
     for tok, v in suppressed_tokens(model).items():
         bias.setdefault(tok, v)
@@ -62,10 +65,14 @@ def sampler_chain(model: LlamaModel, *, temperature: float = 0.8, top_k: int = 4
                   seed: int = LLAMA_DEFAULT_SEED, logit_bias: Mapping[Any, float] | None = None) -> LlamaSampler:
     """A llama.cpp sampler chain: logit bias, penalties, then greedy, mirostat or the
     top-k/typical/top-p/min-p/temperature/dist pipeline (``temperature < 0``: dist alone)."""
+    _checks.sampling(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+                     repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                     presence_penalty=presence_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+                     mirostat_eta=mirostat_eta, seed=seed)
     n_vocab = model.n_vocab
+    bias = _bias(model, logit_bias)
     chain = LlamaSampler()
     try:
-        bias = _bias(model, logit_bias)
         if bias:
             chain.add_logit_bias(n_vocab, bias)
         if repeat_penalty != 1.0 or frequency_penalty != 0.0 or presence_penalty != 0.0:

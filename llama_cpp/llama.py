@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from . import _checks, _responses, _sampling
 from . import _generation as _gen
-from . import _responses, _sampling
 from . import llama_chat_format as _chat
 from . import llama_types as T
 from . import speculative as _spec
 from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError
+from ._guard import CallGuard, serialized
 from ._internals import LlamaBatch, LlamaContext, LlamaLoraAdapter, LlamaModel, LlamaSampler, flash_attn_type
 from .llama_cpp import (
     LLAMA_DEFAULT_SEED,
@@ -55,6 +56,13 @@ class Llama:
     Keyword arguments follow llama-cpp-python. ``use_mmap``/``use_mlock`` map onto llama.cpp's
     ``load_mode`` (pass ``load_mode=`` to choose it directly); ``flash_attn`` accepts a bool or
     ``None`` (auto). Unknown keywords raise ``TypeError``.
+
+    Thread safety: one ``Llama`` may be shared between threads. Calls are serialized (a call from
+    another thread waits for the running one); a stream (``stream=True``, ``generate``) holds the
+    object until it is exhausted or closed, and meanwhile any other call or stream raises
+    :class:`BusyError` at once (``tokenize``/``detokenize`` still work). ``close()`` from another
+    thread waits for the token being computed, then frees; the stream then raises ``ClosedError``.
+    Parameters are checked before they reach llama.cpp (:class:`ParameterError`, a ``ValueError``).
     """
 
     def __init__(
@@ -111,6 +119,7 @@ class Llama:
     ) -> None:
         if kwargs:
             raise TypeError(f"Llama() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
+        self._guard = CallGuard("Llama")
         self._model: LlamaModel | None = None
         self._ctx: LlamaContext | None = None
         self._batch: LlamaBatch | None = None
@@ -132,11 +141,9 @@ class Llama:
         cpu = os.cpu_count() or 1
         self.n_threads = int(n_threads) if n_threads is not None else max(cpu // 2, 1)
         self.n_threads_batch = int(n_threads_batch) if n_threads_batch is not None else cpu
-        if self.n_threads <= 0 or self.n_threads_batch <= 0:
-            raise ValueError("n_threads and n_threads_batch must be positive")
-        for name, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
-            if int(v) < 0 or (name != "n_ctx" and int(v) == 0):
-                raise ValueError(f"{name} must be positive, got {v}")
+        _checks.model_params(split_mode=split_mode, load_mode=load_mode, n_gpu_layers=n_gpu_layers,
+                             main_gpu=main_gpu)
+        _checks.context_sizes(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch)
 
         if speculative is not None and not isinstance(speculative, _spec.SpecConfig):
             raise TypeError(f"speculative must be a SpecConfig, got {type(speculative).__name__}")
@@ -218,7 +225,15 @@ class Llama:
     # lifetime
     # ------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Free the context, adapter and model now (idempotent)."""
+        """Free the context, adapter and model now (idempotent; waits for a running call)."""
+        guard = getattr(self, "_guard", None)
+        if guard is None:  # __init__ failed before the guard existed
+            return
+        with guard.lock:
+            guard.invalidate()
+            self._free()
+
+    def _free(self) -> None:
         for attr in ("_batch", "_step"):
             b = getattr(self, attr, None)
             if b is not None:
@@ -293,17 +308,20 @@ class Llama:
     def token_nl(self) -> int:
         return self._need_model().token_nl()
 
+    @serialized()
     def set_seed(self, seed: int) -> None:
         self._seed = int(seed)
 
     # ------------------------------------------------------------------------------------------
     # tokens
     # ------------------------------------------------------------------------------------------
+    @serialized(during_stream=True)
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
         """Tokenize UTF-8 bytes; ``add_bos`` adds the model's BOS/EOS as configured, ``special``
         parses control-token text such as ``<|im_end|>``."""
         return self._need_model().tokenize(text, add_special=add_bos, parse_special=special)
 
+    @serialized(during_stream=True)
     def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
                    special: bool = False) -> bytes:
         """Token ids back to UTF-8 bytes (``prev_tokens`` gives the preceding context)."""
@@ -319,6 +337,7 @@ class Llama:
     # ------------------------------------------------------------------------------------------
     # evaluation
     # ------------------------------------------------------------------------------------------
+    @serialized()
     def reset(self) -> None:
         """Forget the evaluated tokens and clear the KV cache."""
         self._input_ids.clear()
@@ -351,6 +370,7 @@ class Llama:
                                logits=True if all_logits else ("last" if last else False))
             ctx.decode(batch)
 
+    @serialized()
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate ``tokens`` after those already in the context (llama-cpp-python's ``eval``)."""
         ctx = self._need_ctx()
@@ -395,7 +415,8 @@ class Llama:
             self._need_model(), temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             typical_p=typical_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty,
-            penalty_last_n=self.last_n_tokens_size if penalty_last_n is None else int(penalty_last_n),
+            penalty_last_n=_checks.penalty_last_n(
+                self.last_n_tokens_size if penalty_last_n is None else penalty_last_n, self._need_ctx().n_ctx()),
             mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
             seed=self._seed if seed is None else int(seed), logit_bias=logit_bias)
 
@@ -487,6 +508,7 @@ class Llama:
             head=m.detokenize(prompt_tokens) if echo else b"", completion_id=completion_id, created=created,
             model_name=model_name)
 
+    @serialized()
     def create_completion(
         self,
         prompt: str | list[int],
@@ -548,11 +570,12 @@ class Llama:
                     gsampler.close()
 
         if stream:
-            return closing()  # type: ignore[return-value]
+            return self._guard.stream(closing())  # type: ignore[return-value]
         return _responses.join_chunks(list(closing()))  # type: ignore[return-value]
 
     __call__ = create_completion
 
+    @serialized()
     def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
                  typical_p: float = 1.0, temp: float = 0.80, repeat_penalty: float = 1.0, reset: bool = True,
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0, tfs_z: float = 1.0,
@@ -570,16 +593,25 @@ class Llama:
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             penalty_last_n=None, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias)
-        g = _sampling.grammar_sampler(self._need_model(), grammar)
         try:
-            room = self.n_ctx() - len(tokens)
-            for tok, _ in self._token_stream(tokens, room, chain, g, False, reuse_prefix=True):
-                yield tok
-        finally:
+            g = _sampling.grammar_sampler(self._need_model(), grammar)
+        except BaseException:
             chain.close()
-            if g is not None:
-                g.close()
+            raise
 
+        def token_ids() -> Iterator[int]:
+            try:
+                room = self.n_ctx() - len(tokens)
+                for tok, _ in self._token_stream(tokens, room, chain, g, False, reuse_prefix=True):
+                    yield tok
+            finally:
+                chain.close()
+                if g is not None:
+                    g.close()
+
+        return self._guard.stream(token_ids())
+
+    @serialized()
     def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
                temp: float = 0.80, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
                presence_penalty: float = 0.0, mirostat_mode: int = 0, mirostat_eta: float = 0.1,
@@ -618,6 +650,7 @@ class Llama:
             self._formatter = fmt
         return self._formatter
 
+    @serialized()
     def create_chat_completion(
         self,
         messages: list[T.ChatCompletionRequestMessage],
@@ -714,6 +747,7 @@ class Llama:
     # ------------------------------------------------------------------------------------------
     # embeddings
     # ------------------------------------------------------------------------------------------
+    @serialized()
     def embed(self, input: str | list[str], normalize: bool = False, truncate: bool = True,
               return_count: bool = False) -> Any:
         """Embeddings as lists of floats (llama-cpp-python's shape; L2-normalised with ``normalize``).
@@ -739,6 +773,7 @@ class Llama:
         total = int(sum(counts))
         return (out, total) if return_count else out
 
+    @serialized()
     def create_embedding(self, input: str | list[str], model: str | None = None) -> T.CreateEmbeddingResponse:
         """OpenAI-style embedding response."""
         inputs = [input] if isinstance(input, str) else list(input)
@@ -751,6 +786,7 @@ class Llama:
     # ------------------------------------------------------------------------------------------
     # state
     # ------------------------------------------------------------------------------------------
+    @serialized()
     def save_state(self) -> LlamaState:
         """Snapshot the KV cache and token history (``scores`` holds the last logits row)."""
         ctx = self._need_ctx()
@@ -767,6 +803,7 @@ class Llama:
         return LlamaState(input_ids=self.input_ids.copy(), scores=scores, n_tokens=len(self._input_ids),
                           llama_state=data, llama_state_size=len(data), seed=self._seed, speculative=spec)
 
+    @serialized()
     def load_state(self, state: LlamaState) -> None:
         """Restore a :meth:`save_state` snapshot.
 

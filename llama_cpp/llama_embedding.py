@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from . import _checks
 from ._errors import ContextOverflowError, LlamaError, TokenizationError
+from ._guard import CallGuard, serialized
 from ._internals import LlamaBatch, LlamaContext, LlamaModel, flash_attn_type, float_view
 from ._normalize import normalize_embeddings
 from .llama_cpp import (
@@ -168,6 +170,9 @@ class LlamaEmbedding:
     ``n_ctx`` defaults to ``n_batch`` (at most the model's training context). Flash attention is off by default: its CPU kernel's rounding
     depends on how many inputs share a batch, and embeddings should not (``flash_attn=None`` is
     llama.cpp's auto).
+
+    Thread safety: one instance may be shared between threads; its calls run one at a time, and
+    ``close()`` waits for a running one.
     """
 
     def __init__(self, model_path: str | os.PathLike[str], *,
@@ -179,14 +184,15 @@ class LlamaEmbedding:
                  progress_callback: Callable[[float], Any] | None = None,
                  pack_tokens: int | None = None, mmproj_path: str | os.PathLike[str] | None = None,
                  verbose: bool = False) -> None:
+        self._guard = CallGuard("LlamaEmbedding")
         self.pack_tokens = pack_tokens
         self.mmproj_path = None if mmproj_path is None else os.fspath(mmproj_path)
         self._mm: Any = None  # MTMDEmbeddingHandler, created on the first embed_multimodal
         self._ctx: LlamaContext | None = None
         self._model: LlamaModel | None = None
         self.model_path = os.fspath(model_path)
-        if n_batch <= 0:
-            raise ValueError(f"n_batch must be positive, got {n_batch}")
+        _checks.model_params(n_gpu_layers=n_gpu_layers, main_gpu=main_gpu)
+        _checks.context_sizes(n_ctx=0 if n_ctx is None else n_ctx, n_batch=n_batch, n_ubatch=n_batch)
         self._model = LlamaModel(model_path, n_gpu_layers=n_gpu_layers, main_gpu=main_gpu, use_mmap=use_mmap,
                                  use_mlock=use_mlock, kv_overrides=kv_overrides, progress_callback=progress_callback)
         try:
@@ -217,6 +223,11 @@ class LlamaEmbedding:
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
+        """Free the model and context now (idempotent; waits for a running call)."""
+        with self._guard.lock:
+            self._free()
+
+    def _free(self) -> None:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
@@ -258,10 +269,12 @@ class LlamaEmbedding:
     def metadata(self) -> dict[str, str]:
         return self._parts()[1].metadata
 
+    @serialized(during_stream=True)
     def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
         return self._parts()[1].tokenize(text, add_special=add_special, parse_special=parse_special)
 
     # -- embeddings -----------------------------------------------------------------------------
+    @serialized()
     def embed(self, input: str | Sequence[str] | Sequence[Sequence[int]], *, normalize: int = 2,
               truncate: bool = True, return_count: bool = False) -> Any:
         """Embed text (or pre-tokenized inputs).
@@ -290,6 +303,7 @@ class LlamaEmbedding:
         result: Any = rows[0] if single else rows
         return (result, int(sum(counts))) if return_count else result
 
+    @serialized()
     def embed_multimodal(self, inputs: Any, *, normalize: float = 2, pooling: int | str | None = None,
                          add_special: bool = True, parse_special: bool = False,
                          mmproj_path: str | os.PathLike[str] | None = None) -> np.ndarray:
@@ -317,6 +331,7 @@ class LlamaEmbedding:
         return self._mm.embed(inputs, normalize=normalize, pooling=pooling, add_special=add_special,
                               parse_special=parse_special)
 
+    @serialized()
     def rank_inputs(self, query: str, documents: Sequence[str]) -> list[list[int]]:
         """Token ids of each (query, document) pair, as ``llama-embedding`` builds them."""
         _, model = self._parts()
@@ -333,6 +348,7 @@ class LlamaEmbedding:
             out.append(model.tokenize(query + eos + sep + d, add_special=True, parse_special=True))
         return out
 
+    @serialized()
     def rank(self, query: str, documents: Sequence[str], *, truncate: bool = True) -> np.ndarray:
         """Reranker scores of each document for ``query`` (RANK pooling): shape ``(n_docs,)``, or
         ``(n_docs, n_cls_out)`` for multi-label heads. Raw scores, not normalised."""
@@ -348,6 +364,7 @@ class LlamaEmbedding:
                                     pack_tokens=self.pack_tokens)
         return rows[:, 0].copy() if rows.shape[1] == 1 else rows
 
+    @serialized()
     def create_embedding(self, input: str | list[str], model: str | None = None) -> dict[str, Any]:
         """OpenAI-style response (L2-normalised rows)."""
         items = [input] if isinstance(input, str) else list(input)

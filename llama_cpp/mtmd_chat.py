@@ -46,6 +46,7 @@ from . import _generation as _gen
 from . import _responses, _sampling
 from . import llama_chat_format as _chat
 from ._errors import ClosedError, ContextOverflowError, MultimodalError, SpeculativeError
+from ._guard import CallGuard, serialized
 from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, LlamaSampler
 from .llama_cpp import LLAMA_DEFAULT_SEED
 from .mtmd import Audio, Chunk, Chunks, Image, MarkerPrompt, MTMDContext
@@ -286,6 +287,9 @@ class MultimodalChatEngine:
     evaluated as mtmd chunks, then tokens come from :func:`~llama_cpp._generation.decode_loop` (or
     :func:`~llama_cpp._generation.speculative_loop` with a decoder) and are streamed as chat chunks.
     Every request re-evaluates the conversation (media prompts are not prefix-cached).
+
+    Thread safety: as ``Llama``'s (:mod:`llama_cpp._guard`): calls run one at a time, an open
+    stream makes other calls raise ``BusyError``, ``close()`` waits for the token being computed.
     """
 
     def __init__(self, model: LlamaModel, mtmd: MTMDContext, formatter: _chat.Jinja2ChatFormatter, *,
@@ -293,6 +297,7 @@ class MultimodalChatEngine:
                  seed: int = LLAMA_DEFAULT_SEED) -> None:
         if (context is None) == (decoder is None):
             raise ValueError("give a context or an MTP decoder (exactly one)")
+        self._guard = CallGuard(type(self).__name__)
         self.model = model
         self._mctx: MTMDContext | None = mtmd
         self._ctx = context
@@ -326,9 +331,14 @@ class MultimodalChatEngine:
         return chunks, stops
 
     # -- generation -----------------------------------------------------------------------------
+    @serialized()
     def generate_tokens(self, messages: Sequence[dict], *, max_tokens: int | None = None,
                         sampler: LlamaSampler | None = None, **sampling: Any) -> Iterator[int]:
         """Yield generated token ids (the end-of-generation token included, as the last one)."""
+        return self._guard.stream(self._token_ids(messages, max_tokens, sampler, sampling))
+
+    def _token_ids(self, messages: Sequence[dict], max_tokens: int | None, sampler: LlamaSampler | None,
+                   sampling: dict[str, Any]) -> Iterator[int]:
         mctx = self.mtmd
         chunks, _ = self.tokenize_messages(messages)
         try:
@@ -366,6 +376,7 @@ class MultimodalChatEngine:
         finally:
             step.close()
 
+    @serialized()
     def create_chat_completion(self, messages: Sequence[dict], *, max_tokens: int | None = None,
                                temperature: float = 0.2, top_k: int = 40, top_p: float = 0.95,
                                min_p: float = 0.05, typical_p: float = 1.0, repeat_penalty: float = 1.0,
@@ -398,7 +409,7 @@ class MultimodalChatEngine:
                 chain.close()
 
         if stream:
-            return _responses.chat_stream(completion())
+            return self._guard.stream(_responses.chat_stream(completion()))
         return _responses.chat_response(_responses.join_chunks(list(completion())))
 
 
@@ -455,7 +466,16 @@ class MultimodalChat(MultimodalChatEngine):
         super().__init__(text_model, mctx, formatter, context=self._ctx, decoder=self._mtp, seed=seed)
 
     def close(self) -> None:
-        """Free the contexts (and the model if this object loaded it). Idempotent."""
+        """Free the contexts (and the model if this object loaded it). Idempotent; waits for a running call."""
+        guard = getattr(self, "_guard", None)  # None when __init__ failed: nothing else can hold it
+        if guard is None:
+            self._free()
+            return
+        with guard.lock:
+            guard.invalidate()
+            self._free()
+
+    def _free(self) -> None:
         for name in ("_mtp", "_ctx", "_mctx", "_owned_model"):
             obj = getattr(self, name, None)
             if obj is not None:
