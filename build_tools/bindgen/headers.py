@@ -264,7 +264,7 @@ def preprocess(root: Path, headers: Sequence[str] = ENTRY_HEADERS, *, ext: bool 
             ext_c.write_text(_strip_cpp_ext(header_path(root, "llama-ext.h").read_text()))
             lines.append(f'#include "{ext_c}"')
         src.write_text("\n".join(lines) + "\n")
-        cmd = [*cc.split(), "-E", "-undef", "-nostdinc", "-std=c11", "-D__STDC_VERSION__=201112L",
+        cmd = [cc, "-E", "-undef", "-nostdinc", "-std=c11", "-D__STDC_VERSION__=201112L",
                "-isystem", str(fake), *(f"-I{root / d}" for d in INCLUDE_DIRS), str(src)]
         out = proc.run(cmd, what=f"preprocessing ({' '.join(cmd)})", error=HeaderError).stdout
         # Report the staging header under its real name.

@@ -131,3 +131,17 @@ def test_checkout_does_not_persist_credentials():
             for s in job.get("steps", []):
                 if s.get("uses", "").startswith("actions/checkout@"):
                     assert s["with"]["persist-credentials"] is False
+
+
+def test_python_lists_that_cannot_read_the_one_list_agree_with_it():
+    """pyproject's classifiers (wheel METADATA) and ci.yml's setup-python list are checked, not generated."""
+    import tomllib
+
+    pyproject = tomllib.loads((WORKFLOWS.parents[1] / "pyproject.toml").read_text())
+    classified = [c.rsplit(" :: ", 1)[1] for c in pyproject["project"]["classifiers"]
+                  if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert classified == list(VERSIONS)
+    setup = next(s for s in _load("ci.yml")["jobs"]["tests"]["steps"] if s.get("uses", "").startswith(
+        "actions/setup-python@"))
+    assert sorted(str(setup["with"]["python-version"]).split(), key=lambda v: tuple(map(int, v.split(".")))) \
+        == list(VERSIONS)
