@@ -8,7 +8,9 @@ Three loops generate the same greedy tokens on the same context:
 3. a bare ctypes loop (``llama_decode`` + ``llama_sampler_sample``, nothing else).
 llama.cpp's own decode time per token (``llama_perf_context``) is the floor. Prints microseconds
 per token for each (best of --reps, as the machine may be shared), and each one's share over
-the C time (no assertions).
+the C time (no assertions). Last, the per-token cost of the boundary checks alone (the call
+guard's step of a stream and the token-id check of ``token_to_piece``), timed without decoding
+since it is below the noise of the loops above.
 """
 
 from __future__ import annotations
@@ -94,7 +96,32 @@ def main(argv: list[str] | None = None) -> int:
     for key, label in (("ctypes", "bare ctypes loop"), ("generate", "Llama.generate"),
                        ("completion", "create_completion(stream=True)")):
         print(f"  {label:36s} {med[key]:9.1f}   overhead {med[key] - c:7.1f} us ({(med[key] - c) / med[key]:5.1%})")
+    print(f"  boundary checks per token            {checks_cost(llm_path=model) * 1e6:9.2f}")
     return 0
+
+
+def checks_cost(llm_path: Path, n: int = 200_000) -> float:
+    """Seconds per token that the guard and the token-id check add to a stream."""
+    from llama_cpp._guard import CallGuard
+    from llama_cpp._internals import LlamaModel
+
+    guard = CallGuard("benchmark")
+    with LlamaModel(llm_path, vocab_only=True) as model:
+        tok = model.token_bos()
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            for _ in iter(range(n)):
+                pass
+            bare = time.perf_counter() - t
+            with guard.call():
+                stream = guard.stream(iter(range(n)))
+            t = time.perf_counter()
+            for _ in stream:
+                if not 0 <= tok < model.n_vocab:  # as token_to_piece does
+                    raise AssertionError
+            best = min(best, (time.perf_counter() - t - bare) / n)
+    return max(best, 0.0)
 
 
 if __name__ == "__main__":

@@ -237,8 +237,26 @@ def _load_core(directory: Path) -> tuple[dict[str, ctypes.CDLL | None], dict[str
     return handles, paths
 
 
+#: one symbol per core library that every build of the pinned llama.cpp exports
+_PROBE_SYMBOLS = {"ggml_base": "ggml_time_init", "ggml": "ggml_backend_load", "llama": "llama_log_set"}
+
+
+def _check_exports(handles: dict[str, ctypes.CDLL | None]) -> None:
+    """Refuse a foreign library (say ``libllama.so`` from another project) before the first call."""
+    for key, symbol in _PROBE_SYMBOLS.items():
+        handle = handles[key]
+        if handle is not None:
+            _fn(handle, symbol, [], None)
+
+
 def _fn(handle: ctypes.CDLL, name: str, argtypes: list[Any], restype: Any) -> Any:
-    f = getattr(handle, name)
+    try:
+        f = getattr(handle, name)
+    except AttributeError:
+        raise LibraryLoadError(
+            f"{handle._name} does not export {name}: it is not a llama.cpp/ggml build that matches these "
+            f"bindings (a foreign or older library?). Point {ENV_LIB_PATH} at the lib directory of a "
+            "matching build, or unset it to use the bundled libraries") from None
     f.argtypes = argtypes
     f.restype = restype
     return f
@@ -282,7 +300,7 @@ def _load_backends(directory: Path, ggml: ctypes.CDLL) -> list[BackendStatus]:
         if handle is not None:
             try:
                 score_fn = _fn(handle, "ggml_backend_score", [], ctypes.c_int)
-            except AttributeError:
+            except LibraryLoadError:
                 score = 1  # backends without a score function are always eligible
             else:
                 score = int(score_fn())
@@ -364,6 +382,7 @@ def _load_locked() -> Libraries:
         _dll_dirs.append(os.add_dll_directory(str(directory)))  # type: ignore[attr-defined]
     _preload_cuda_runtime(directory)
     handles, paths = _load_core(directory)
+    _check_exports(handles)
     from . import _logging
 
     _logging.install(handles["llama"], handles["mtmd"])

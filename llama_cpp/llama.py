@@ -63,6 +63,10 @@ class Llama:
     :class:`BusyError` at once (``tokenize``/``detokenize`` still work). ``close()`` from another
     thread waits for the token being computed, then frees; the stream then raises ``ClosedError``.
     Parameters are checked before they reach llama.cpp (:class:`ParameterError`, a ``ValueError``).
+
+    ``verbose`` is accepted for compatibility and prints nothing: llama.cpp's own log always goes to
+    the ``llama_cpp.native`` :mod:`logging` logger (upstream prints it to stderr when ``verbose``);
+    ``logging.basicConfig(level=logging.INFO)`` shows it.
     """
 
     def __init__(
