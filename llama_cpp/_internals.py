@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks
+from . import _checks, _gguf_guard, _logging
 from ._errors import (
     ClosedError,
     ContextError,
@@ -297,12 +297,15 @@ class LlamaModel(_Owned):
             cb = C.llama_progress_callback(_progress)
             keep.append(cb)
             params.progress_callback = cb
-        ptr = C.llama_model_load_from_file(os.fsencode(self.path), params)
+        _gguf_guard.guard_model_file(self.path)
+        with _logging.router().capture_problems() as problems:
+            ptr = C.llama_model_load_from_file(os.fsencode(self.path), params)
         del keep
         if not ptr:
+            reason = "; ".join(problems[-4:]) or "no reason logged"
             raise ModelLoadError(
-                f"llama.cpp could not load {self.path}: the file is corrupt, truncated, or of an "
-                "architecture this build does not support (enable logging for llama.cpp's reason)")
+                f"llama.cpp could not load {self.path}: {reason} (the file is corrupt, truncated, or of an "
+                "architecture this build does not support)")
         self._own(ptr, C.llama_model_free)
         self._C = C
         self.vocab_only = bool(vocab_only)

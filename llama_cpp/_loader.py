@@ -380,6 +380,9 @@ def _load_locked() -> Libraries:
         )
     if sys.platform == "win32":  # let dependent DLLs resolve next to ours
         _dll_dirs.append(os.add_dll_directory(str(directory)))  # type: ignore[attr-defined]
+    # ggml's abort handler otherwise attaches gdb/lldb for a backtrace, which hangs when two threads
+    # assert at once: an unavoidable abort must end the process.
+    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     _preload_cuda_runtime(directory)
     handles, paths = _load_core(directory)
     _check_exports(handles)

@@ -14,9 +14,11 @@ torn down).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import logging
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from .ggml_cpp import (
@@ -51,10 +53,36 @@ class NativeLogRouter:
         self._level = logging.INFO
         self._enabled = True
         self.active = True
+        self._captures: dict[int, list[str]] = {}
+        self._captured_level = False
+
+    @contextlib.contextmanager
+    def capture_problems(self) -> Iterator[list[str]]:
+        """Collect this thread's WARNING/ERROR text while the block runs, whatever the logger level."""
+        lines: list[str] = []
+        ident = threading.get_ident()
+        with self._lock:
+            self._captures[ident] = lines
+        try:
+            yield lines
+        finally:
+            with self._lock:
+                self._captures.pop(ident, None)
+
+    def _capture_locked(self, level: int, text: str) -> None:
+        lines = self._captures.get(threading.get_ident())
+        if lines is None:
+            return
+        if level != GGML_LOG_LEVEL_CONT:
+            self._captured_level = level in (GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR)
+        if self._captured_level and text.strip():
+            lines.append(text.strip())
 
     def handle(self, level: int, text: str) -> None:
         """Feed one native log call (``level`` is a ``GGML_LOG_LEVEL_*``)."""
         with self._lock:
+            if self._captures:
+                self._capture_locked(level, text)
             if level == GGML_LOG_LEVEL_CONT:
                 # joins the pending message; after a flushed line it starts one at the same level
                 if not self._enabled:
