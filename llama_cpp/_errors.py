@@ -65,3 +65,7 @@ class MultimodalError(LlamaError, ValueError):
 
 class OptionalSymbolMissing(LlamaError, AttributeError):
     """An optional native symbol (e.g. the MTP staging API) is not exported by this build."""
+
+
+class GrammarError(LlamaError, ValueError):
+    """A GBNF grammar or JSON schema is malformed or would expand past the repetition budget."""

@@ -52,7 +52,7 @@ class _Reader:
         self.buf, self.pos, self.path = buf, 0, path
 
     def fail(self, what: str) -> ModelLoadError:
-        return ModelLoadError(f"{self.path}: malformed GGUF header: {what}")
+        return ModelLoadError(f"could not load {self.path}: malformed GGUF header: {what}")
 
     def take(self, fmt: str) -> Any:
         size = struct.calcsize(fmt)

@@ -21,9 +21,9 @@ from typing import Any
 
 import jinja2
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ._errors import TemplateError
+from ._template_budget import DEFAULT_LIMITS, BudgetedSandbox, RenderLimits
 
 
 @dataclasses.dataclass
@@ -48,14 +48,14 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-class _StrictSandbox(ImmutableSandboxedEnvironment):
+class _StrictSandbox(BudgetedSandbox):
     """Refuse unsafe attribute access at once (the default renders it as an empty Undefined)."""
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__} object is unsafe")
 
 
-def make_environment() -> ImmutableSandboxedEnvironment:
+def make_environment() -> _StrictSandbox:
     """The sandboxed Jinja environment every chat template is rendered in."""
     env = _StrictSandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"],
@@ -72,7 +72,8 @@ class Jinja2ChatFormatter:
 
     def __init__(self, template: str, eos_token: str = "", bos_token: str = "",
                  add_generation_prompt: bool = True, stop_token_ids: Sequence[int] | None = None,
-                 stop: Sequence[str] | None = None, added_special: bool = True) -> None:
+                 stop: Sequence[str] | None = None, added_special: bool = True,
+                 limits: RenderLimits = DEFAULT_LIMITS) -> None:
         self.template = template
         self.eos_token = eos_token
         self.bos_token = bos_token
@@ -80,8 +81,10 @@ class Jinja2ChatFormatter:
         self.stop_token_ids = set(stop_token_ids or ())
         self.stop = list(stop) if stop is not None else ([eos_token] if eos_token else [])
         self.added_special = added_special
+        self.limits = limits
+        self._environment = make_environment()
         try:
-            self._compiled = make_environment().from_string(template)
+            self._compiled = self._environment.from_string(template)
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateError(f"the chat template does not parse (line {exc.lineno}): {exc.message}") from exc
 
@@ -89,8 +92,8 @@ class Jinja2ChatFormatter:
                add_generation_prompt: bool | None = None, **extra: Any) -> str:
         agp = self.add_generation_prompt if add_generation_prompt is None else add_generation_prompt
         try:
-            return self._compiled.render(
-                messages=[dict(m) for m in messages], eos_token=self.eos_token, bos_token=self.bos_token,
+            return self._environment.render_bounded(
+                self._compiled, self.limits, messages=[dict(m) for m in messages], eos_token=self.eos_token, bos_token=self.bos_token,
                 add_generation_prompt=agp, tools=tools, functions=functions, **extra,
             )
         except TemplateError:

@@ -16,6 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ._errors import GrammarError
+from ._grammar_bounds import check_repetitions
+
 JSON_GBNF = r"""
 root   ::= object
 value  ::= object | array | string | number | ("true" | "false" | "null") ws
@@ -70,6 +73,7 @@ class LlamaGrammar:
             raise ValueError("a grammar must be non-empty GBNF text")
         if not re.search(rf"(^|\n)\s*{re.escape(root)}\s*::=", grammar):
             raise ValueError(f"the grammar defines no rule named {root!r} (the start symbol)")
+        check_repetitions(grammar)
         self.grammar = grammar
         self.root = root
 
@@ -197,8 +201,8 @@ class _SchemaConverter:
                 return self._prim("string")
             self._prim("char")
             self._prim("ws")
-            lo = int(lo or 0)
-            rep = f"{{{lo},{int(hi)}}}" if hi is not None else f"{{{lo},}}"
+            lo, hi = _bounds(schema, "minLength", "maxLength")
+            rep = f"{{{lo},{hi}}}" if hi is not None else f"{{{lo},}}"
             return f'"\\"" (char){rep} "\\"" ws'
         if t in ("number", "integer", "boolean", "null"):
             return self._prim(t)
@@ -244,15 +248,12 @@ class _SchemaConverter:
     def _array(self, schema: dict[str, Any], hint: str) -> str:
         self._prim("ws")
         item = self._new_rule(f"{hint}-item", self.visit(schema.get("items", True), f"{hint}-item"))
-        lo = int(schema.get("minItems", 0))
-        hi = schema.get("maxItems")
-        if hi is not None and int(hi) < lo:
-            raise ValueError("maxItems is smaller than minItems")
-        if hi is not None and int(hi) == 0:
+        lo, hi = _bounds(schema, "minItems", "maxItems")
+        if hi == 0:
             return '"[" ws "]" ws'
         first_opt = lo == 0
         rest_lo = max(lo - 1, 0)
-        rest = f'( "," ws {item} )' + (f"{{{rest_lo},{int(hi) - 1}}}" if hi is not None else f"{{{rest_lo},}}")
+        rest = f'( "," ws {item} )' + (f"{{{rest_lo},{hi - 1}}}" if hi is not None else f"{{{rest_lo},}}")
         inner = f"{item} {rest}"
         if first_opt:
             inner = f"( {inner} )?"
@@ -268,10 +269,23 @@ class _SchemaConverter:
         return "\n".join(lines) + "\n"
 
 
+def _bounds(schema: dict[str, Any], lo_key: str, hi_key: str) -> tuple[int, int | None]:
+    """``schema``'s (min, max) pair, checked: integers, 0 <= min <= max."""
+    lo, hi = schema.get(lo_key, 0), schema.get(hi_key)
+    for key, value in ((lo_key, lo), (hi_key, hi)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise GrammarError(f"JSON schema {key} = {value!r}: must be a non-negative integer")
+    if hi is not None and hi < lo:
+        raise GrammarError(f"JSON schema {hi_key} ({hi}) is smaller than {lo_key} ({lo}); swap or fix them")
+    return lo, hi
+
+
 def json_schema_to_gbnf(schema: str | dict[str, Any]) -> str:
     """Convert a JSON schema (dict or JSON text) to a GBNF grammar whose root matches it."""
     if isinstance(schema, str):
         schema = json.loads(schema)
     if not isinstance(schema, dict):
         raise TypeError("a JSON schema must be an object")
-    return _SchemaConverter(schema).grammar(schema)
+    grammar = _SchemaConverter(schema).grammar(schema)
+    check_repetitions(grammar)
+    return grammar
