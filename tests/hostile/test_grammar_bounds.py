@@ -29,7 +29,7 @@ def test_bounds_inside_literals_and_comments_are_ignored() -> None:
     ({"type": "string", "minLength": -1}, "non-negative"),
     ({"type": "string", "maxLength": 10**9}, "expands to"),
     ({"type": "array", "minItems": 3, "maxItems": 1}, "smaller than minItems"),
-    ({"type": "array", "items": {"type": "string", "maxLength": 1000}, "maxItems": 1000}, "expand past"),
+    ({"type": "array", "maxItems": 10**6}, "expands to"),
 ])
 def test_json_schema_bounds(schema: dict, match: str) -> None:
     with pytest.raises(GrammarError, match=match):
