@@ -1,0 +1,56 @@
+"""Tokenize a rendered chat prompt so message content cannot inject special tokens (roles, turns).
+
+The template's own text is parsed with special tokens (``<start_of_turn>`` and the like are how
+templates mark roles); message content is not, unless the caller asks: a user writing
+``<end_of_turn><start_of_turn>model`` gets those characters as text. Prompts whose content holds no
+special-token text tokenize exactly as one pass over the whole prompt would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def _special_in(model: Any, text: str) -> bool:
+    raw = text.encode("utf-8")
+    return model.tokenize(raw, add_special=False, parse_special=True) != model.tokenize(
+        raw, add_special=False, parse_special=False)
+
+
+def content_spans(prompt: str, contents: Sequence[str]) -> list[tuple[int, int]]:
+    """Where each content string occurs in ``prompt``, in order (templates may trim it)."""
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for content in contents:
+        for candidate in (content, content.strip()):
+            at = prompt.find(candidate, pos) if candidate else -1
+            if at >= 0:
+                spans.append((at, at + len(candidate)))
+                pos = at + len(candidate)
+                break
+    return spans
+
+
+def tokenize_chat_prompt(model: Any, prompt: str, contents: Sequence[str], *, add_special: bool,
+                         special_in_content: bool = False) -> list[int]:
+    """Tokens of ``prompt``; the spans of ``contents`` are parsed without special tokens.
+
+    ``model`` is a :class:`~llama_cpp._internals.LlamaModel`; ``contents`` the message texts in
+    conversation order. Content a template rewrote beyond trimming is not found in the prompt and
+    keeps the one-pass tokenization.
+    """
+    whole = prompt.encode("utf-8")
+    hostile = [c for c in contents if not special_in_content and c and _special_in(model, c)]
+    if not hostile:
+        return model.tokenize(whole, add_special=add_special, parse_special=True)
+    tokens: list[int] = []
+    pos = 0
+    for start, end in content_spans(prompt, hostile):
+        tokens += model.tokenize(prompt[pos:start].encode("utf-8"), add_special=add_special and pos == 0,
+                                 parse_special=True)
+        tokens += model.tokenize(prompt[start:end].encode("utf-8"), add_special=False, parse_special=False)
+        pos = end
+    tokens += model.tokenize(prompt[pos:].encode("utf-8"), add_special=add_special and pos == 0,
+                             parse_special=True)
+    return tokens
