@@ -163,7 +163,7 @@ def check_hyperparameters(header: GGUFHeader, path: str) -> None:
     groups = _scalar(meta, p + "expert_group_count") or 0
     if n_expert > 0 and (groups >= n_expert or (groups > 1 and n_expert % groups)):
         raise _refuse(path, p + "expert_group_count", groups, f"below and dividing expert_count ({n_expert})")
-    _check_heads(meta, p, path)
+    _check_heads(meta, p, path, has_attention=any(t.name.endswith("attn_q.weight") for t in header.tensors))
     for key, value in meta.items():
         if key.startswith(p) and key.endswith(_EPSILON_SUFFIXES) and isinstance(value, float) and not (
                 math.isfinite(value) and value > 0):
@@ -174,10 +174,12 @@ def check_hyperparameters(header: GGUFHeader, path: str) -> None:
                                  "accepts only F32 (0): re-convert the model without quantizing it")
 
 
-def _check_heads(meta: dict[str, Any], p: str, path: str) -> None:
+def _check_heads(meta: dict[str, Any], p: str, path: str, *, has_attention: bool) -> None:
     n_embd = _scalar(meta, p + "embedding_length")
     n_head = _scalar(meta, p + "attention.head_count")
     n_head_kv = _scalar(meta, p + "attention.head_count_kv")
+    if n_head == 0 and has_attention:
+        raise _refuse(path, p + "attention.head_count", 0, "at least 1 in a model with attention tensors")
     if not n_head:  # 0 or per-layer: recurrent and hybrid models have attention-free layers
         return
     if n_embd is not None and p + "attention.key_length" not in meta and n_embd % n_head:

@@ -38,6 +38,13 @@ def test_ssm_conv_must_be_f32(tmp_path: Path) -> None:
         guard_model_file(path)
 
 
+def test_zero_heads_with_attention_tensors(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "heads.gguf", {"llama.attention.head_count": 0},
+                      tensors={"blk.0.attn_q.weight": np.zeros((16, 16), np.float32)})
+    with pytest.raises(ModelLoadError, match="head_count"):
+        guard_model_file(path)
+
+
 def test_absurd_counts_are_refused_before_allocating(tmp_path: Path) -> None:
     path = tmp_path / "huge.gguf"
     path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 2**60) + b"\0" * 64)
