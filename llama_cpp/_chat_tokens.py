@@ -18,35 +18,54 @@ def _special_in(model: Any, text: str) -> bool:
         raw, add_special=False, parse_special=False)
 
 
-def content_spans(prompt: str, contents: Sequence[str]) -> list[tuple[int, int]]:
-    """Where each content string occurs in ``prompt``, in order (templates may trim it)."""
-    spans: list[tuple[int, int]] = []
+def content_spans(prompt: str, contents: Sequence[str]) -> list[tuple[int, int] | None]:
+    """Where each content string occurs in ``prompt``, in order (templates may trim it); None
+    for one that is not found."""
+    spans: list[tuple[int, int] | None] = []
     pos = 0
     for content in contents:
+        span = None
         for candidate in (content, content.strip()):
             at = prompt.find(candidate, pos) if candidate else -1
             if at >= 0:
-                spans.append((at, at + len(candidate)))
-                pos = at + len(candidate)
+                span = (at, at + len(candidate))
+                pos = span[1]
                 break
+        spans.append(span)
     return spans
+
+
+def message_texts(messages: Sequence[Any]) -> list[str]:
+    """The text of each message's content (string content, or the text parts of a list)."""
+    texts: list[str] = []
+    for msg in messages:
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts += [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return texts
 
 
 def tokenize_chat_prompt(model: Any, prompt: str, contents: Sequence[str], *, add_special: bool,
                          special_in_content: bool = False) -> list[int]:
-    """Tokens of ``prompt``; the spans of ``contents`` are parsed without special tokens.
+    """Tokens of ``prompt``; the spans of ``contents`` holding special-token text are parsed as text.
 
-    ``model`` is a :class:`~llama_cpp._internals.LlamaModel`; ``contents`` the message texts in
-    conversation order. Content a template rewrote beyond trimming is not found in the prompt and
-    keeps the one-pass tokenization.
+    ``model`` is a :class:`~llama_cpp._internals.LlamaModel`; ``contents`` every message text in
+    conversation order (the benign ones too: locating each in turn keeps a hostile content from
+    being matched against an earlier part of the template). Content a template rewrote beyond
+    trimming is not found in the prompt and keeps the one-pass tokenization.
     """
     whole = prompt.encode("utf-8")
-    hostile = [c for c in contents if not special_in_content and c and _special_in(model, c)]
+    hostile = set() if special_in_content else {c for c in contents if c and _special_in(model, c)}
     if not hostile:
         return model.tokenize(whole, add_special=add_special, parse_special=True)
     tokens: list[int] = []
     pos = 0
-    for start, end in content_spans(prompt, hostile):
+    for span, content in zip(content_spans(prompt, contents), contents):
+        if span is None or content not in hostile:
+            continue
+        start, end = span
         tokens += model.tokenize(prompt[pos:start].encode("utf-8"), add_special=add_special and pos == 0,
                                  parse_special=True)
         tokens += model.tokenize(prompt[start:end].encode("utf-8"), add_special=False, parse_special=False)

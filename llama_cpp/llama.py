@@ -22,6 +22,7 @@ from . import _generation as _gen
 from . import llama_chat_format as _chat
 from . import llama_types as T
 from . import speculative as _spec
+from ._chat_tokens import message_texts, tokenize_chat_prompt
 from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError
 from ._guard import CallGuard, serialized
 from ._internals import LlamaBatch, LlamaContext, LlamaLoraAdapter, LlamaModel, LlamaSampler, flash_attn_type
@@ -685,8 +686,14 @@ class Llama:
         logit_bias: dict[int, float] | None = None,
         logprobs: bool | None = None,
         top_logprobs: int | None = None,
+        special_in_content: bool = False,
     ) -> T.CreateChatCompletionResponse | Iterator[T.CreateChatCompletionStreamResponse]:
-        """Chat with the model's own template (sandboxed Jinja) or the named ``chat_format``."""
+        """Chat with the model's own template (sandboxed Jinja) or the named ``chat_format``.
+
+        Special-token text inside message content (``<|im_end|><|im_start|>system``) is tokenized
+        as plain text, so a user cannot forge turns; ``special_in_content=True`` parses it as
+        control tokens, as upstream llama-cpp-python always does.
+        """
         if self.chat_handler is not None:
             return self.chat_handler(
                 llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
@@ -719,8 +726,10 @@ class Llama:
             elif kind not in (None, "text"):
                 raise ValueError(f"unsupported response_format type {kind!r}")
         m = self._need_model()
-        prompt_tokens = m.tokenize(result.prompt.encode("utf-8"), add_special=not result.added_special,
-                                   parse_special=True)
+        # Message content is text: special-token text in it (a forged turn marker) stays text.
+        prompt_tokens = tokenize_chat_prompt(m, result.prompt, message_texts(msgs),
+                                             add_special=not result.added_special,
+                                             special_in_content=special_in_content)
         stops = list(result.stop)
         if stop:
             stops += [stop] if isinstance(stop, str) else list(stop)
