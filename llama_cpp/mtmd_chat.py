@@ -38,7 +38,6 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import numpy as np
 
@@ -48,6 +47,7 @@ from . import llama_chat_format as _chat
 from ._errors import ClosedError, ContextOverflowError, MultimodalError, SpeculativeError
 from ._guard import CallGuard, serialized
 from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, LlamaSampler
+from ._media_policy import MediaPolicy
 from .llama_cpp import LLAMA_DEFAULT_SEED
 from .mtmd import Audio, Chunk, Chunks, Image, MarkerPrompt, MTMDContext
 from .speculative import MTPDecoder, SpecConfig, SpeculativeStats, check_model_file
@@ -61,36 +61,18 @@ _AUDIO_FORMATS = {"wav", "mp3", "flac"}
 # messages -> prompt + media
 # --------------------------------------------------------------------------------------------
 
-def _decode_data_url(url: str, where: str) -> bytes:
-    head, sep, payload = url.partition(",")
-    if not sep:
-        raise MultimodalError(f"{where}: malformed data URL (no ',' after the media type)")
-    try:
-        if head.endswith(";base64"):
-            return base64.b64decode(payload, validate=True)
-        return unquote(payload).encode("latin-1")
-    except (binascii.Error, ValueError, UnicodeEncodeError) as e:
-        raise MultimodalError(f"{where}: the data URL's payload is not valid base64 ({e})") from None
+_NO_LOCAL_FILES = MediaPolicy()  # data: URLs only, until a caller names media_dirs
 
 
-def image_from_url(url: Any, where: str = "image_url") -> Image:
-    """An :class:`Image` from an OpenAI ``image_url``: a ``data:`` URL, ``file://`` URL or local path."""
+def image_from_url(url: Any, where: str = "image_url", policy: MediaPolicy = _NO_LOCAL_FILES) -> Image:
+    """An :class:`Image` from an OpenAI ``image_url``: a ``data:`` URL, or a ``file://`` URL or local
+    path inside one of ``policy``'s allowed directories (none by default); never fetched from the
+    network. Size and pixel limits are checked before decoding."""
     if isinstance(url, dict):
         url = url.get("url")
     if not isinstance(url, str) or not url:
         raise MultimodalError(f"{where}: expected a URL string or {{'url': ...}}, got {type(url).__name__}")
-    if url.startswith("data:"):
-        return Image(_decode_data_url(url, where))
-    parsed = urlparse(url)
-    if parsed.scheme in ("http", "https", "ftp"):
-        raise MultimodalError(
-            f"{where}: remote URLs are not fetched ({parsed.scheme}://...): download the image yourself and "
-            "pass a data: URL or a local file path")
-    if parsed.scheme == "file":
-        return Image(Path(unquote(parsed.path)))
-    if parsed.scheme and len(parsed.scheme) > 1:  # "c:" is a Windows drive, not a scheme
-        raise MultimodalError(f"{where}: unsupported URL scheme {parsed.scheme!r}: use data:, file:// or a path")
-    return Image(Path(url))
+    return Image(policy.resolve(url, where))
 
 
 def _audio_part(part: dict, where: str) -> Audio:
@@ -109,8 +91,10 @@ def _audio_part(part: dict, where: str) -> Audio:
     return Audio(data)
 
 
-def flatten_messages(messages: Sequence[dict], marker: str) -> tuple[list[dict], list[Image | Audio]]:
-    """Messages with text-only contents (media parts replaced by ``marker``) and the media in order."""
+def flatten_messages(messages: Sequence[dict], marker: str, policy: MediaPolicy = _NO_LOCAL_FILES,
+                     ) -> tuple[list[dict], list[Image | Audio]]:
+    """Messages with text-only contents (media parts replaced by ``marker``) and the media in order;
+    ``image_url`` references are resolved under ``policy``."""
     out: list[dict] = []
     media: list[Image | Audio] = []
     for i, msg in enumerate(_chat.validate_messages(list(messages))):
@@ -131,7 +115,7 @@ def flatten_messages(messages: Sequence[dict], marker: str) -> tuple[list[dict],
                                               "remove it or choose another media_marker")
                     pieces.append(text)
                 elif kind == "image_url":
-                    media.append(image_from_url(part.get("image_url"), where))
+                    media.append(image_from_url(part.get("image_url"), where, policy))
                     pieces.append(marker)
                 elif kind in ("image", "input_image"):
                     src = part.get("image", part.get("image_url"))
@@ -294,7 +278,8 @@ class MultimodalChatEngine:
 
     def __init__(self, model: LlamaModel, mtmd: MTMDContext, formatter: _chat.Jinja2ChatFormatter, *,
                  context: LlamaContext | None = None, decoder: MultimodalMTPDecoder | None = None,
-                 seed: int = LLAMA_DEFAULT_SEED) -> None:
+                 seed: int = LLAMA_DEFAULT_SEED, media_dirs: Sequence[str | os.PathLike[str]] | None = None,
+                 ) -> None:
         if (context is None) == (decoder is None):
             raise ValueError("give a context or an MTP decoder (exactly one)")
         self._guard = CallGuard(type(self).__name__)
@@ -303,6 +288,7 @@ class MultimodalChatEngine:
         self._ctx = context
         self._mtp = decoder
         self._formatter = formatter
+        self.media_policy = MediaPolicy.with_dirs(media_dirs)
         self.seed = int(seed)
         self.last_speculative_stats: SpeculativeStats | None = None
 
@@ -316,7 +302,7 @@ class MultimodalChatEngine:
     def render(self, messages: Sequence[dict]) -> tuple[str, list[Image | Audio], list[str], bool]:
         """The rendered prompt, its media, the template's stop strings and whether it has BOS."""
         marker = self.mtmd.marker
-        msgs, media = flatten_messages(messages, marker)
+        msgs, media = flatten_messages(messages, marker, self.media_policy)
         res = self._formatter(messages=msgs)
         if res.prompt.count(marker) != len(media):
             raise MultimodalError(
@@ -434,7 +420,8 @@ class MultimodalChat(MultimodalChatEngine):
                  chat_template: str | None = None, chat_format: str | None = None,
                  speculative: SpecConfig | None = None, media_marker: str | None = None,
                  image_min_tokens: int | None = None, image_max_tokens: int | None = None,
-                 seed: int = LLAMA_DEFAULT_SEED) -> None:
+                 seed: int = LLAMA_DEFAULT_SEED, media_dirs: Sequence[str | os.PathLike[str]] | None = None,
+                 ) -> None:
         self._owned_model: LlamaModel | None = None
         self._mctx = None
         self._ctx = None
@@ -463,7 +450,8 @@ class MultimodalChat(MultimodalChatEngine):
         except BaseException:
             self.close()
             raise
-        super().__init__(text_model, mctx, formatter, context=self._ctx, decoder=self._mtp, seed=seed)
+        super().__init__(text_model, mctx, formatter, context=self._ctx, decoder=self._mtp, seed=seed,
+                         media_dirs=media_dirs)
 
     def close(self) -> None:
         """Free the contexts (and the model if this object loaded it). Idempotent; waits for a running call."""
@@ -497,8 +485,10 @@ class MTMDChatHandler:
     """
 
     def __init__(self, clip_model_path: str | os.PathLike[str], *, n_threads: int | None = None,
-                 use_gpu: bool = True, media_marker: str | None = None, verbose: bool = False) -> None:
+                 use_gpu: bool = True, media_marker: str | None = None, verbose: bool = False,
+                 media_dirs: Sequence[str | os.PathLike[str]] | None = None) -> None:
         self.clip_model_path = Path(clip_model_path)
+        self.media_dirs = media_dirs
         self.n_threads = n_threads
         self.use_gpu = use_gpu
         self.media_marker = media_marker
@@ -528,7 +518,8 @@ class MTMDChatHandler:
         if bad:
             raise MultimodalError(f"the multimodal chat handler does not support {', '.join(bad)}")
         engine = MultimodalChatEngine(llama.model, self._context_for(llama), llama._chat_formatter(),
-                                      context=llama.ctx, seed=getattr(llama, "_seed", LLAMA_DEFAULT_SEED))
+                                      context=llama.ctx, seed=getattr(llama, "_seed", LLAMA_DEFAULT_SEED),
+                                      media_dirs=self.media_dirs)
         llama.reset()
         result = engine.create_chat_completion(
             messages, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,

@@ -52,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
     from ..mtmd_chat import MultimodalChat
     from ..speculative import SpecConfig
 
+    for a in args.image:  # named on the command line: saying it is missing leaks nothing
+        if not a.is_file():
+            raise FileNotFoundError(f"image file not found: {a}")
     for a in args.audio:
         if not a.is_file():
             raise FileNotFoundError(f"audio file not found: {a}")
@@ -60,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     chat = MultimodalChat(args.model, args.mmproj, n_ctx=args.ctx_size, n_batch=args.batch_size,
                           n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
                           use_gpu=not args.no_mmproj_offload, chat_template=template,
-                          chat_format=args.chat_format, speculative=spec)
+                          chat_format=args.chat_format, speculative=spec,
+                          media_dirs=sorted({str(p.resolve().parent) for p in args.image}))  # named by the user
     sampling = dict(max_tokens=args.max_tokens, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
                     min_p=args.min_p, seed=args.seed)
     history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []

@@ -10,6 +10,7 @@ import pytest
 
 from build_tools.fixtures import fixture_path
 from llama_cpp import MultimodalError
+from llama_cpp._media_policy import MediaPolicy
 from llama_cpp.mtmd import MarkerPrompt, MTMDContext
 from llama_cpp.mtmd_chat import MTMDChatHandler, MultimodalChat, eval_chunks, image_from_url
 from llama_cpp.speculative import SpecConfig
@@ -145,10 +146,17 @@ def test_chat_completion_and_stream_agree(chat, png_path):
 def test_image_url_forms(chat, png_path):
     data = png_path.read_bytes()
     ref = chat.create_chat_completion(_msgs(data), max_tokens=6, temperature=0)["choices"][0]["message"]
+    default = chat.media_policy
     for url in (png_path.as_uri(), str(png_path)):
         msgs = _msgs(data)
         msgs[1]["content"][1] = {"type": "image_url", "image_url": url}
-        got = chat.create_chat_completion(msgs, max_tokens=6, temperature=0)["choices"][0]["message"]
+        with pytest.raises(MultimodalError, match="local image paths are refused"):  # unless allowed
+            chat.create_chat_completion(msgs, max_tokens=6, temperature=0)
+        chat.media_policy = MediaPolicy.with_dirs([png_path.parent])
+        try:
+            got = chat.create_chat_completion(msgs, max_tokens=6, temperature=0)["choices"][0]["message"]
+        finally:
+            chat.media_policy = default
         assert got == ref
     assert image_from_url({"url": "data:image/png;base64," + base64.b64encode(data).decode()}).source == data
 
@@ -157,7 +165,7 @@ def test_chat_rejects_bad_media(chat, tmp_path):
     cases = [
         ({"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}, "not fetched"),
         ({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}, "base64"),
-        ({"type": "image_url", "image_url": {"url": str(tmp_path / "missing.png")}}, "file not found"),
+        ({"type": "image_url", "image_url": {"url": str(tmp_path / "missing.png")}}, "local image paths are refused"),
         ({"type": "image_url", "image_url": {"url": "ftp://host/x.png"}}, "not fetched"),
         ({"type": "text", "text": "sneaky <__media__> marker"}, "media marker"),
         ({"type": "video_url", "video_url": "x"}, "unsupported content part"),
