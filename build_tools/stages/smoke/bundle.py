@@ -32,6 +32,7 @@ from typing import Any
 
 from ...common.hashing import sha256_file
 from ...common.interpreters import probe
+from ...common.pip import pip
 from ...errors import SmokeError, SmokeInputError
 from . import workload
 from .models import SmokeModels, fixture_models
@@ -95,8 +96,8 @@ def _platform_tags(wheel: Path) -> list[str]:
 def _pip_download(reqs: Sequence[str], dest: Path, python: str, platforms: Sequence[str]) -> None:
     """Binary wheels of ``reqs`` (and their dependencies) for CPython ``python`` on ``platforms``."""
     abi = "cp" + python.replace(".", "")
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(dest),
-           "--python-version", python, "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none"]
+    cmd = pip("download", "--quiet", "--only-binary=:all:", "--dest", str(dest), "--python-version", python,
+              "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none")
     run_checked(cmd + [a for p in platforms for a in ("--platform", p)] + list(reqs),
                 f"pip download for Python {python}", _DOWNLOAD_TIMEOUT)
 

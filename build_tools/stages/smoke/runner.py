@@ -31,11 +31,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...common import proc
 from ...common.fsutil import write_json_atomic
 from ...common.hashing import sha256_file, sha256_json
 from ...common.interpreters import Interpreter
 from ...common.paths import cache_root
-from ...errors import SmokeError, SmokeInputError
+from ...common.pip import pip
+from ...errors import SmokeError, SmokeInputError, ToolNotFoundError, ToolTimeoutError
 from . import workload
 from .models import SmokeModels
 from .report import SmokeReport, SmokeResult
@@ -74,23 +76,18 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _tail(proc: subprocess.CompletedProcess[str]) -> str:
-    return (proc.stdout + proc.stderr).strip()[-1500:]
-
-
-def _run(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _run(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None = None,
+         check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``cmd`` in the clean environment; a missing tool or a timeout is a failed cell (SmokeError)."""
     try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, env=_env(), cwd=cwd,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        raise SmokeError(f"{what} timed out after {timeout:.0f} s") from None
+        return proc.run(cmd, what=what, error=SmokeError, check=check, timeout=timeout, env=_env(), cwd=cwd)
+    except (ToolNotFoundError, ToolTimeoutError) as exc:
+        raise SmokeError(str(exc)) from None
 
 
 def run_checked(cmd: Sequence[str], what: str, timeout: float) -> None:
     """Run ``cmd`` (clean environment); a non-zero exit raises :class:`SmokeError` with the output's tail."""
-    proc = _run(cmd, what, timeout)
-    if proc.returncode != 0:
-        raise SmokeError(f"{what} failed (exit {proc.returncode}): {_tail(proc)}")
+    _run(cmd, what, timeout, check=True)
 
 
 def _venv_python(venv: Path) -> Path:
@@ -107,8 +104,8 @@ def dependency_wheelhouse(python: Path, interp: Interpreter, reqs: Sequence[str]
         if not stamp.exists():
             house.mkdir(parents=True, exist_ok=True)
             log.info("[smoke] downloading %s for Python %s into %s", ", ".join(reqs), interp.version, house)
-            run_checked([str(python), "-m", "pip", "download", "-q", "--only-binary", ":all:", "--dest",
-                         str(house), *reqs], f"pip download for Python {interp.version} (needs the package index once)", timeout)
+            run_checked(pip("download", "-q", "--only-binary", ":all:", "--dest", str(house), *reqs,
+                            python=python), f"pip download for Python {interp.version} (needs the package index once)", timeout)
             stamp.write_text(json.dumps(sorted(reqs)))
     return house
 
@@ -131,17 +128,17 @@ def install_and_run(python: Path, wheel: Path, models: SmokeModels, *, stages: S
                      str(venv)], "python -m venv", timeout)
         py = _venv_python(venv)
         links = [arg for d in find_links(py) for arg in ("--find-links", str(d))]
-        run_checked([str(py), "-m", "pip", "install", "-q", "--no-index", *links, str(wheel)],
+        run_checked(pip("install", "-q", "--no-index", *links, str(wheel), python=py),
                     f"pip install --no-index {wheel.name}", timeout)
         timings["install"] = time.monotonic() - t
         script, out = tmp / "workload.py", tmp / "result.json"
         shutil.copyfile(WORKLOAD, script)
         t = time.monotonic()
-        proc = _run([str(py), "-I", str(script), "--out", str(out), "--stages", ",".join(stages),
+        done = _run([str(py), "-I", str(script), "--out", str(out), "--stages", ",".join(stages),
                      "--version", version, *models.workload_args(), *flags], "the workload", timeout, cwd=workdir)
         timings["workload"] = time.monotonic() - t
         if not out.is_file():
-            raise SmokeError(f"the workload crashed (exit {proc.returncode}): {_tail(proc)}")
+            raise SmokeError(f"the workload crashed (exit {done.returncode}): {proc.tail(done)}")
         report = json.loads(out.read_text(encoding="utf-8"))
     report["timings"] = {k: round(v, 2) for k, v in timings.items()}
     return report
