@@ -81,7 +81,7 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
     summary = ReleaseSummary([])
     t = time.monotonic()
     lock = load_lock()
-    tree = vendor.vendor(lock)
+    tree = vendor.run(lock)
     vendor_s = time.monotonic() - t
     models: smoke.SmokeModels | None = None
     interps = interpreters.find_all(python_versions or interpreters.VERSIONS, strict=strict)
@@ -124,7 +124,7 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
             log.error("[%s] %s", config.name, exc)
     if summary.configs and all(c.ok for c in summary.configs):
         t = time.monotonic()
-        summary.index = publish.publish([dist.DistDir.of(c, dist_base) for c in configs],
+        summary.index = publish.run([dist.DistDir.of(c, dist_base) for c in configs],
                                         out or publish.DEFAULT_OUT)
         summary.configs[-1].steps.append(StepTime("publish", time.monotonic() - t, "written"))
     summary.seconds = time.monotonic() - started

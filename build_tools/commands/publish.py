@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     options = Options.from_args(args)
     dirs = [d for _c, d in options.dist_dirs()]
-    index = publish.publish(dirs, options.out, allow_dev=not args.release_only)
+    index = publish.run(dirs, options.out, allow_dev=not args.release_only)
     for v in index.variants():
         print(f"{v}: {index.root / v}/  (pip install --index-url {index.variant_url(v)} llama-cpp-python)")
     for f in index.new:

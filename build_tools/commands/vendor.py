@@ -6,7 +6,7 @@ import argparse
 
 from ..inputs.lock import load_lock
 from ..options import path_arg
-from ..stages.vendor import vendor
+from ..stages import vendor
 
 HELP = __doc__
 
@@ -19,6 +19,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    tree = vendor(load_lock(), args.source, from_path=args.from_path, archive=args.archive, force=args.force)
+    tree = vendor.run(load_lock(), args.source, from_path=args.from_path, archive=args.archive, force=args.force)
     print(f"vendor/llama.cpp: {tree.source}\n  tree sha256 {tree.tree_sha256}")
     return 0

@@ -2,7 +2,7 @@
 
 Input: cleared ``dist/<config>/`` folders (:class:`~build_tools.dist.DistDir`; the gate,
 :func:`build_tools.dist.clear`, writes their ``clearance.json`` only when validation and smoke
-both passed); :func:`publish` refuses any file whose sha256 is not in a clearance. Output, a
+both passed); :func:`run` refuses any file whose sha256 is not in a clearance. Output, a
 :class:`PublishedIndex` (default ``dist/index`` in the repository)::
 
     <out>/whl/index.html                                  the variants
@@ -136,7 +136,7 @@ def _write_variant(stage: Path, variant: str, files: list[PublishedFile], releas
     (vdir / RELEASE_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def publish(dist_dirs: Sequence[DistDir], out: Path = DEFAULT_OUT, *, allow_dev: bool = True) -> PublishedIndex:
+def run(dist_dirs: Sequence[DistDir], out: Path = DEFAULT_OUT, *, allow_dev: bool = True) -> PublishedIndex:
     """Write (atomically) the index of every cleared wheel in ``dist_dirs`` under ``out/whl``."""
     cleared = _cleared(dist_dirs)
     if not cleared:

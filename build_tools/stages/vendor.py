@@ -165,7 +165,7 @@ def read_stamp(dest: Path = VENDOR_DIR) -> dict[str, object] | None:
         return None
 
 
-def vendor(
+def run(
     lock: SourceLock,
     source_name: str | None = None,
     *,

@@ -11,7 +11,8 @@ import pytest
 from build_tools.common.hashing import sha256_file, tree_hash
 from build_tools.errors import HashMismatchError, MissingInputError
 from build_tools.inputs.lock import parse_lock
-from build_tools.stages.vendor import read_stamp, vendor
+from build_tools.stages.vendor import read_stamp
+from build_tools.stages.vendor import run as vendor
 
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 

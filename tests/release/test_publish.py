@@ -51,7 +51,7 @@ def _tree(root: Path) -> dict[str, str]:
 
 def test_index_layout(cleared, config, tmp_path):
     d, ws = cleared
-    index = publish.publish([dist.DistDir(d)], tmp_path / "index")
+    index = publish.run([dist.DistDir(d)], tmp_path / "index")
     vdir = tmp_path / "index" / "whl" / config.variant
     page = (vdir / "llama-cpp-python" / "index.html").read_text()
     for w in ws:
@@ -73,7 +73,7 @@ def test_refuses_without_release_manifest(built, tmp_path):
     d.mkdir()
     shutil.copyfile(built.wheels[0].path, d / built.wheels[0].filename)
     with pytest.raises(publish.PublishError, match="not passed validate and smoke"):
-        publish.publish([dist.DistDir(d)], tmp_path / "index")
+        publish.run([dist.DistDir(d)], tmp_path / "index")
 
 
 def test_refuses_a_file_changed_after_validation(cleared, tmp_path):
@@ -82,7 +82,7 @@ def test_refuses_a_file_changed_after_validation(cleared, tmp_path):
     data[-100] ^= 0xFF
     ws[1].path.write_bytes(bytes(data))
     with pytest.raises(publish.PublishError, match=f"refusing {ws[1].filename}"):
-        publish.publish([dist.DistDir(d)], tmp_path / "index")
+        publish.run([dist.DistDir(d)], tmp_path / "index")
     assert not (tmp_path / "index" / "whl").exists()
 
 
@@ -91,7 +91,7 @@ def test_unlisted_wheels_are_not_published(cleared, tmp_path):
     assert ws
     stray = d / ws[0].filename.replace("0.4.0", "0.4.0.post9")
     shutil.copyfile(ws[0].path, stray)
-    index = publish.publish([dist.DistDir(d)], tmp_path / "index")
+    index = publish.run([dist.DistDir(d)], tmp_path / "index")
     assert stray.name not in {f.filename for f in index.files}
 
 
@@ -120,7 +120,7 @@ def test_clearance_needs_both_gates(built, native_build, config, tmp_path):
 def test_failure_half_way_leaves_the_previous_index(cleared, tmp_path, monkeypatch):
     d, _ws = cleared
     out = tmp_path / "index"
-    publish.publish([dist.DistDir(d)], out)
+    publish.run([dist.DistDir(d)], out)
     before = _tree(out)
     real_place = publish._place
     calls = []
@@ -133,7 +133,7 @@ def test_failure_half_way_leaves_the_previous_index(cleared, tmp_path, monkeypat
 
     monkeypatch.setattr(publish, "_place", flaky)
     with pytest.raises(OSError, match="injected"):
-        publish.publish([dist.DistDir(d)], out)
+        publish.run([dist.DistDir(d)], out)
     assert len(calls) == 3
     assert _tree(out) == before
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
@@ -142,17 +142,17 @@ def test_failure_half_way_leaves_the_previous_index(cleared, tmp_path, monkeypat
 def test_earlier_files_are_carried_over(cleared, tmp_path):
     d, ws = cleared
     out = tmp_path / "index"
-    publish.publish([dist.DistDir(d)], out)
+    publish.run([dist.DistDir(d)], out)
     vdir = out / "whl" / ws[0].variant / "llama-cpp-python"
     old = "llama_cpp_python-0.3.0-cp312-cp312-manylinux_2_34_x86_64.whl"
     shutil.copyfile(ws[0].path, vdir / old)
     sums = vdir.parent / "SHA256SUMS"
     sums.write_text(sums.read_text() + f"{ws[0].sha256}  {old}\n")
-    publish.publish([dist.DistDir(d)], out)
+    publish.run([dist.DistDir(d)], out)
     assert old in (vdir / "index.html").read_text() and (vdir / old).is_file()
     (vdir / old).write_bytes(b"damaged")
     with pytest.raises(publish.PublishError, match="damaged"):
-        publish.publish([dist.DistDir(d)], out)
+        publish.run([dist.DistDir(d)], out)
 
 
 @pytest.fixture
@@ -176,7 +176,7 @@ def served(tmp_path):
 def test_pip_installs_from_the_served_index(cleared, tmp_path, served, smoke_interpreter):
     d, ws = cleared
     out = tmp_path / "index"
-    publish.publish([dist.DistDir(d)], out)
+    publish.run([dist.DistDir(d)], out)
     base = served(out)
     variant = ws[0].variant
     venv = tmp_path / "venv"
