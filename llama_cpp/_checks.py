@@ -11,6 +11,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from . import ggml_cpp as _ggml
+from . import llama_cpp as _llama
 from ._errors import ParameterError
 from .llama_cpp import llama_model_params
 
@@ -21,18 +23,25 @@ MAX_THREADS = 512
 #: a thread count above this multiple of the core count is refused (thread creation fails or crawls).
 THREADS_PER_CORE_LIMIT = 4
 
-#: the enum fields of llama.cpp's parameter structs and their accepted values
+def _enum(module: Any, prefix: str, names: tuple[str, ...] | None = None) -> dict[int, str]:
+    """Value -> lower-case name of the generated bindings' ``PREFIX*`` constants (``MAX_VALUE`` is
+    a bound, not a value); ``names`` picks a subset."""
+    found = {getattr(module, n): n[len(prefix):].lower() for n in dir(module)
+             if n.startswith(prefix) and not n.endswith("MAX_VALUE") and isinstance(getattr(module, n), int)}
+    return {v: k for v, k in sorted(found.items()) if names is None or k in names}
+
+
+#: the enum fields of llama.cpp's parameter structs and their accepted values, from the bindings
 ENUMS: dict[str, Mapping[int, str]] = {
-    "split_mode": {0: "none", 1: "layer", 2: "row", 3: "tensor"},
-    "load_mode": {-1: "auto", 0: "none", 1: "mmap", 2: "mlock", 3: "mmap+mlock", 4: "direct-io"},
-    "rope_scaling_type": {-1: "unspecified", 0: "none", 1: "linear", 2: "yarn", 3: "longrope"},
-    "pooling_type": {-1: "unspecified", 0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"},
-    "attention_type": {-1: "unspecified", 0: "causal", 1: "non-causal"},
-    "flash_attn_type": {-1: "auto", 0: "disabled", 1: "enabled"},
-    "mirostat_mode": {0: "off", 1: "mirostat", 2: "mirostat v2"},
+    "split_mode": _enum(_llama, "LLAMA_SPLIT_MODE_"),
+    "load_mode": _enum(_llama, "LLAMA_LOAD_MODE_"),
+    "rope_scaling_type": _enum(_llama, "LLAMA_ROPE_SCALING_TYPE_"),
+    "pooling_type": _enum(_llama, "LLAMA_POOLING_TYPE_"),
+    "attention_type": _enum(_llama, "LLAMA_ATTENTION_TYPE_"),
+    "flash_attn_type": _enum(_llama, "LLAMA_FLASH_ATTN_TYPE_"),
+    "mirostat_mode": {0: "off", 1: "mirostat", 2: "mirostat v2"},  # a Python-side choice, not a C enum
     # the ggml types llama.cpp's tools accept for the KV cache (common/arg.cpp kv_cache_types)
-    "type_k": {0: "f32", 1: "f16", 30: "bf16", 8: "q8_0", 2: "q4_0", 3: "q4_1", 20: "iq4_nl", 6: "q5_0",
-               7: "q5_1"},
+    "type_k": _enum(_ggml, "GGML_TYPE_", ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")),
 }
 ENUMS["type_v"] = ENUMS["type_k"]
 
