@@ -33,6 +33,7 @@ from .stages.native.manifest import MANIFEST_NAME, NativeManifest
 from .stages.smoke import SmokeReport
 from .stages.validate import ValidationReport
 from .stages.wheels import BuiltWheel, load_record
+from .stages.wheels.build import PACKAGE
 
 DIST = REPO_ROOT / "dist"
 CLEARANCE_FILE = "clearance.json"
@@ -77,7 +78,7 @@ class DistDir:
 def embedded_manifest(wheel: Path) -> NativeManifest:
     """The native manifest a wheel embeds (validation proved it is the native build's)."""
     with zipfile.ZipFile(wheel) as zf:
-        return NativeManifest.from_json(json.loads(zf.read(f"llama_cpp/{MANIFEST_NAME}")), str(wheel))
+        return NativeManifest.from_json(json.loads(zf.read(f"{PACKAGE}/{MANIFEST_NAME}")), str(wheel))
 
 
 def clear(dist: DistDir, *, config: BuildConfig, wheels: Sequence[BuiltWheel], validation: ValidationReport,
