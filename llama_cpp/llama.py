@@ -161,11 +161,11 @@ class Llama:
                 "n_seq_max": 1 if n_seq_max is None else int(n_seq_max), "embeddings": bool(embedding)})
         self.speculative = speculative
         self._model = LlamaModel(
-            model_path, load_mtp=spec_on, n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
+            model_path, load_mtp=spec_on and speculative.needs_nextn, n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
             tensor_split=tensor_split, vocab_only=vocab_only, use_mmap=use_mmap, use_mlock=use_mlock,
             load_mode=load_mode, kv_overrides=kv_overrides, progress_callback=progress_callback,
         )
-        if spec_on:
+        if spec_on and speculative.needs_nextn:
             self._model.load_mtp = True  # its NextN tensors are loaded (see speculative.load_mtp_model)
         self._n_vocab = self._model.n_vocab
         try:
@@ -180,7 +180,7 @@ class Llama:
                                lora_path=lora_path, lora_scale=lora_scale,
                                n_rs_seq=speculative.rollback_snapshots if spec_on else None)
             if spec_on:
-                self._spec = _spec.MTPDecoder(self._model, None, speculative, target=self._ctx)
+                self._spec = _spec.make_decoder(self._model, speculative, target=self._ctx)
         except BaseException:
             self.close()
             raise

@@ -130,6 +130,11 @@ class SpecConfig:
         return self.spec_type is not SpeculativeType.NONE
 
     @property
+    def needs_nextn(self) -> bool:
+        """Whether the target model's NextN (MTP) tensors must be loaded."""
+        return self.spec_type is SpeculativeType.DRAFT_MTP
+
+    @property
     def rollback_snapshots(self) -> int:
         """``n_rs_seq`` for the target context."""
         return self.draft_n_max if self.n_rs_seq is None else self.n_rs_seq
@@ -385,6 +390,11 @@ def _check_mtp_loaded(model: Any) -> None:
 # --------------------------------------------------------------------------------------------
 
 Sampler = Any  # a LlamaSampler, or a callable (target_context, batch_index) -> token
+
+
+def make_decoder(model: Any, config: SpecConfig, *, target: Any) -> MTPDecoder:
+    """The decoder that serves ``config`` for ``Llama`` (one per speculative type)."""
+    return MTPDecoder(model, None, config, target=target)
 
 
 class MTPDecoder:
