@@ -6,10 +6,15 @@ Each check has a name; a failing wheel's report lists every failure by that name
     library-hash        a library differs from the native manifest's sha256 (or is missing / extra)
     libraries-identical the N wheels do not all carry byte-identical libraries
     embedded-manifest   llama_cpp/native-manifest.json is not the build's manifest
+    payload             a Python file, METADATA, entry points or license differs from what the wheels
+                        stage makes from the sources (sha256), or is missing
+    name                an entry name that is not a normalized relative path (``..``, absolute, a
+                        backslash, ``./``, empty parts, control characters, non-NFC), a duplicate, or a link
     version             filename, .dist-info, METADATA, llama_cpp/_version.py and the intended version disagree
     tag                 filename and WHEEL tags disagree with each other or with the intended tag
     record              RECORD hashes or sizes are wrong, or it lists too few / too many files
-    unexpected-file     tests, vendored sources, build files or bytecode inside
+    unexpected-file     a file the wheels stage did not produce (an added module, tests, vendored
+                        sources, build files, bytecode)
     sbom                the CycloneDX SBOM is missing or its hashes disagree with the manifest
     metadata            `twine check --strict` fails (or twine is missing)
     size-budget         the wheel exceeds the configuration's wheel_size_budget_mb
@@ -26,8 +31,11 @@ import io
 import json
 import os
 import re
+import stat
 import sys
+import unicodedata
 import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +50,7 @@ from ..common.paths import REPO_ROOT
 from ..errors import ToolTimeoutError, WheelError
 from ..inputs.configs import BuildConfig
 from .native.manifest import MANIFEST_NAME, NativeManifest
-from .wheels.build import PACKAGE, PACKAGE_FILES, PACKAGE_SUFFIXES, BuiltWheel, expected_version
+from .wheels.build import PACKAGE, BuiltWheel, dist_info_name, expected_version, payload_entries, read_project
 from .wheels.inwheel import parse_wheel_name, record_hash
 from .wheels.sbom import SBOM_NAME
 
@@ -113,29 +121,95 @@ class ValidationReport:
         return "\n".join(lines)
 
 
-def _allowed(name: str, dist_info: str, lib_names: set[str]) -> str | None:
-    """None if ``name`` belongs in a wheel, else why it does not."""
+def _tag_specific(name: str, dist_info: str, lib_names: set[str]) -> bool:
+    """Whether ``name`` is one of the files that depend on the tag or the native build (checked
+    by their own checks: WHEEL, RECORD, the SBOM, the embedded manifest, the libraries)."""
+    if name.startswith(dist_info + "/"):
+        rest = name[len(dist_info) + 1:]
+        return rest in ("WHEEL", "RECORD") or (rest.startswith("sboms/") and rest.endswith(".cdx.json")
+                                               and rest.count("/") == 1)
+    if name == f"{PACKAGE}/{MANIFEST_NAME}":
+        return True
+    lib = name.split("/")
+    return len(lib) == 3 and lib[:2] == [PACKAGE, "lib"] and lib[2] in lib_names
+
+
+def _extra_reason(name: str) -> str:
+    """Why a file the wheels stage did not produce is in a wheel (the likeliest story, for the message)."""
     parts = name.split("/")
     if _BUILD_FILE.search(name):
         return "a build file or compiled artefact"
     if any(p in ("tests", "test", "vendor", "__pycache__", "build") for p in parts[:-1]):
         return "tests, vendored sources or build output"
-    if name.startswith(dist_info + "/"):
-        rest = name[len(dist_info) + 1:]
-        if rest in ("METADATA", "WHEEL", "RECORD", "entry_points.txt") or rest.startswith("licenses/"):
-            return None
-        if rest.startswith("sboms/") and rest.endswith(".cdx.json"):
-            return None
-        return "not a known .dist-info file"
+    if parts[0].endswith(".dist-info"):
+        return "not a .dist-info file the wheels stage writes"
     if parts[0] != PACKAGE:
         return f"outside the {PACKAGE}/ package"
-    if name == f"{PACKAGE}/{MANIFEST_NAME}":
-        return None
-    if parts[1] == "lib":
-        return None if len(parts) == 3 and parts[2] in lib_names else "a library the native manifest does not list"
-    if name.endswith(PACKAGE_SUFFIXES) or parts[-1] in PACKAGE_FILES:
-        return None
-    return "not a Python source file of the package"
+    if parts[1:2] == ["lib"]:
+        return "a library the native manifest does not list"
+    return "not a file of the package's sources (added after the wheels stage)"
+
+
+def _name_problem(name: str) -> str | None:
+    """None if ``name`` is a normalized relative POSIX path, else what is wrong with it."""
+    if not name:
+        return "an empty name"
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
+        return "an absolute path"
+    if "\\" in name:
+        return "a backslash in the name"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return "a control character in the name"
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return "a '..', '.' or empty path component"
+    if unicodedata.normalize("NFC", name) != name:
+        return "not in Unicode NFC form"
+    return None
+
+
+def _check_names(rep: WheelReport, infos: Sequence[zipfile.ZipInfo]) -> None:
+    seen: dict[str, int] = {}
+    folded: dict[str, str] = {}
+    for info in infos:
+        name = info.filename
+        why = _name_problem(name.rstrip("/") if info.is_dir() else name)
+        if why:
+            rep.fail("name", f"{name!r}: {why}")
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] == 2:
+            rep.fail("name", f"{name} appears twice in the archive (an installer may take either copy)")
+        other = folded.setdefault(name.casefold(), name)
+        if other != name:
+            rep.fail("name", f"{name} and {other} differ only in case (they collide on Windows and macOS)")
+        mode = info.external_attr >> 16
+        if info.create_system == 3 and stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
+            rep.fail("name", f"{name} is not a regular file (a symlink or device entry)")
+
+
+def _check_payload(rep: WheelReport, zf: zipfile.ZipFile, names: Sequence[str], expected: dict[str, str],
+                   dist_info: str, lib_names: set[str], repo: Path) -> None:
+    """Every file that does not depend on the tag or the native build is byte for byte what the
+    wheels stage makes from ``repo``; nothing is missing and nothing was added."""
+    present = set(names)
+    for name, digest in sorted(expected.items()):
+        if name not in present:
+            rep.fail("payload", f"{name} is missing (the wheels stage puts it in every wheel)")
+            continue
+        got = hashlib.sha256(zf.read(name)).hexdigest()
+        if got != digest:
+            rep.fail("payload", f"{name}: sha256 {got[:16]} is not {digest[:16]}, what the wheels stage makes "
+                                f"from {repo} (the file was changed after it was built)")
+    for name in sorted(present - set(expected)):
+        if not _tag_specific(name, dist_info, lib_names):
+            rep.fail("unexpected-file", f"{name}: {_extra_reason(name)}")
+
+
+def expected_payload(config: BuildConfig, repo: Path = REPO_ROOT) -> tuple[str, dict[str, str]]:
+    """The .dist-info name and, per file, the sha256 every wheel of ``config`` must carry."""
+    meta = read_project(repo)
+    return dist_info_name(meta, config), {e.name: hashlib.sha256(e.data).hexdigest()
+                                          for e in payload_entries(meta, config, repo)}
 
 
 def _check_record(rep: WheelReport, zf: zipfile.ZipFile, dist_info: str) -> None:
@@ -173,6 +247,32 @@ def _check_record(rep: WheelReport, zf: zipfile.ZipFile, dist_info: str) -> None
             rep.fail("record", f"{name}: RECORD hash {digest or '(empty)'} != actual {record_hash(data)}")
         if size != str(len(data)):
             rep.fail("record", f"{name}: RECORD size {size or '(empty)'} != actual {len(data)}")
+
+
+def _check_libraries(rep: WheelReport, zf: zipfile.ZipFile, manifest: NativeManifest) -> str:
+    """Each library is the native manifest's, by sha256; returns the wheel's library digests joined."""
+    digests = []
+    for lib in manifest.libraries:
+        arc = f"{PACKAGE}/lib/{lib.name}"
+        try:
+            got = hashlib.sha256(zf.read(arc)).hexdigest()
+        except KeyError:
+            rep.fail("library-hash", f"{arc} is missing")
+            continue
+        digests.append(got)
+        if got != lib.sha256:
+            rep.fail("library-hash", f"{arc}: sha256 {got} != native manifest {lib.sha256}")
+    return "|".join(digests)
+
+
+def _check_embedded_manifest(rep: WheelReport, zf: zipfile.ZipFile, manifest: NativeManifest) -> None:
+    try:
+        embedded = json.loads(zf.read(f"{PACKAGE}/{MANIFEST_NAME}"))
+        if embedded.get("key") != manifest.key or embedded != manifest.to_json():
+            rep.fail("embedded-manifest", f"embedded manifest (key {str(embedded.get('key'))[:16]}) is not "
+                                          f"the native build's (key {manifest.key[:16]})")
+    except (KeyError, ValueError, AttributeError) as exc:
+        rep.fail("embedded-manifest", f"{PACKAGE}/{MANIFEST_NAME} missing or invalid ({exc})")
 
 
 def _check_version(rep: WheelReport, w: BuiltWheel, zf: zipfile.ZipFile, dist_info: str, meta: Any,
@@ -283,9 +383,12 @@ def twine_check(paths: Sequence[Path]) -> dict[str, list[str]]:
 
 
 def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: BuildConfig, *,
-             version: str, python_tags: Sequence[str], twine: bool = True) -> ValidationReport:
-    """Check every wheel; the report names each failure (``report.ok`` decides the release)."""
+             version: str, python_tags: Sequence[str], twine: bool = True,
+             repo: Path = REPO_ROOT) -> ValidationReport:
+    """Check every wheel against ``manifest`` and the sources in ``repo``; the report names each
+    failure (``report.ok`` decides the release)."""
     report = ValidationReport(config.name, version, manifest.key, [])
+    want_dist_info, payload = expected_payload(config, repo)
     lib_names = {lib.name for lib in manifest.libraries}
     lib_sets: dict[str, list[str]] = {}
     intended_python = set(python_tags)
@@ -299,6 +402,7 @@ def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: Bui
             continue
         try:
             zf = zipfile.ZipFile(io.BytesIO(data))
+            _check_names(rep, zf.infolist())
             names = [i.filename for i in zf.infolist() if not i.is_dir()]
             dirs = {n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")}
             if len(dirs) != 1:
@@ -309,37 +413,26 @@ def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: Bui
         except (zipfile.BadZipFile, WheelError, KeyError, UnicodeDecodeError) as exc:
             rep.fail("archive", f"unreadable wheel: {exc}")
             continue
-        digests = []
-        for lib in manifest.libraries:
-            arc = f"{PACKAGE}/lib/{lib.name}"
-            try:
-                got = hashlib.sha256(zf.read(arc)).hexdigest()
-            except KeyError:
-                rep.fail("library-hash", f"{arc} is missing")
-                continue
-            digests.append(got)
-            if got != lib.sha256:
-                rep.fail("library-hash", f"{arc}: sha256 {got} != native manifest {lib.sha256}")
-        lib_sets.setdefault("|".join(digests), []).append(w.path.name)
         try:
-            embedded = json.loads(zf.read(f"{PACKAGE}/{MANIFEST_NAME}"))
-            if embedded.get("key") != manifest.key or embedded != manifest.to_json():
-                rep.fail("embedded-manifest", f"embedded manifest (key {str(embedded.get('key'))[:16]}) is not "
-                                              f"the native build's (key {manifest.key[:16]})")
-        except (KeyError, ValueError) as exc:
-            rep.fail("embedded-manifest", f"{PACKAGE}/{MANIFEST_NAME} missing or invalid ({exc})")
-        _check_version(rep, w, zf, dist_info, meta, version, config.local_version)
-        _check_tags(rep, w, zf, dist_info, intended_python)
-        _check_record(rep, zf, dist_info)
-        for n in names:
-            why = _allowed(n, dist_info, lib_names)
-            if why:
-                rep.fail("unexpected-file", f"{n}: {why}")
-            if _DRIVER.match(n.rsplit("/", 1)[-1]):
-                rep.fail("driver-library", f"{n}: the CUDA driver/runtime must come from the system or "
-                                           "NVIDIA's wheels, never from this wheel")
-        _check_sbom(rep, zf, dist_info, manifest)
-        _check_metadata_deps(rep, meta, config)
+            lib_sets.setdefault(_check_libraries(rep, zf, manifest), []).append(w.path.name)
+            _check_embedded_manifest(rep, zf, manifest)
+            _check_version(rep, w, zf, dist_info, meta, version, config.local_version)
+            _check_tags(rep, w, zf, dist_info, intended_python)
+            _check_record(rep, zf, dist_info)
+            if dist_info != want_dist_info:
+                rep.fail("version", f"{dist_info} is not {want_dist_info}")
+            # a wrongly named .dist-info already failed "version": compare its contents under its own name
+            _check_payload(rep, zf, names, {n.replace(want_dist_info, dist_info, 1): d for n, d in payload.items()},
+                           dist_info, lib_names, repo)
+            for n in names:
+                if _DRIVER.match(n.rsplit("/", 1)[-1]):
+                    rep.fail("driver-library", f"{n}: the CUDA driver/runtime must come from the system or "
+                                               "NVIDIA's wheels, never from this wheel")
+            _check_sbom(rep, zf, dist_info, manifest)
+            _check_metadata_deps(rep, meta, config)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:  # a damaged member
+            rep.fail("archive", f"a member of the wheel cannot be read: {exc}")
+            continue
         for problem in twine_results.get(w.path.name, []):
             rep.fail("metadata", problem)
         budget = config.wheel_size_budget_mb * 1e6
@@ -357,7 +450,7 @@ def run(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: BuildCon
         twine: bool = True, repo: Path = REPO_ROOT) -> ValidationReport:
     """The stage: validate the wheels against the native manifest and save the report in ``out_dir``."""
     report = validate(wheels, manifest, config, version=expected_version(config, repo),
-                      python_tags=sorted({w.python_tag for w in wheels}), twine=twine)
+                      python_tags=sorted({w.python_tag for w in wheels}), twine=twine, repo=repo)
     save_report(report, out_dir)
     return report
 

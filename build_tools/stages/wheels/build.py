@@ -217,6 +217,25 @@ def license_entries(repo: Path, dist_info: str) -> list[Entry]:
     return found
 
 
+def dist_info_name(meta: ProjectMetadata, config: BuildConfig) -> str:
+    return f"{meta.dist_name}-{wheel_version(meta, config)}.dist-info"
+
+
+def payload_entries(meta: ProjectMetadata, config: BuildConfig, repo: Path = REPO_ROOT) -> list[Entry]:
+    """The files every wheel of ``config`` carries whatever its tag and native build: the package's
+    sources, METADATA, entry points and licenses (validate compares wheels against exactly these)."""
+    dist_info = dist_info_name(meta, config)
+    licenses = license_entries(repo, dist_info)
+    out = package_entries(repo) + licenses
+    out.append(Entry(f"{dist_info}/METADATA", render_metadata(
+        meta, wheel_version(meta, config), requirements(meta, config),
+        [e.name.split("/licenses/", 1)[1] for e in licenses])))
+    ep = render_entry_points(meta)
+    if ep is not None:
+        out.append(Entry(f"{dist_info}/entry_points.txt", ep))
+    return out
+
+
 @dataclass(frozen=True)
 class WheelOptions:
     """What to build: which tags, where, and with which timestamp."""
@@ -323,18 +342,11 @@ def build_wheels(nb: Any, config: BuildConfig, options: WheelOptions) -> list[Bu
     meta = read_project(options.repo)
     version = wheel_version(meta, config)
     epoch = source_date_epoch(options.epoch)
-    dist_info = f"{meta.dist_name}-{version}.dist-info"
-    licenses = license_entries(options.repo, dist_info)
-    common = package_entries(options.repo)
+    dist_info = dist_info_name(meta, config)
+    common = payload_entries(meta, config, options.repo)
     common.append(Entry(f"{PACKAGE}/{MANIFEST_NAME}", nb.manifest_path.read_bytes()))
     for lib in manifest.libraries:
         common.append(Entry(f"{PACKAGE}/lib/{lib.name}", (nb.root / lib.path).read_bytes(), executable=True))
-    common += licenses
-    common.append(Entry(f"{dist_info}/METADATA", render_metadata(
-        meta, version, requirements(meta, config), [e.name.split("/licenses/", 1)[1] for e in licenses])))
-    ep = render_entry_points(meta)
-    if ep is not None:
-        common.append(Entry(f"{dist_info}/entry_points.txt", ep))
     options.out_dir.mkdir(parents=True, exist_ok=True)
 
     def one(py_abi: tuple[str, str]) -> BuiltWheel:
