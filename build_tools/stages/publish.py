@@ -36,8 +36,9 @@ from packaging.utils import canonicalize_name
 from ..common import proc
 from ..common.fsutil import replace_dir
 from ..common.hashing import sha256_file
+from ..common.names import sha256_problem, variant_problem, wheel_filename_problem
 from ..common.paths import REPO_ROOT
-from ..dist import CLEARANCE_FILE, PROJECT, DistDir
+from ..dist import CLEARANCE_FILE, PROJECT, Clearance, ClearedWheel, DistDir
 from ..errors import PublishError
 
 log = logging.getLogger(__name__)
@@ -69,23 +70,15 @@ class PublishedIndex:
         return sorted({f.variant for f in self.files})
 
 
-def _cleared(dist_dirs: Sequence[DistDir]) -> list[tuple[dict[str, Any], dict[str, Any], Path]]:
-    """(clearance, wheel entry, file) for every wheel cleared for release; refuses mismatches."""
+def _cleared(dist_dirs: Sequence[DistDir]) -> list[tuple[Clearance, ClearedWheel, Path]]:
+    """(clearance, wheel, file) for every wheel cleared for release (see :meth:`DistDir.cleared_files`)."""
     out = []
     for dist in dist_dirs:
-        d = dist.path
-        rel = dist.clearance()
-        for entry in rel["wheels"]:
-            path = d / entry["filename"]
-            if not path.is_file():
-                raise PublishError(f"{path} is listed in {d / CLEARANCE_FILE} but missing")
-            digest = sha256_file(path)
-            if digest != entry["sha256"]:
-                raise PublishError(f"refusing {path.name}: its sha256 {digest[:16]} is not the validated and "
-                                   f"smoke-tested {entry['sha256'][:16]} (re-run validate and smoke)")
-            out.append((rel, entry, path))
-        for extra in sorted(set(d.glob("*.whl")) - {d / e["filename"] for e in rel["wheels"]}):
-            log.warning("not publishing %s: it is not in %s", extra.name, d / CLEARANCE_FILE)
+        rel, files = dist.cleared_files()
+        out += [(rel, w, path) for w, path in files]
+        listed = {dist.path / w.filename for w in rel.wheels}
+        for extra in sorted(set(dist.path.glob("*.whl")) - listed):
+            log.warning("not publishing %s: it is not in %s", extra.name, dist.path / CLEARANCE_FILE)
     return out
 
 
@@ -99,14 +92,56 @@ def _place(src: Path, dst: Path) -> None:
 
 
 def _read_sums(variant_dir: Path) -> dict[str, str]:
+    """The existing variant's SHA256SUMS, every line a sha256 and a plain wheel filename."""
     sums: dict[str, str] = {}
     path = variant_dir / "SHA256SUMS"
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                digest, name = line.split(None, 1)
-                sums[name.strip().lstrip("*")] = digest
+    if path.is_symlink():
+        raise PublishError(f"the existing index's {path} is a link; remove that variant folder and re-publish")
+    if not path.is_file():
+        return sums
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        digest, _, name = line.partition(" ")
+        name = name.strip().lstrip("*")
+        problem = sha256_problem(digest) or wheel_filename_problem(name)
+        if problem is not None:
+            raise PublishError(f"the existing index's {path}, line {n}: {problem}; remove that variant folder "
+                               "or fix the line, then re-publish")
+        sums[name] = digest
     return sums
+
+
+def _read_old_manifest(variant_dir: Path) -> tuple[dict[str, str | None], list[dict[str, Any]]]:
+    """requires_python by filename, and the releases, of the existing variant's release manifest."""
+    path = variant_dir / RELEASE_MANIFEST
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}, []
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PublishError(f"the existing index's {path} is not valid JSON ({exc}); remove it and re-publish") from None
+
+    def bad(what: str) -> PublishError:
+        return PublishError(f"the existing index's {path}: {what}; remove it and re-publish")
+
+    if not isinstance(data, dict) or not isinstance(data.get("files", []), list) \
+            or not isinstance(data.get("releases", []), list):
+        raise bad("expected an object with lists 'files' and 'releases'")
+    meta: dict[str, str | None] = {}
+    for i, f in enumerate(data.get("files", [])):
+        if not isinstance(f, dict):
+            raise bad(f"files[{i}] is not an object")
+        if (problem := wheel_filename_problem(f.get("filename"))) is not None:
+            raise bad(f"files[{i}].filename {problem}")
+        rp = f.get("requires_python")
+        if rp is not None and not isinstance(rp, str):
+            raise bad(f"files[{i}].requires_python must be a string or null")
+        meta[f["filename"]] = rp
+    releases = data.get("releases", [])
+    if not all(isinstance(r, dict) for r in releases):
+        raise bad("every entry of 'releases' must be an object")
+    return meta, releases
 
 
 def _page(title: str, links: list[str]) -> str:
@@ -136,19 +171,31 @@ def _write_variant(stage: Path, variant: str, files: list[PublishedFile], releas
     (vdir / RELEASE_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def _previous_variants(root: Path) -> dict[str, Path]:
+    """The existing index's variant folders (refusing anything that is not one)."""
+    found: dict[str, Path] = {}
+    if not root.is_dir():
+        return found
+    for p in sorted(root.iterdir()):
+        if p.name == "index.html" and p.is_file() and not p.is_symlink():
+            continue
+        if p.is_symlink() or not p.is_dir() or variant_problem(p.name) is not None:
+            raise PublishError(f"the existing index {root} holds {p.name!r}, which is not a variant folder; "
+                               "remove it, then re-publish")
+        found[p.name] = p
+    return found
+
+
 def run(dist_dirs: Sequence[DistDir], out: Path = DEFAULT_OUT, *, allow_dev: bool = True) -> PublishedIndex:
     """Write (atomically) the index of every cleared wheel in ``dist_dirs`` under ``out/whl``."""
     cleared = _cleared(dist_dirs)
     if not cleared:
         raise PublishError("nothing to publish: the clearances list no wheels")
-    for rel, _e, _p in cleared:
-        if not rel.get("release", True) and not allow_dev:
-            raise PublishError(f"{rel['config']} is a development configuration (release = false)")
+    for rel, _w, _p in cleared:
+        if not rel.release and not allow_dev:
+            raise PublishError(f"{rel.config} is a development configuration (release = false)")
     root = out / "whl"
-    previous = {}
-    if root.is_dir():
-        for vdir in sorted(p for p in root.iterdir() if p.is_dir()):
-            previous[vdir.name] = (vdir, _read_sums(vdir))
+    previous = {v: (vdir, _read_sums(vdir), _read_old_manifest(vdir)) for v, vdir in _previous_variants(root).items()}
     out.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=".whl.tmp-", dir=out))
     index = PublishedIndex(root)
@@ -156,36 +203,32 @@ def run(dist_dirs: Sequence[DistDir], out: Path = DEFAULT_OUT, *, allow_dev: boo
         by_variant: dict[str, list[PublishedFile]] = {}
         releases: dict[str, list[dict[str, Any]]] = {}
         proj = canonicalize_name(PROJECT)
-        for rel, entry, path in cleared:
-            v = rel["variant"]
-            f = PublishedFile(v, entry["filename"], entry["sha256"], entry.get("requires_python"),
-                              root / v / proj / entry["filename"])
-            _place(path, stage / v / proj / entry["filename"])
+        for rel, w, path in cleared:
+            v = rel.variant
+            target = stage / v / proj / w.filename
+            if target.resolve().parent != (stage / v / proj).resolve():
+                raise PublishError(f"refusing {w.filename}: it would be written outside {root / v}")
+            f = PublishedFile(v, w.filename, w.sha256, w.requires_python, root / v / proj / w.filename)
+            _place(path, target)
             by_variant.setdefault(v, []).append(f)
             index.new.append(f)
             rels = releases.setdefault(v, [])
-            if not any(r.get("config") == rel["config"] and r.get("version") == rel["version"] for r in rels):
-                rels.append(rel)
-        for v, (vdir, sums) in previous.items():
+            if not any(r.get("config") == rel.config and r.get("version") == rel.version for r in rels):
+                rels.append(rel.raw)
+        for v, (vdir, sums, (old_meta, old_releases)) in previous.items():
             names = {f.filename for f in by_variant.get(v, [])}
-            old_manifest = {}
-            try:
-                old_manifest = json.loads((vdir / RELEASE_MANIFEST).read_text(encoding="utf-8"))
-            except (FileNotFoundError, ValueError):
-                pass
-            old_meta = {f["filename"]: f for f in old_manifest.get("files", [])}
             for name, digest in sums.items():
                 src = vdir / proj / name
                 if name in names:
                     continue  # replaced by this release
-                if not src.is_file() or sha256_file(src) != digest:
-                    raise PublishError(f"the existing index has a damaged {src} (sha256 differs from its "
-                                       "SHA256SUMS); remove it or re-publish that release")
+                if src.is_symlink() or not src.is_file() or sha256_file(src) != digest:
+                    raise PublishError(f"the existing index has a damaged {src} (missing, a link, or its sha256 "
+                                       "differs from its SHA256SUMS); remove it or re-publish that release")
                 _place(src, stage / v / proj / name)
                 by_variant.setdefault(v, []).append(PublishedFile(
-                    v, name, digest, old_meta.get(name, {}).get("requires_python"), root / v / proj / name))
+                    v, name, digest, old_meta.get(name), root / v / proj / name))
             seen = {(r.get("config"), r.get("version")) for r in releases.get(v, [])}
-            for r in old_manifest.get("releases", []):
+            for r in old_releases:
                 if (r.get("config"), r.get("version")) not in seen:
                     releases.setdefault(v, []).append(r)
         for v, files in by_variant.items():

@@ -29,7 +29,7 @@ def _passing_smoke(ws) -> smoke.SmokeReport:
 
 
 @pytest.fixture
-def cleared(built, native_build, config, tmp_path):
+def cleared(built, native_build, config, repo, tmp_path):
     """A dist folder with the release wheels and a release manifest that clears them."""
     d = tmp_path / "dist" / config.name
     d.mkdir(parents=True)
@@ -38,9 +38,12 @@ def cleared(built, native_build, config, tmp_path):
         shutil.copyfile(w.path, d / w.path.name)
         ws.append(replace(w, path=d / w.path.name))
     report = validate.validate(ws, native_build.manifest, config, version=wheels.expected_version(config),
-                               python_tags=wheels.PYTHON_TAGS, twine=False)
-    dist.clear(dist.DistDir(d), config=config, wheels=ws, validation=report, smoke=_passing_smoke(ws),
-                           native=native_build.manifest, strict=False)
+                               python_tags=wheels.PYTHON_TAGS, twine=False, repo=repo)
+    passing = _passing_smoke(ws)
+    validate.save_report(report, d)
+    smoke.save_report(passing, d)
+    dist.clear(dist.DistDir(d), config=config, wheels=ws, validation=report, smoke=passing,
+               native=native_build.manifest, strict=False)
     return d, ws
 
 
@@ -95,10 +98,10 @@ def test_unlisted_wheels_are_not_published(cleared, tmp_path):
     assert stray.name not in {f.filename for f in index.files}
 
 
-def test_clearance_needs_both_gates(built, native_build, config, tmp_path):
+def test_clearance_needs_both_gates(built, native_build, config, repo, tmp_path):
     ws = built.wheels
     good = validate.validate(ws, native_build.manifest, config, version=wheels.expected_version(config),
-                             python_tags=wheels.PYTHON_TAGS, twine=False)
+                             python_tags=wheels.PYTHON_TAGS, twine=False, repo=repo)
     bad_validation = validate.ValidationReport(config.name, "x", "y", [validate.WheelReport("a", "b", 1)])
     bad_validation.wheels[0].fail("record", "broken")
     with pytest.raises(publish.PublishError, match="validation"):
@@ -212,3 +215,136 @@ def test_pip_installs_from_the_served_index(cleared, tmp_path, served, smoke_int
     proc = subprocess.run([str(py), "-I", "-c", code, str(models.embedding)], capture_output=True, text=True,
                           timeout=300, env=env, cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _refused(d: Path, out: Path, match: str) -> None:
+    with pytest.raises(publish.PublishError, match=match):
+        publish.run([dist.DistDir(d)], out)
+    assert not (out / "whl").exists()
+    assert not [p for p in out.parent.rglob("*") if p.name in ("index.html", "SHA256SUMS") and out not in p.parents]
+
+
+@pytest.mark.parametrize("variant", ["..", "../../escaped", "cpu/../../x", "/abs", "", "CPU", ".hidden"])
+def test_refuses_a_variant_that_is_not_one_folder(cleared, tmp_path, variant):
+    d, _ws = cleared
+    _edit_json(d / dist.CLEARANCE_FILE, lambda c: c.__setitem__("variant", variant))
+    _refused(d, tmp_path / "out" / "index", r"clearance.json: variant")
+
+
+@pytest.mark.parametrize("filename", ["../outside.whl", "../../etc/x-1-py3-none-any.whl",
+                                      "sub/llama_cpp_python-0.4.0-py3-none-any.whl", "/tmp/x-1-py3-none-any.whl",
+                                      "not-a-wheel.txt", "..whl"])
+def test_refuses_a_filename_that_is_not_a_plain_wheel_name(cleared, tmp_path, filename):
+    d, _ws = cleared
+    outside = d.parent / "outside.whl"
+    outside.write_bytes(b"not from the build")
+    _edit_json(d / dist.CLEARANCE_FILE, lambda c: c["wheels"][0].__setitem__("filename", filename))
+    _refused(d, tmp_path / "out" / "index", r"wheels\[0\]\.filename")
+
+
+def test_refuses_a_cleared_name_that_is_a_link_to_a_file_outside_dist(cleared, tmp_path):
+    d, ws = cleared
+    outside = tmp_path / "elsewhere.whl"
+    shutil.move(ws[0].path, outside)  # same bytes, same sha256: only the link gives it away
+    ws[0].path.symlink_to(outside)
+    _refused(d, tmp_path / "index", f"refusing {ws[0].filename}: it is a link")
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda c: c.__setitem__("wheels", {"a": 1}), r"wheels must be list, got dict"),
+    (lambda c: c["wheels"][0].__setitem__("size", "12"), r"wheels\[0\]\.size must be int, got str"),
+    (lambda c: c["wheels"][0].__setitem__("size", True), r"wheels\[0\]\.size must be int, got bool"),
+    (lambda c: c["wheels"][0].__setitem__("sha256", 5), r"wheels\[0\]\.sha256 5 is not a sha256"),
+    (lambda c: c["wheels"][0].__setitem__("requires_python", [">=3.10"]), r"requires_python must be a string"),
+    (lambda c: c["wheels"].__setitem__(0, "x.whl"), r"wheels\[0\] must be an object, got str"),
+    (lambda c: c.__setitem__("release", "yes"), r"release must be bool, got str"),
+    (lambda c: c.__setitem__("variant", 7), r"variant must be str, got int"),
+    (lambda c: c.__setitem__("project", "other"), r"project must be 'llama-cpp-python'"),
+    (lambda c: c["wheels"].append(dict(c["wheels"][0])), r"lists a filename twice"),
+])
+def test_refuses_a_clearance_with_wrong_types(cleared, tmp_path, edit, match):
+    d, _ws = cleared
+    _edit_json(d / dist.CLEARANCE_FILE, edit)
+    _refused(d, tmp_path / "index", match)
+
+
+def test_refuses_a_json_document_that_is_not_an_object(cleared, tmp_path):
+    d, _ws = cleared
+    (d / dist.CLEARANCE_FILE).write_text("[1, 2]")
+    _refused(d, tmp_path / "index", "must be a JSON object")
+
+
+def _forge_stray(d: Path, ws) -> tuple[str, str]:
+    """Add a file that never passed validation to the clearance, with its true sha256 and size."""
+    stray = ws[0].filename.replace("0.4.0", "0.4.0.post9")
+    (d / stray).write_bytes(ws[0].path.read_bytes()[:-1] + b"!")
+    digest = hashlib.sha256((d / stray).read_bytes()).hexdigest()
+
+    def add(c):
+        entry = dict(c["wheels"][0], filename=stray, sha256=digest)
+        c["wheels"].append(entry)
+    _edit_json(d / dist.CLEARANCE_FILE, add)
+    return stray, digest
+
+
+def test_a_forged_clearance_is_not_backed_by_validation(cleared, tmp_path):
+    d, ws = cleared
+    stray, _digest = _forge_stray(d, ws)
+    _refused(d, tmp_path / "index", f"refusing {stray}: validation.json has no passing entry")
+
+
+def test_a_forged_clearance_and_validation_are_not_backed_by_smoke(cleared, tmp_path):
+    d, ws = cleared
+    stray, digest = _forge_stray(d, ws)
+    _edit_json(d / "validation.json", lambda v: v["wheels"].append(
+        {"filename": stray, "sha256": digest, "size": 1, "failures": []}))
+    _refused(d, tmp_path / "index", f"refusing {stray}: smoke.json gives it 'fail'")
+
+
+def test_refuses_without_reports(cleared, tmp_path):
+    d, _ws = cleared
+    (d / "smoke.json").unlink()
+    _refused(d, tmp_path / "index", "smoke.json is missing")
+    (d / "validation.json").unlink()
+    _refused(d, tmp_path / "index", "validation.json is missing")
+
+
+def test_refuses_a_clearance_of_another_build(cleared, tmp_path):
+    d, _ws = cleared
+    _edit_json(d / dist.CLEARANCE_FILE, lambda c: c.__setitem__("native_key", "0" * 16))
+    _refused(d, tmp_path / "index", "native_key .* disagrees with validation.json")
+
+
+@pytest.mark.parametrize("line", ["{sha}  ../../escaped-1.0-py3-none-any.whl", "{sha}  sub/x-1.0-py3-none-any.whl",
+                                  "nothex  llama_cpp_python-0.3.0-cp312-cp312-manylinux_2_34_x86_64.whl"])
+def test_refuses_an_existing_index_with_unsafe_names(cleared, tmp_path, line):
+    d, ws = cleared
+    out = tmp_path / "index"
+    publish.run([dist.DistDir(d)], out)
+    before = _tree(out)
+    sums = out / "whl" / ws[0].variant / "SHA256SUMS"
+    sums.write_text(sums.read_text() + line.format(sha=ws[0].sha256) + "\n")
+    with pytest.raises(publish.PublishError, match=r"SHA256SUMS, line \d+"):
+        publish.run([dist.DistDir(d)], out)
+    before[sums.relative_to(out).as_posix()] = hashlib.sha256(sums.read_bytes()).hexdigest()
+    assert _tree(out) == before
+
+
+def test_refuses_an_existing_index_with_a_foreign_folder_or_bad_manifest(cleared, tmp_path):
+    d, ws = cleared
+    out = tmp_path / "index"
+    publish.run([dist.DistDir(d)], out)
+    (out / "whl" / "..evil").mkdir()
+    with pytest.raises(publish.PublishError, match="'..evil', which is not a variant folder"):
+        publish.run([dist.DistDir(d)], out)
+    (out / "whl" / "..evil").rmdir()
+    _edit_json(out / "whl" / ws[0].variant / "release-manifest.json",
+               lambda m: m["files"][0].__setitem__("filename", "../x.whl"))
+    with pytest.raises(publish.PublishError, match=r"release-manifest.json: files\[0\]\.filename"):
+        publish.run([dist.DistDir(d)], out)
