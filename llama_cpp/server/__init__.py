@@ -1,0 +1,21 @@
+"""An OpenAI-compatible HTTP server: ``python -m llama_cpp.server --model M`` (the ``[server]`` extra).
+
+The interface is upstream llama-cpp-python's (flags, environment variables, ``ServerSettings``,
+``ModelSettings``, ``ConfigFileSettings``, routes); the engine behind it is not. Each model gets
+one of two engines (:mod:`.engine`):
+
+- **slots** (text models): ``n_parallel`` sequences on one llama.cpp context. A scheduler thread
+  builds one batch per step holding the next token of every generating request plus prompt
+  chunks of newly admitted ones, decodes it once and samples each slot with its own sampler
+  chain, grammar, stop strings and logprobs (continuous batching, as llama.cpp's ``llama-server``).
+- **serial**: one request at a time through :class:`~llama_cpp.Llama` itself, for what cannot
+  share a batch yet: MTP speculative decoding (``spec_type``), image chat (``clip_model_path``)
+  and embedding models (``embedding=true``). ``n_parallel=0`` forces it (upstream's behaviour).
+
+Libraries: FastAPI (request validation with pydantic and the OpenAPI page, as upstream, so the
+settings and request classes stay pydantic models), uvicorn (the ASGI server upstream uses;
+its ``Server`` lets SIGTERM drain requests before the contexts are freed) and pydantic-settings
+(environment variables for every setting). Server-sent events are written with starlette's own
+``StreamingResponse``, which already cancels the producer when the client goes away, so the
+``sse-starlette`` dependency upstream carries is not needed.
+"""

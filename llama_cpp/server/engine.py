@@ -1,0 +1,492 @@
+"""The engines that run requests for one model: continuous batching over slots, or one at a time.
+
+:class:`SlotEngine` owns a :class:`~llama_cpp.Llama` created with ``n_seq_max = n_slots`` and a
+KV cache of ``n_ctx`` tokens per slot (unified, so a slot may use any free cells). One scheduler
+thread loops:
+
+1. admit waiting requests into free slots (each gets its own sampler chain and grammar, primed
+   with its prompt as ``Llama`` does);
+2. build ONE ``llama_batch``: the pending token of every generating slot, then prompt chunks of
+   prefilling slots within what is left of ``n_batch``;
+3. decode it once, sample each slot at its own output row, turn tokens into text (UTF-8 safe,
+   stop strings, logprobs: the same :class:`~llama_cpp._generation.TextStream` every path uses)
+   and hand chunks to the request's event loop;
+4. free finished or cancelled slots at once (their sequence removed from the KV cache).
+
+A request's greedy output is the one ``Llama.create_completion`` gives for it alone: the same
+prompt tokens, sampler chain, limits and chunk rendering.
+
+:class:`SerialEngine` runs one request at a time through ``Llama`` itself (MTP, image chat,
+embedding models, or ``n_parallel=0``). Both bound their waiting queue: :class:`QueueFull`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from .. import _sampling
+from .._generation import TextStream, _Logprobs
+from ..llama import Llama
+from ..llama_grammar import LlamaGrammar
+
+log = logging.getLogger("llama_cpp.server")
+
+
+class QueueFull(Exception):
+    """Every slot is busy and the waiting queue is full (HTTP 429)."""
+
+    def __init__(self, retry_after: int = 1) -> None:
+        super().__init__("the server is busy: every slot is generating and the queue is full; retry later")
+        self.retry_after = retry_after
+
+
+class ShuttingDown(Exception):
+    """The engine no longer accepts requests (HTTP 503)."""
+
+
+class Cancelled(Exception):
+    """The request was cancelled by shutdown."""
+
+
+class Job:
+    """One request's channel from an engine thread to its asyncio handler.
+
+    The engine calls :meth:`put` (any thread); the handler awaits :meth:`get`. Events are
+    ``("started", None)``, ``("chunk", dict)``, ``("result", obj)``, ``("error", exc)`` and
+    ``("end", None)``. :meth:`cancel` (a client went away) is seen by the engine at its next step.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop or asyncio.get_running_loop()
+        self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.cancelled = threading.Event()
+        self.done = False
+
+    def put(self, kind: str, value: Any = None) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, (kind, value))
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self.cancelled.set()
+
+    async def get(self, timeout: float | None = None) -> tuple[str, Any]:
+        if timeout is None:
+            return await self._queue.get()
+        return await asyncio.wait_for(self._queue.get(), timeout)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+@dataclasses.dataclass
+class GenRequest:
+    """One completion for the slot engine: the prompt as tokens and everything sampling needs."""
+
+    prompt_tokens: list[int]
+    max_tokens: int
+    sampling: dict[str, Any]  # keyword arguments of Llama._make_sampler
+    grammar: LlamaGrammar | None = None
+    stop: list[str] = dataclasses.field(default_factory=list)
+    logprobs: int | None = None
+    echo: bool = False
+    completion_id: str = ""
+    created: int = 0
+    model_name: str = ""
+
+
+def completion_chunk(req: GenRequest, data: bytes, reason: str | None, lps: Any) -> dict[str, Any]:
+    """A ``text_completion`` chunk, shaped as :func:`llama_cpp._generation.completion_chunks` makes them."""
+    return {"id": req.completion_id, "object": "text_completion", "created": req.created, "model": req.model_name,
+            "choices": [{"text": data.decode("utf-8", errors="ignore"), "index": 0, "logprobs": lps,
+                         "finish_reason": reason}]}
+
+
+class _Slot:
+    __slots__ = ("seq", "job", "req", "chain", "grammar", "pick", "text", "lp", "pending", "n_fed", "pos",
+                 "next_tok", "produced", "n_gen", "t_start", "t_first")
+
+    def __init__(self, seq: int, job: Job, req: GenRequest) -> None:
+        self.seq = seq
+        self.job = job
+        self.req = req
+        self.chain: Any = None
+        self.grammar: Any = None
+        self.pick: Any = None
+        self.text = TextStream(req.stop)
+        self.lp: _Logprobs | None = None
+        self.pending: list[tuple[int, np.ndarray | None, int]] = []
+        self.n_fed = 0  # prompt tokens already in the KV cache
+        self.pos = 0  # position of the next token to decode
+        self.next_tok: int | None = None  # sampled, not decoded yet
+        self.produced = 0
+        self.n_gen = 0
+        self.t_start = time.perf_counter()
+        self.t_first = 0.0
+
+    @property
+    def prefilling(self) -> bool:
+        return self.n_fed < len(self.req.prompt_tokens)
+
+
+class SlotEngine:
+    """Continuous batching of up to ``n_slots`` requests on one context (see the module docstring)."""
+
+    serial = False
+
+    def __init__(self, llama: Llama, n_slots: int, n_ctx_slot: int, max_queue: int) -> None:
+        self.llama = llama
+        self.model = llama.model
+        self.ctx = llama.ctx
+        if llama.ctx.n_seq_max() < n_slots:
+            raise ValueError(f"the context holds {llama.ctx.n_seq_max()} sequences, fewer than {n_slots} slots")
+        self.n_slots = n_slots
+        self.n_ctx_slot = n_ctx_slot
+        self.max_queue = max_queue
+        self.n_batch = self.ctx.n_batch()
+        from .._internals import LlamaBatch
+
+        self._batch = LlamaBatch(self.n_batch, 0, 1)
+        self._cv = threading.Condition()
+        self._waiting: collections.deque[tuple[Job, GenRequest]] = collections.deque()
+        self._active: list[_Slot] = []
+        self._free_seqs = list(range(n_slots - 1, -1, -1))
+        self._accepting = True
+        self._stop = False
+        self.steps = 0
+        self.tokens_generated = 0
+        self._thread = threading.Thread(target=self._run, name="llama-slots", daemon=True)
+        self._thread.start()
+
+    # -- the request side ---------------------------------------------------------------------
+    def submit(self, job: Job, req: GenRequest) -> None:
+        """Queue ``req``; raises :class:`QueueFull` at once when no slot and no queue place is free."""
+        with self._cv:
+            if not self._accepting:
+                raise ShuttingDown("the server is shutting down")
+            if len(self._active) + len(self._waiting) >= self.n_slots + self.max_queue:
+                raise QueueFull(retry_after=1)
+            self._waiting.append((job, req))
+            self._cv.notify()
+
+    def submit_many(self, items: list[tuple[Job, GenRequest]]) -> None:
+        """Queue several requests all or nothing (the choices of one HTTP request)."""
+        with self._cv:
+            if not self._accepting:
+                raise ShuttingDown("the server is shutting down")
+            if len(self._active) + len(self._waiting) + len(items) > self.n_slots + self.max_queue:
+                raise QueueFull(retry_after=1)
+            self._waiting.extend(items)
+            self._cv.notify()
+
+    def wake(self) -> None:
+        with self._cv:
+            self._cv.notify()
+
+    @property
+    def busy(self) -> int:
+        with self._cv:
+            return len(self._active) + len(self._waiting)
+
+    def stats(self) -> dict[str, Any]:
+        with self._cv:
+            return {"engine": "slots", "slots": self.n_slots, "active": len(self._active),
+                    "waiting": len(self._waiting), "n_ctx_slot": self.n_ctx_slot}
+
+    def drain(self, timeout: float) -> None:
+        """Stop accepting, let running and queued requests finish for ``timeout`` s, cancel the rest."""
+        with self._cv:
+            self._accepting = False
+        deadline = time.monotonic() + timeout
+        while self.busy and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with self._cv:
+            for job, _ in self._waiting:
+                job.put("error", Cancelled("the server shut down before this request started"))
+            self._waiting.clear()
+            for s in self._active:
+                s.job.cancel()
+            self._stop = True
+            self._cv.notify()
+        self._thread.join(timeout=30)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self.drain(0)
+        self._batch.close()
+        self.llama.close()
+
+    # -- the scheduler thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stop and not self._waiting and not self._active:
+                    self._cv.wait()
+                if self._stop:
+                    for s in list(self._active):
+                        self._finish_cancelled(s)
+                    return
+                admitted = []
+                while self._waiting and self._free_seqs:
+                    job, req = self._waiting.popleft()
+                    if job.cancelled.is_set():
+                        continue
+                    admitted.append(_Slot(self._free_seqs.pop(), job, req))
+            for s in admitted:
+                self._start(s)
+            for s in [s for s in self._active if s.job.cancelled.is_set()]:
+                self._finish_cancelled(s)
+            if self._active:
+                try:
+                    self._step()
+                except Exception as exc:  # a failed decode ends every running request, not the server
+                    log.exception("decode step failed")
+                    for s in list(self._active):
+                        s.job.put("error", exc)
+                        self._release(s)
+
+    def _start(self, s: _Slot) -> None:
+        req = s.req
+        try:
+            s.chain = self.llama._make_sampler(**req.sampling)
+            s.grammar = _sampling.grammar_sampler(self.model, req.grammar)
+            _sampling.prime_penalties(s.chain, req.prompt_tokens, self.llama.last_n_tokens_size)
+            want_lp = req.logprobs is not None and req.logprobs >= 0
+            s.pick = _sampling.token_picker(self.model, s.chain, s.grammar, want_lp)
+            s.lp = _Logprobs(self.model, req.logprobs)
+            if req.echo:
+                s.text = TextStream(req.stop, self.model.detokenize(req.prompt_tokens))
+            self.ctx.seq_rm(s.seq, -1, -1)
+        except Exception as exc:
+            s.job.put("error", exc)
+            self._release(s, active=False)
+            return
+        with self._cv:
+            self._active.append(s)
+        s.job.put("started")
+
+    def _step(self) -> None:
+        batch = self._batch
+        batch.clear()
+        tok_arr, pos_arr, seq_arr, nseq_arr, logit_arr = (batch.token_arr, batch.pos, batch.seq_ids,
+                                                          batch.n_seq_id, batch.logits)
+        outputs: list[tuple[_Slot, int]] = []
+        n = 0
+        for s in self._active:
+            if s.next_tok is not None:
+                tok_arr[n] = s.next_tok
+                pos_arr[n] = s.pos
+                seq_arr[n, 0] = s.seq
+                nseq_arr[n] = 1
+                logit_arr[n] = 1
+                outputs.append((s, n))
+                s.pos += 1
+                s.next_tok = None
+                n += 1
+        batch.n_tokens = n
+        budget = self.n_batch - n
+        for s in self._active:
+            if budget <= 0:
+                break
+            if s.prefilling:
+                prompt = s.req.prompt_tokens
+                chunk = prompt[s.n_fed:s.n_fed + budget]
+                last = s.n_fed + len(chunk) == len(prompt)
+                first, k = batch.add_sequence(np.asarray(chunk, dtype=np.int32), s.seq, s.n_fed,
+                                              logits="last" if last else False)
+                s.n_fed += k
+                budget -= k
+                if last:
+                    s.pos = len(prompt)
+                    outputs.append((s, first + k - 1))
+        if batch.n_tokens == 0:
+            return
+        self.ctx.decode(batch)
+        self.steps += 1
+        for s, i in outputs:
+            tok, row = s.pick(self.ctx, i)
+            self._accept(s, tok, None if row is None else np.array(row))
+
+    def _accept(self, s: _Slot, tok: int, row: np.ndarray | None) -> None:
+        """One sampled token of slot ``s``: text, chunks, and whether the slot goes on."""
+        req = s.req
+        s.produced += 1
+        self.tokens_generated += 1
+        if s.produced == 1:
+            s.t_first = time.perf_counter()
+        if self.model.is_eog(tok):
+            self._finish(s, "stop")
+            return
+        s.n_gen += 1
+        s.pending.append((tok, row, len(s.text.text)))
+        out = s.text.push(self.model.token_to_piece(tok))
+        if s.text.stopped:
+            self._finish(s, "stop")
+            return
+        if out:
+            s.job.put("chunk", completion_chunk(req, out, None, s.lp.block(s.pending)))
+            s.pending = []
+        if s.produced >= req.max_tokens or s.pos >= self.n_ctx_slot:
+            self._finish(s, "length")
+            return
+        s.next_tok = tok
+
+    def _finish(self, s: _Slot, reason: str) -> None:
+        req = s.req
+        final = completion_chunk(req, s.text.rest(), reason, s.lp.block(s.pending))
+        n_prompt = len(req.prompt_tokens)
+        final["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": s.n_gen,
+                          "total_tokens": n_prompt + s.n_gen}
+        now = time.perf_counter()
+        gen_s = now - s.t_first if s.t_first else 0.0
+        final["timings"] = {"prompt_ms": 1000 * ((s.t_first or now) - s.t_start), "predicted_ms": 1000 * gen_s,
+                            "predicted_n": s.n_gen, "slot": s.seq}
+        s.job.put("chunk", final)
+        s.job.put("end")
+        self._release(s)
+
+    def _finish_cancelled(self, s: _Slot) -> None:
+        s.job.put("error", Cancelled("the request was cancelled"))
+        self._release(s)
+
+    def _release(self, s: _Slot, active: bool = True) -> None:
+        """Free the slot now: its sequence leaves the KV cache, its samplers are closed."""
+        try:
+            self.ctx.seq_rm(s.seq, -1, -1)
+        except Exception:  # the context is gone (shutdown): nothing left to free
+            log.debug("seq_rm failed for slot %d", s.seq, exc_info=True)
+        for smp in (s.chain, s.grammar):
+            if smp is not None:
+                smp.close()
+        s.chain = s.grammar = s.pick = None
+        s.job.done = True
+        with self._cv:
+            if active and s in self._active:
+                self._active.remove(s)
+            self._free_seqs.append(s.seq)
+
+
+class SerialEngine:
+    """One request at a time through ``Llama`` in a worker thread, behind a bounded queue.
+
+    A work item is ``work(llama)`` returning a result object or an iterator of chunks; a
+    cancelled job's iterator is closed at its next chunk.
+    """
+
+    serial = True
+
+    def __init__(self, llama: Llama, max_queue: int) -> None:
+        self.llama = llama
+        self.max_queue = max_queue
+        self._cv = threading.Condition()
+        self._waiting: collections.deque[tuple[Job, Callable[[Llama], Any]]] = collections.deque()
+        self._running = 0
+        self._current: Job | None = None
+        self._accepting = True
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="llama-serial", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job, work: Callable[[Llama], Any]) -> None:
+        with self._cv:
+            if not self._accepting:
+                raise ShuttingDown("the server is shutting down")
+            if self._running + len(self._waiting) >= 1 + self.max_queue:
+                raise QueueFull(retry_after=1)
+            self._waiting.append((job, work))
+            self._cv.notify()
+
+    @property
+    def busy(self) -> int:
+        with self._cv:
+            return self._running + len(self._waiting)
+
+    def stats(self) -> dict[str, Any]:
+        with self._cv:
+            return {"engine": "serial", "slots": 1, "active": self._running, "waiting": len(self._waiting)}
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stop and not self._waiting:
+                    self._cv.wait()
+                if self._stop:
+                    return
+                job, work = self._waiting.popleft()
+                self._running = 1
+                self._current = job
+            try:
+                if not job.cancelled.is_set():
+                    self._execute(job, work)
+            finally:
+                job.done = True
+                with self._cv:
+                    self._running = 0
+                    self._current = None
+
+    def _execute(self, job: Job, work: Callable[[Llama], Any]) -> None:
+        try:
+            out = work(self.llama)
+            if isinstance(out, Iterator):
+                job.put("started")
+                try:
+                    for chunk in out:
+                        if job.cancelled.is_set():
+                            job.put("error", Cancelled("the request was cancelled"))
+                            return
+                        job.put("chunk", chunk)
+                finally:
+                    close = getattr(out, "close", None)
+                    if close is not None:
+                        close()
+                job.put("end")
+            else:
+                job.put("result", out)
+        except Exception as exc:
+            job.put("error", exc)
+
+    def drain(self, timeout: float) -> None:
+        with self._cv:
+            self._accepting = False
+        deadline = time.monotonic() + timeout
+        while self.busy and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with self._cv:
+            for job, _ in self._waiting:
+                job.put("error", Cancelled("the server shut down before this request started"))
+            self._waiting.clear()
+            self._stop = True
+            self._cv.notify()
+            if self._current is not None:
+                self._current.cancel()  # a running request sees it at its next chunk
+        self._thread.join(timeout=30)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self.drain(0)
+        self.llama.close()
+
+
+def collect_stats_stream(llama: Llama, chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """``chunks`` with the MTP decoder's statistics added to the last one's ``usage``."""
+    last = None
+    for c in chunks:
+        if last is not None:
+            yield last
+        last = c
+    if last is not None:
+        st = llama.last_speculative_stats
+        if st is not None and "usage" in last:
+            last["usage"]["speculative"] = st.as_dict()
+        yield last
+
+
+__all__ = ["Cancelled", "GenRequest", "Job", "QueueFull", "SerialEngine", "ShuttingDown", "SlotEngine",
+           "collect_stats_stream", "completion_chunk"]

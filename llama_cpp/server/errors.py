@@ -1,0 +1,115 @@
+"""Errors in OpenAI's JSON shape: ``{"error": {"message", "type", "param", "code"}}``.
+
+Handlers map exceptions to statuses: :class:`APIError` carries its own; request validation is
+422 (a body that is not JSON at all is 400); the runtime's input errors (``ValueError`` and the
+``LlamaError`` subclasses that are ``ValueError``) are 400; anything else is 500 with a generic
+message, its traceback only in the server log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from .._errors import ContextOverflowError
+from .engine import Cancelled, QueueFull, ShuttingDown
+
+log = logging.getLogger("llama_cpp.server")
+
+
+class APIError(Exception):
+    """An error answered as ``status`` with OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+
+def error_body(message: str, type: str = "invalid_request_error", code: str | None = None,
+               param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def error_response(exc: APIError) -> JSONResponse:
+    return JSONResponse(error_body(exc.message, exc.type, exc.code, exc.param), status_code=exc.status,
+                        headers=exc.headers)
+
+
+def as_api_error(exc: BaseException) -> APIError:
+    """The :class:`APIError` an exception from request handling stands for."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, QueueFull):
+        return APIError(429, str(exc), type="server_busy", code="queue_full",
+                        headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, (ShuttingDown, Cancelled)):
+        return APIError(503, str(exc), type="server_error", code="unavailable", headers={"Retry-After": "5"})
+    if isinstance(exc, ContextOverflowError):
+        return APIError(400, str(exc), code="context_length_exceeded", param="messages")
+    if isinstance(exc, (ValueError, TypeError, NotImplementedError)):
+        return APIError(400, str(exc), code="invalid_value")
+    log.error("internal error while handling a request", exc_info=exc)
+    return APIError(500, "internal server error (the server log has the details)", type="server_error",
+                    code="internal_error")
+
+
+def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
+    parts = []
+    param = None
+    for e in errors[:5]:
+        loc = [str(x) for x in e.get("loc", ()) if x != "body"]
+        where = ".".join(loc) or "body"
+        param = param or where
+        parts.append(f"{where}: {e.get('msg', 'invalid')}")
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return "; ".join(parts) + more, param
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that give every error OpenAI's shape."""
+
+    @app.exception_handler(APIError)
+    async def _api(_: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errors):
+            e = next(e for e in errors if e.get("type") == "json_invalid")
+            detail = (e.get("ctx") or {}).get("error", "")
+            return error_response(APIError(400, f"the request body is not valid JSON: {detail}".rstrip(": "),
+                                           code="invalid_json"))
+        msg, param = _validation_message(errors)
+        return error_response(APIError(422, msg, code="invalid_request", param=param))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
+        return error_response(APIError(exc.status_code, str(exc.detail), type=kind,
+                                       headers=dict(exc.headers or {})))
+
+    @app.exception_handler(Exception)
+    async def _any(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(as_api_error(exc))
+
+
+def sse_error(exc: BaseException) -> bytes:
+    """An error event for a stream that already started (its status line is gone)."""
+    e = as_api_error(exc)
+    return f"data: {json.dumps(error_body(e.message, e.type, e.code, e.param))}\n\n".encode()
+
+
+__all__ = ["APIError", "as_api_error", "error_body", "error_response", "install", "sse_error"]

@@ -1,0 +1,186 @@
+"""The served models: settings → a loaded ``Llama`` and its engine; routing by name.
+
+A request names a model by its ``model_alias`` (or path when it has none); no name means the
+first configured model; an unknown name is a 404. Models load at start (or on first use with
+``lazy_load``) with their progress in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from ..llama import Llama
+from .engine import SerialEngine, SlotEngine
+from .errors import APIError
+from .settings import ModelSettings
+
+log = logging.getLogger("llama_cpp.server")
+
+
+def parse_kv_overrides(items: list[str] | None) -> dict[str, bool | int | float | str] | None:
+    """``["key=type:value", ...]`` (type bool, int, float or str) as a dict for ``Llama(kv_overrides=)``."""
+    if not items:
+        return None
+    out: dict[str, bool | int | float | str] = {}
+    for item in items:
+        key, sep, rest = item.partition("=")
+        kind, sep2, value = rest.partition(":")
+        if not key or not sep or not sep2:
+            raise ValueError(f"kv_overrides entry {item!r}: write it as key=type:value (type bool, int, float, str)")
+        if kind == "bool":
+            out[key] = value.strip().lower() in ("true", "1")
+        elif kind == "int":
+            out[key] = int(value)
+        elif kind == "float":
+            out[key] = float(value)
+        elif kind == "str":
+            out[key] = value
+        else:
+            raise ValueError(f"kv_overrides entry {item!r}: unknown type {kind!r} (use bool, int, float or str)")
+    return out
+
+
+class ServedModel:
+    """One configured model; :meth:`load` creates its ``Llama`` and engine (thread-safe, once)."""
+
+    def __init__(self, settings: ModelSettings) -> None:
+        self.settings = settings
+        self.alias = settings.alias
+        self.llama: Llama | None = None
+        self.engine: SlotEngine | SerialEngine | None = None
+        self.n_ctx_slot = 0
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self.llama is not None
+
+    def load(self) -> Llama:
+        with self._lock:
+            if self.llama is None:
+                self._load()
+            assert self.llama is not None
+            return self.llama
+
+    def _llama_kwargs(self) -> dict[str, Any]:
+        s = self.settings
+        kw: dict[str, Any] = dict(
+            n_gpu_layers=s.n_gpu_layers, split_mode=s.split_mode, main_gpu=s.main_gpu, tensor_split=s.tensor_split,
+            vocab_only=s.vocab_only, use_mmap=s.use_mmap, use_mlock=s.use_mlock,
+            kv_overrides=parse_kv_overrides(s.kv_overrides), seed=s.seed, n_batch=s.n_batch, n_ubatch=s.n_ubatch,
+            n_threads=s.n_threads, n_threads_batch=s.n_threads_batch, rope_scaling_type=s.rope_scaling_type,
+            rope_freq_base=s.rope_freq_base, rope_freq_scale=s.rope_freq_scale, yarn_ext_factor=s.yarn_ext_factor,
+            yarn_attn_factor=s.yarn_attn_factor, yarn_beta_fast=s.yarn_beta_fast, yarn_beta_slow=s.yarn_beta_slow,
+            yarn_orig_ctx=s.yarn_orig_ctx, embedding=s.embedding, offload_kqv=s.offload_kqv,
+            flash_attn=s.flash_attn, last_n_tokens_size=s.last_n_tokens_size, lora_base=s.lora_base,
+            lora_path=s.lora_path, numa=bool(s.numa), chat_format=s.chat_format, type_k=s.type_k, type_v=s.type_v,
+            verbose=False)
+        if s.serial:
+            kw["n_ctx"] = s.n_ctx
+        else:
+            kw["n_ctx"] = s.n_ctx * s.n_parallel
+            kw["n_seq_max"] = s.n_parallel
+            kw["kv_unified"] = True
+        if s.mtp:
+            from ..speculative import SpecConfig
+
+            kw["speculative"] = SpecConfig(spec_type=s.spec_type or "draft-mtp", draft_n_max=s.draft_n_max,
+                                           draft_n_min=s.draft_n_min, draft_p_min=s.draft_p_min)
+        if s.clip_model_path:
+            from ..mtmd_chat import MTMDChatHandler
+
+            kw["chat_handler"] = MTMDChatHandler(s.clip_model_path, n_threads=s.n_threads,
+                                                 use_gpu=s.n_gpu_layers != 0, media_dirs=s.media_dirs)
+        return kw
+
+    def _load(self) -> None:
+        s = self.settings
+        last = [-1]
+
+        def progress(p: float) -> bool:
+            tenth = int(p * 10)
+            if tenth != last[0]:
+                last[0] = tenth
+                log.info("loading %s: %d%%", self.alias, tenth * 10)
+            return True
+
+        log.info("loading model %s from %s (%s)", self.alias, s.model,
+                 "one request at a time" if s.serial else f"{s.n_parallel} slots of {s.n_ctx} tokens")
+        llama = Llama(s.model, progress_callback=progress, **self._llama_kwargs())
+        try:
+            if s.vocab_only:
+                engine = None
+            elif s.serial:
+                self.n_ctx_slot = llama.n_ctx()
+                engine = SerialEngine(llama, s.max_queue)
+            else:
+                self.n_ctx_slot = llama.n_ctx() // s.n_parallel
+                engine = SlotEngine(llama, s.n_parallel, self.n_ctx_slot, s.max_queue)
+        except BaseException:
+            llama.close()
+            raise
+        self.llama, self.engine = llama, engine
+        log.info("model %s ready", self.alias)
+
+    def drain(self, timeout: float) -> None:
+        if self.engine is not None:
+            self.engine.drain(timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            if self.engine is not None:
+                self.engine.close()
+            elif self.llama is not None:
+                self.llama.close()
+            handler = self.llama.chat_handler if self.llama is not None else None
+            if handler is not None and hasattr(handler, "close"):
+                handler.close()
+            self.engine = None
+            self.llama = None
+
+
+class ModelRegistry:
+    """The configured models by name; the first is the default."""
+
+    def __init__(self, settings: list[ModelSettings]) -> None:
+        if not settings:
+            raise ValueError("no model configured: pass --model PATH or a --config_file with models")
+        self.models: dict[str, ServedModel] = {}
+        for s in settings:
+            if s.alias in self.models:
+                raise ValueError(f"two models share the name {s.alias!r}: give them distinct model_alias values")
+            self.models[s.alias] = ServedModel(s)
+        self.default = next(iter(self.models.values()))
+
+    def __iter__(self):
+        return iter(self.models.values())
+
+    def get(self, name: str | None) -> ServedModel:
+        if not name:
+            return self.default
+        m = self.models.get(name)
+        if m is None:
+            known = ", ".join(sorted(self.models))
+            raise APIError(404, f"the model {name!r} does not exist: this server serves {known}",
+                           type="invalid_request_error", code="model_not_found", param="model")
+        return m
+
+    def load_all(self) -> None:
+        for m in self:
+            m.load()
+
+    def drain(self, timeout: float) -> None:
+        threads = [threading.Thread(target=m.drain, args=(timeout,)) for m in self]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def close(self) -> None:
+        for m in self:
+            m.close()
+
+
+__all__ = ["ModelRegistry", "ServedModel", "parse_kv_overrides"]

@@ -1,0 +1,196 @@
+"""From a request body to what an engine runs: prompt tokens, limits, stops, grammars, chat chunks.
+
+The chat prompt is built as ``Llama.create_chat_completion`` builds it (the model's template or
+``chat_format``, tools, ``tool_choice`` and ``response_format`` grammars, special-token text in
+message content kept as text), so a chat served by a slot equals the same chat run through Llama.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Any
+
+from .. import _responses
+from .. import llama_chat_format as _chat
+from .._chat_tokens import message_texts, tokenize_chat_prompt
+from .._errors import ContextOverflowError
+from ..llama import Llama
+from ..llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+from .errors import APIError
+
+
+def prompt_list(prompt: Any) -> list[str | list[int]]:
+    """A completion ``prompt`` as a list of prompts (text or token ids)."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if not prompt:
+        return [""]
+    if all(isinstance(p, int) for p in prompt):
+        return [list(prompt)]
+    return list(prompt)
+
+
+def completion_tokens(llama: Llama, prompt: str | list[int], suffix: str | None) -> list[int]:
+    toks = llama._prompt_tokens(prompt, suffix)
+    if not toks:
+        raise APIError(400, "the prompt is empty (and the model adds no BOS token): give at least one token",
+                       param="prompt")
+    llama.model.check_tokens(toks, "prompt token")
+    return toks
+
+
+def check_prompt(llama: Llama, tokens: list[int], n_ctx: int) -> None:
+    """A prompt must leave room for one generated token in its slot's context."""
+    if len(tokens) >= n_ctx:
+        raise ContextOverflowError(
+            f"the prompt has {len(tokens)} tokens; this model's context holds {n_ctx} per request (and needs room "
+            "for at least one generated token): shorten the prompt")
+
+
+def max_tokens(asked: int | None, n_prompt: int, n_ctx: int, limit: int) -> int:
+    """The token budget: what was asked, at most what the context has room for (0/None: all of it,
+    up to the server's ``max_tokens_limit``)."""
+    room = n_ctx - n_prompt
+    if not asked:
+        return min(room, limit)
+    return min(int(asked), room)
+
+
+def stops(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else [s for s in stop if s]
+
+
+def grammar(text: str | None) -> LlamaGrammar | None:
+    return None if text is None else LlamaGrammar(text)
+
+
+def logit_bias(llama: Llama, bias: dict[str, float] | None, kind: str | None) -> dict[int, float] | None:
+    """``logit_bias`` keyed by token id; with ``logit_bias_type="tokens"`` the keys are text."""
+    if not bias:
+        return None
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        if kind == "tokens":
+            for t in llama.model.tokenize(key.encode("utf-8"), add_special=False, parse_special=True):
+                out[t] = float(value)
+            continue
+        try:
+            out[int(key)] = float(value)
+        except ValueError:
+            raise APIError(400, f"logit_bias key {key!r} is not a token id (set logit_bias_type='tokens' for text)",
+                           param="logit_bias") from None
+    return out
+
+
+def tokenize(llama: Llama, text: str) -> list[int]:
+    return llama.model.tokenize(text.encode("utf-8"), add_special=True, parse_special=True)
+
+
+def refuse_media(messages: list[dict[str, Any]], alias: str) -> None:
+    """Image or audio parts need a model with a projector."""
+    for i, m in enumerate(messages):
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") in ("image_url", "input_audio", "audio_url"):
+                    raise APIError(400, f"messages[{i}] has a {part.get('type')} part but the model {alias!r} has "
+                                   "no projector: start it with --clip_model_path", param="messages")
+
+
+@dataclasses.dataclass
+class ChatPrompt:
+    tokens: list[int]
+    stops: list[str]
+    grammar: LlamaGrammar | None
+    tool_name: str | None
+
+
+def chat_prompt(llama: Llama, body: Any) -> ChatPrompt:
+    """The chat's prompt tokens, template stops, grammar and forced tool (as Llama builds them)."""
+    msgs = _chat.validate_messages(body.messages)
+    tools, tool_choice = body.tools, body.tool_choice
+    if body.functions and not tools:
+        tools = [{"type": "function", "function": f} for f in body.functions]
+        if isinstance(body.function_call, dict):
+            tool_choice = {"type": "function", "function": {"name": body.function_call.get("name")}}
+    result = llama._chat_formatter()(messages=msgs, tools=tools)
+    text: str | None = body.grammar
+    tool_name = None
+    if tools and tool_choice not in (None, "none", "auto"):
+        tool = Llama._select_tool(tools, tool_choice)
+        tool_name = tool["function"]["name"]
+        if text is None:
+            text = json_schema_to_gbnf(tool["function"].get("parameters") or {"type": "object"})
+    rf = body.response_format
+    if text is None and rf:
+        kind = rf.get("type")
+        if kind == "json_object":
+            schema = rf.get("schema")
+            text = json_schema_to_gbnf(schema) if schema else JSON_GBNF
+        elif kind == "json_schema":
+            js = rf.get("json_schema") or {}
+            schema = js.get("schema", js) if isinstance(js, dict) else js
+            text = json_schema_to_gbnf(schema)
+        elif kind not in (None, "text"):
+            raise APIError(400, f"unsupported response_format type {kind!r}: use text, json_object or json_schema",
+                           param="response_format")
+    tokens = tokenize_chat_prompt(llama.model, result.prompt, message_texts(msgs),
+                                  add_special=not result.added_special, special_in_content=False)
+    if not tokens:
+        raise APIError(400, "the chat renders to an empty prompt", param="messages")
+    llama.model.check_tokens(tokens, "prompt token")
+    return ChatPrompt(tokens, list(result.stop), LlamaGrammar(text) if text is not None else None, tool_name)
+
+
+class ChatChunks:
+    """``text_completion`` chunks → ``chat.completion.chunk`` objects, one chunk at a time (the
+    incremental form of :func:`llama_cpp._responses.chat_stream`)."""
+
+    def __init__(self, tool_name: str | None) -> None:
+        self.tool_name = tool_name
+        self.first = True
+        self.call_id = f"call_{uuid.uuid4().hex[:24]}"
+
+    def __call__(self, c: dict[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        choice = c["choices"][0]
+        base = {"id": "chat" + c["id"], "object": "chat.completion.chunk", "created": c["created"],
+                "model": c["model"]}
+        if self.first:
+            out.append({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None,
+                                             "logprobs": None}]})
+            self.first = False
+        if choice["text"]:
+            if self.tool_name is None:
+                delta: dict[str, Any] = {"content": choice["text"]}
+            else:
+                delta = {"tool_calls": [{"index": 0, "id": self.call_id, "type": "function",
+                                         "function": {"name": self.tool_name, "arguments": choice["text"]}}]}
+            out.append({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None,
+                                             "logprobs": _responses.chat_logprobs(choice["logprobs"])}]})
+        if choice["finish_reason"] is not None:
+            reason = "tool_calls" if self.tool_name is not None else choice["finish_reason"]
+            last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
+            if "usage" in c:
+                last["usage"] = c["usage"]
+            out.append(last)
+        return out
+
+
+def join_chat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ``chat.completion`` from ``chat.completion.chunk`` objects (the image-chat handler's stream)."""
+    text = "".join((c["choices"][0].get("delta") or {}).get("content") or "" for c in chunks if c.get("choices"))
+    last = chunks[-1]
+    finish = next((c["choices"][0].get("finish_reason") for c in reversed(chunks)
+                   if c.get("choices") and c["choices"][0].get("finish_reason")), "stop")
+    return {"id": last["id"], "object": "chat.completion", "created": last["created"], "model": last["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                         "finish_reason": finish}],
+            "usage": next((c["usage"] for c in reversed(chunks) if "usage" in c), None)}
+
+
+__all__ = ["ChatChunks", "ChatPrompt", "chat_prompt", "check_prompt", "completion_tokens", "grammar",
+           "join_chat_chunks", "logit_bias", "max_tokens", "prompt_list", "refuse_media", "stops", "tokenize"]

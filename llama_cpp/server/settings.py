@@ -1,0 +1,195 @@
+"""The server's settings: upstream's classes and field names, plus the slot engine's and limits.
+
+Every field is also an environment variable of the same name (pydantic-settings, case-insensitive:
+``MODEL``, ``N_CTX``, ``API_KEY``...); command-line flags (:mod:`.cli`) take precedence.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_CPUS = max(multiprocessing.cpu_count(), 1)
+
+# llama.cpp's values, written out so that reading the settings loads no native library
+_SPLIT_MODE_LAYER = 1
+_ROPE_SCALING_UNSPECIFIED = -1
+_DEFAULT_SEED = 0xFFFFFFFF
+
+
+class _Base(BaseSettings):
+    # "model" and "model_alias" are upstream's field names
+    model_config = SettingsConfigDict(protected_namespaces=(), extra="ignore")
+
+
+class ModelSettings(_Base):
+    """How one model is loaded and served."""
+
+    model: str = Field(description="The path to the model to use for generating completions.")
+    model_alias: str | None = Field(default=None, description="The name requests use for this model "
+                                    "(default: the path).")
+    # model parameters
+    n_gpu_layers: int = Field(default=0, ge=-1, description="Layers to offload to the GPU (-1: all).")
+    split_mode: int = Field(default=_SPLIT_MODE_LAYER, description="How to split the model across GPUs.")
+    main_gpu: int = Field(default=0, ge=0, description="Main GPU to use.")
+    tensor_split: list[float] | None = Field(default=None, description="Split layers across GPUs in proportion.")
+    vocab_only: bool = Field(default=False, description="Load only the vocabulary (tokenize endpoints only).")
+    use_mmap: bool = Field(default=True, description="Use mmap.")
+    use_mlock: bool = Field(default=False, description="Use mlock.")
+    kv_overrides: list[str] | None = Field(default=None, description="Model metadata overrides, each "
+                                           "key=type:value with type one of bool, int, float, str.")
+    rpc_servers: str | None = Field(default=None, description="Comma-separated RPC servers (not supported by "
+                                    "this build: setting it is an error).")
+    # context parameters
+    seed: int = Field(default=_DEFAULT_SEED, description="Random seed (4294967295: random).")
+    n_ctx: int = Field(default=2048, ge=0, description="The context size of each request (each slot).")
+    n_batch: int = Field(default=512, ge=1, description="Tokens decoded per step, all slots together.")
+    n_ubatch: int = Field(default=512, ge=1, description="The physical batch size used by llama.cpp.")
+    n_threads: int = Field(default=max(_CPUS // 2, 1), ge=-1, description="Threads for generation (-1: all).")
+    n_threads_batch: int = Field(default=_CPUS, ge=-1, description="Threads for prompt batches (-1: all).")
+    rope_scaling_type: int = Field(default=_ROPE_SCALING_UNSPECIFIED)
+    rope_freq_base: float = Field(default=0.0, description="RoPE base frequency.")
+    rope_freq_scale: float = Field(default=0.0, description="RoPE frequency scaling factor.")
+    yarn_ext_factor: float = Field(default=-1.0)
+    yarn_attn_factor: float = Field(default=1.0)
+    yarn_beta_fast: float = Field(default=32.0)
+    yarn_beta_slow: float = Field(default=1.0)
+    yarn_orig_ctx: int = Field(default=0)
+    mul_mat_q: bool = Field(default=True, description="Accepted for compatibility; llama.cpp chooses kernels.")
+    logits_all: bool = Field(default=True, description="Accepted for compatibility; logprobs work either way.")
+    embedding: bool = Field(default=False, description="Serve /v1/embeddings with this model.")
+    offload_kqv: bool = Field(default=True, description="Offload the KV cache to the GPU.")
+    flash_attn: bool = Field(default=False, description="Use flash attention.")
+    # sampling
+    last_n_tokens_size: int = Field(default=64, ge=0, description="Tokens the repeat penalty looks back at.")
+    # LoRA
+    lora_base: str | None = Field(default=None, description="Accepted for compatibility (ignored).")
+    lora_path: str | None = Field(default=None, description="A LoRA adapter to apply.")
+    # backend
+    numa: bool | int = Field(default=False, description="Enable NUMA support.")
+    # chat
+    chat_format: str | None = Field(default=None, description="A named chat format (default: the model's "
+                                    "own template).")
+    chat_template_kwargs: dict[str, Any] | None = Field(default=None, description="Not supported yet: setting "
+                                                        "it is an error.")
+    clip_model_path: str | None = Field(default=None, description="A multimodal projector (mmproj GGUF): "
+                                        "image chat with image_url parts.")
+    media_dirs: list[str] | None = Field(default=None, description="Local directories image_url paths may "
+                                         "name (default: none, data: URLs only).")
+    # cache (upstream's prompt cache; each slot keeps its own KV instead)
+    cache: bool = Field(default=False, description="Not supported: setting it is an error.")
+    cache_type: Literal["ram", "disk"] = Field(default="ram")
+    cache_size: int = Field(default=2 << 30)
+    # tokenizer / hub options upstream resolves from Hugging Face
+    hf_tokenizer_config_path: str | None = Field(default=None, description="Not supported.")
+    hf_pretrained_model_name_or_path: str | None = Field(default=None, description="Not supported.")
+    hf_model_repo_id: str | None = Field(default=None, description="Not supported.")
+    # speculative decoding
+    draft_model: str | None = Field(default=None, description="Not supported (prompt-lookup decoding); "
+                                    "use spec_type=draft-mtp.")
+    draft_model_num_pred_tokens: int = Field(default=10)
+    spec_type: str | None = Field(default=None, description="Speculative decoding: 'draft-mtp' uses the "
+                                  "model's own NextN (MTP) head; such a model serves one request at a time.")
+    draft_n_max: int = Field(default=3, ge=1, description="Most tokens drafted per MTP step.")
+    draft_n_min: int = Field(default=0, ge=0, description="Shorter drafts are dropped.")
+    draft_p_min: float = Field(default=0.0, ge=0.0, le=1.0, description="Stop drafting below this probability.")
+    # KV cache quantization
+    type_k: int | None = Field(default=None, description="The K cache type (a ggml type id).")
+    type_v: int | None = Field(default=None, description="The V cache type (a ggml type id).")
+    # the slot engine
+    n_parallel: int = Field(default=1, ge=0, le=64, description="Requests generated at once on one context "
+                            "(slots); the KV cache holds n_ctx tokens per slot. 0: one request at a time "
+                            "through Llama itself.")
+    max_queue: int = Field(default=32, ge=0, description="Requests that may wait for a slot; beyond that "
+                           "the server answers 429 at once.")
+    verbose: bool = Field(default=True, description="Accepted for compatibility; logs go to logging.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _all_cpus(cls, values: Any) -> Any:
+        if isinstance(values, dict):
+            for k in ("n_threads", "n_threads_batch"):
+                if values.get(k) in (-1, "-1"):
+                    values[k] = _CPUS
+        return values
+
+    @model_validator(mode="after")
+    def _unsupported(self) -> ModelSettings:
+        refused = {"rpc_servers": self.rpc_servers, "hf_tokenizer_config_path": self.hf_tokenizer_config_path,
+                   "hf_pretrained_model_name_or_path": self.hf_pretrained_model_name_or_path,
+                   "hf_model_repo_id": self.hf_model_repo_id, "draft_model": self.draft_model,
+                   "chat_template_kwargs": self.chat_template_kwargs, "cache": self.cache or None}
+        bad = sorted(k for k, v in refused.items() if v is not None)
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: not supported by this server (nothing is downloaded and upstream's "
+                             "prompt cache is replaced by per-slot KV); remove the setting")
+        if self.spec_type is not None and self.spec_type.lower() not in ("draft-mtp", "draft_mtp", "none"):
+            raise ValueError(f"spec_type {self.spec_type!r}: only 'draft-mtp' (or 'none') is implemented")
+        if self.embedding and self.clip_model_path:
+            raise ValueError("embedding and clip_model_path cannot both be set on one model")
+        if self.draft_n_min > self.draft_n_max:
+            raise ValueError(f"draft_n_min={self.draft_n_min} exceeds draft_n_max={self.draft_n_max}")
+        return self
+
+    @property
+    def alias(self) -> str:
+        return self.model_alias or self.model
+
+    @property
+    def mtp(self) -> bool:
+        return self.spec_type is not None and self.spec_type.lower() != "none"
+
+    @property
+    def serial(self) -> bool:
+        """Whether this model is served one request at a time (see the package docstring)."""
+        return self.n_parallel == 0 or self.mtp or bool(self.clip_model_path) or self.embedding
+
+
+class ServerSettings(_Base):
+    """How the HTTP server listens and what it accepts."""
+
+    host: str = Field(default="127.0.0.1", description="Listen address (default: loopback only).")
+    port: int = Field(default=8000, ge=0, le=65535, description="Listen port.")
+    ssl_keyfile: str | None = Field(default=None, description="SSL key file for HTTPS.")
+    ssl_certfile: str | None = Field(default=None, description="SSL certificate file for HTTPS.")
+    api_key: str | None = Field(default=None, description="If set, every request needs "
+                                "'Authorization: Bearer <api_key>'.")
+    interrupt_requests: bool = Field(default=True, description="Accepted for compatibility: requests wait for "
+                                     "a slot (or get 429), a running one is never interrupted by a new one.")
+    disable_ping_events: bool = Field(default=False, description="Do not send SSE comment pings while a "
+                                      "stream is idle.")
+    root_path: str = Field(default="", description="The root path when running behind a reverse proxy.")
+    max_body_bytes: int = Field(default=32 << 20, ge=1024, description="Largest request body accepted (413).")
+    max_tokens_limit: int = Field(default=8192, ge=1, description="Largest max_tokens a request may ask for.")
+    max_n: int = Field(default=8, ge=1, description="Largest n (choices per request).")
+    shutdown_timeout: float = Field(default=10.0, ge=0.0, description="Seconds running requests may take to "
+                                    "finish after SIGTERM before they are cancelled.")
+    lazy_load: bool = Field(default=False, description="Load each model on its first request instead of at start.")
+    ping_interval: float = Field(default=15.0, gt=0.0, description="Seconds between SSE pings on an idle stream.")
+
+
+class Settings(ServerSettings, ModelSettings):
+    """Server and one model in one object (the command line without --config_file)."""
+
+
+class ConfigFileSettings(ServerSettings):
+    """A JSON or YAML config file: the server settings and a list of models."""
+
+    models: list[ModelSettings] = Field(default=[], description="Model configs")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ConfigFileSettings:
+        if not self.models:
+            raise ValueError("the config file lists no models: add at least one under 'models'")
+        seen: set[str] = set()
+        for m in self.models:
+            if m.alias in seen:
+                raise ValueError(f"two models share the name {m.alias!r}: give them distinct model_alias values")
+            seen.add(m.alias)
+        return self
+
+
+__all__ = ["ConfigFileSettings", "ModelSettings", "ServerSettings", "Settings"]
