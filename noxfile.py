@@ -18,7 +18,7 @@ nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
 
-RELEASE_REQS = "requirements/release.txt"
+RELEASE_LOCK = "requirements/release.lock"  # release.txt pinned with hashes (nox -s lock)
 TEST_REQS = "requirements/test.txt"
 
 
@@ -43,9 +43,12 @@ def native(session: nox.Session) -> None:
     _stdlib_step(session, "native")
 
 
-def _release_step(name: str, doc: str, reqs: str = RELEASE_REQS) -> None:
+def _release_step(name: str, doc: str, reqs: str | None = None) -> None:
     def session_func(session: nox.Session) -> None:
-        session.install("-r", reqs)
+        if reqs is None:
+            session.install("--require-hashes", "-r", RELEASE_LOCK)
+        else:
+            session.install("-r", reqs)
         _step(session, name)
 
     session_func.__doc__ = doc
@@ -62,6 +65,13 @@ for _name, _doc in (
 ):
     _release_step(_name, _doc)
 _release_step("bump", "Report what changed in llama.h/mtmd.h against the bindings after the lock moves", TEST_REQS)
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Re-pin the release tools with hashes: requirements/release.lock from requirements/release.txt."""
+    session.install("uv>=0.5", "packaging>=24")
+    _step(session, "lock")
 
 
 @nox.session
