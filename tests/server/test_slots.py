@@ -1,0 +1,127 @@
+"""The slot engine: concurrent greedy streams equal solo runs, disconnects free slots, a full queue is 429."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from llama_cpp import Llama
+
+from .conftest import THREADS
+
+PROMPTS = ["hello there", "The capital of", "a", "once upon a time in a land far away there lived",
+           "b c d", "small", "What is the name of the", "x y"]
+
+
+def wait_for(cond, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+@pytest.fixture(scope="module")
+def parallel(start_server, spm_path):
+    return start_server([{"model": str(spm_path), "model_alias": "spm", "n_parallel": 8, "n_ctx": 256,
+                          "n_batch": 64, "max_queue": 4}])
+
+
+def test_eight_concurrent_streams_equal_solo_runs(parallel, spm_path):
+    lengths = [40, 33, 48, 25, 37, 44, 30, 41]
+    with Llama(spm_path, n_ctx=256, verbose=False, **THREADS) as solo:
+        expected = [solo.create_completion(p, max_tokens=n, temperature=0, repeat_penalty=1.1)["choices"][0]["text"]
+                    for p, n in zip(PROMPTS, lengths)]
+    engine = parallel.engine("spm")
+    steps0, toks0 = engine.steps, engine.tokens_generated
+    results: dict[int, str] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(PROMPTS))
+
+    def client(i: int) -> None:
+        try:
+            c = parallel.client()
+            barrier.wait()
+            stream = c.completions.create(model="spm", prompt=PROMPTS[i], max_tokens=lengths[i], temperature=0,
+                                          stream=True)
+            results[i] = "".join(ch.choices[0].text for ch in stream)
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for i, want in enumerate(expected):
+        assert results[i] == want, (i, PROMPTS[i])
+    # the tokens were decoded in shared batches: fewer decode steps than generated tokens
+    assert engine.tokens_generated - toks0 == sum(lengths)
+    assert engine.steps - steps0 < sum(lengths)
+
+
+def test_mixed_sampling_in_one_batch(parallel, spm_path):
+    """Greedy requests next to sampled and grammar-constrained ones keep their own chains."""
+    with Llama(spm_path, n_ctx=256, verbose=False, **THREADS) as solo:
+        want = solo.create_completion("hello there", max_tokens=30, temperature=0, repeat_penalty=1.1)
+        seeded = solo.create_completion("a", max_tokens=30, temperature=0.9, seed=7, repeat_penalty=1.1)
+    out: dict[str, str] = {}
+
+    def run(key: str, **kw) -> None:
+        out[key] = parallel.client().completions.create(model="spm", max_tokens=30, **kw).choices[0].text
+
+    jobs = [threading.Thread(target=run, args=("greedy",), kwargs={"prompt": "hello there", "temperature": 0}),
+            threading.Thread(target=run, args=("seeded",), kwargs={"prompt": "a", "temperature": 0.9, "seed": 7}),
+            threading.Thread(target=run, args=("digits",), kwargs={"prompt": "b", "temperature": 0.5,
+                                                                   "extra_body": {"grammar": 'root ::= [0-9]+'}})]
+    for t in jobs:
+        t.start()
+    for t in jobs:
+        t.join(60)
+    assert out["greedy"] == want["choices"][0]["text"]
+    assert out["seeded"] == seeded["choices"][0]["text"]
+    assert out["digits"].isdigit()
+
+
+def test_disconnect_frees_the_slot(parallel):
+    engine = parallel.engine("spm")
+    with httpx.Client(timeout=60) as http:
+        with http.stream("POST", parallel.url + "/v1/completions",
+                         json={"model": "spm", "prompt": "a", "max_tokens": 250, "temperature": 0,
+                               "stream": True}) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            assert next(line for line in lines if line.startswith("data:"))
+        # the response is closed mid-stream: its slot is freed (sequence removed) at once
+    assert wait_for(lambda: engine.stats()["active"] == 0)
+    for seq in range(engine.n_slots):
+        assert engine.ctx.seq_pos_max(seq) == -1  # nothing left in the KV cache
+    r = parallel.client().completions.create(model="spm", prompt="a", max_tokens=20, temperature=0)
+    assert r.usage.completion_tokens == 20
+
+
+def test_full_queue_answers_429_at_once(start_server, spm_path):
+    srv = start_server([{"model": str(spm_path), "model_alias": "one", "n_parallel": 1, "n_ctx": 4096,
+                         "max_queue": 1}], max_tokens_limit=4000)
+    engine = srv.engine("one")
+    body = {"model": "one", "prompt": "a", "max_tokens": 4000, "temperature": 0, "stream": True}
+    with httpx.Client(timeout=60) as h1, httpx.Client(timeout=60) as h2, httpx.Client(timeout=60) as h3:
+        with h1.stream("POST", srv.url + "/v1/completions", json=body) as r1:
+            assert r1.status_code == 200
+            req2 = threading.Thread(target=lambda: h2.post(srv.url + "/v1/completions", json=body))
+            req2.start()
+            assert wait_for(lambda: engine.stats()["waiting"] == 1)
+            r3 = h3.post(srv.url + "/v1/completions", json=body)
+            assert r3.status_code == 429
+            assert r3.headers["retry-after"] == "1"
+            err = r3.json()["error"]
+            assert err["code"] == "queue_full" and "retry" in err["message"]
+        engine.wake()
+        # r1 closed: its slot goes to the queued request, which then runs to its end
+        req2.join(120)
+    assert wait_for(lambda: engine.busy == 0, 120)
