@@ -47,29 +47,43 @@ def message_texts(messages: Sequence[Any]) -> list[str]:
     return texts
 
 
-def tokenize_chat_prompt(model: Any, prompt: str, contents: Sequence[str], *, add_special: bool,
-                         special_in_content: bool = False) -> list[int]:
-    """Tokens of ``prompt``; the spans of ``contents`` holding special-token text are parsed as text.
+def prompt_pieces(model: Any, prompt: str, contents: Sequence[str], *,
+                  special_in_content: bool = False) -> list[tuple[str, bool]] | None:
+    """``prompt`` cut into ``(text, parse_special)`` pieces: the spans of ``contents`` that hold
+    special-token text are ``False``, the rest ``True``; None when no content needs it (tokenize
+    the prompt in one pass then).
 
     ``model`` is a :class:`~llama_cpp._internals.LlamaModel`; ``contents`` every message text in
     conversation order (the benign ones too: locating each in turn keeps a hostile content from
     being matched against an earlier part of the template). Content a template rewrote beyond
     trimming is not found in the prompt and keeps the one-pass tokenization.
     """
-    whole = prompt.encode("utf-8")
     hostile = set() if special_in_content else {c for c in contents if c and _special_in(model, c)}
     if not hostile:
-        return model.tokenize(whole, add_special=add_special, parse_special=True)
-    tokens: list[int] = []
+        return None
+    pieces: list[tuple[str, bool]] = []
     pos = 0
     for span, content in zip(content_spans(prompt, contents), contents):
         if span is None or content not in hostile:
             continue
         start, end = span
-        tokens += model.tokenize(prompt[pos:start].encode("utf-8"), add_special=add_special and pos == 0,
-                                 parse_special=True)
-        tokens += model.tokenize(prompt[start:end].encode("utf-8"), add_special=False, parse_special=False)
+        if start > pos:
+            pieces.append((prompt[pos:start], True))
+        pieces.append((prompt[start:end], False))
         pos = end
-    tokens += model.tokenize(prompt[pos:].encode("utf-8"), add_special=add_special and pos == 0,
-                             parse_special=True)
+    if pos < len(prompt):
+        pieces.append((prompt[pos:], True))
+    return pieces
+
+
+def tokenize_chat_prompt(model: Any, prompt: str, contents: Sequence[str], *, add_special: bool,
+                         special_in_content: bool = False) -> list[int]:
+    """Tokens of ``prompt``; the spans of ``contents`` holding special-token text are parsed as text
+    (see :func:`prompt_pieces`)."""
+    pieces = prompt_pieces(model, prompt, contents, special_in_content=special_in_content)
+    if pieces is None:
+        return model.tokenize(prompt.encode("utf-8"), add_special=add_special, parse_special=True)
+    tokens: list[int] = []
+    for k, (text, special) in enumerate(pieces):
+        tokens += model.tokenize(text.encode("utf-8"), add_special=add_special and k == 0, parse_special=special)
     return tokens

@@ -101,7 +101,16 @@ class MarkerPrompt:
     media: Sequence[Any] = ()
 
 
-Part = Union[str, Image, Audio, np.ndarray, bytes, "os.PathLike[str]"]
+@dataclass(frozen=True)
+class Text:
+    """A text part whose special-token parsing is its own (a plain ``str`` part follows the call's
+    ``parse_special``): a chat prompt's template text is parsed, a message's content is not."""
+
+    text: str
+    parse_special: bool = False
+
+
+Part = Union[str, Text, Image, Audio, np.ndarray, bytes, "os.PathLike[str]"]
 Input = Union[str, MarkerPrompt, dict, Sequence[Part], Image, Audio, np.ndarray, bytes, "os.PathLike[str]"]
 
 
@@ -122,7 +131,7 @@ def _as_media(part: Any, where: str) -> Image | Audio | None:
         return _Auto(bytes(part))
     if isinstance(part, os.PathLike):
         return _Auto(part)
-    if isinstance(part, str):
+    if isinstance(part, (str, Text)):
         return None
     raise MultimodalError(
         f"{where}: unsupported part of type {type(part).__name__}: use str for text, Image(...) / "
@@ -491,8 +500,9 @@ class MTMDContext(_Owned):
                 parts_c = []
                 for k, part in enumerate(norm):
                     if _as_media(part, f"{where} part[{k}]") is None:
-                        tb = str(part).encode("utf-8")
-                        it = M.mtmd_input_text(tb, len(tb), False, bool(parse_special))
+                        special = part.parse_special if isinstance(part, Text) else parse_special
+                        tb = (part.text if isinstance(part, Text) else str(part)).encode("utf-8")
+                        it = M.mtmd_input_text(tb, len(tb), False, bool(special))
                         keep += [tb, it]
                         parts_c.append(M.mtmd_input_part(ctypes.pointer(it), None))
                     else:

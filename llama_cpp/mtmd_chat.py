@@ -41,15 +41,16 @@ from typing import Any
 
 import numpy as np
 
+from . import _chat_formats_base as _chat
 from . import _generation as _gen
 from . import _responses, _sampling
-from . import llama_chat_format as _chat
+from ._chat_tokens import message_texts, prompt_pieces
 from ._errors import ClosedError, ContextOverflowError, MultimodalError, SpeculativeError
 from ._guard import CallGuard, serialized
 from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, LlamaSampler
 from ._media_policy import MediaPolicy
 from .llama_cpp import LLAMA_DEFAULT_SEED
-from .mtmd import Audio, Chunk, Chunks, Image, MarkerPrompt, MTMDContext
+from .mtmd import Audio, Chunk, Chunks, Image, MarkerPrompt, MTMDContext, Text
 from .speculative import MTPDecoder, SpecConfig, SpeculativeStats, check_model_file
 
 log = logging.getLogger("llama_cpp.mtmd_chat")
@@ -89,6 +90,22 @@ def _audio_part(part: dict, where: str) -> Audio:
         except (binascii.Error, ValueError) as e:
             raise MultimodalError(f"{where}: input_audio.data is not valid base64 ({e})") from None
     return Audio(data)
+
+
+def media_parts(pieces: Sequence[tuple[str, bool]], media: Sequence[Image | Audio], marker: str) -> list[Any]:
+    """``(text, parse_special)`` pieces of a marker prompt as mtmd parts: each marker becomes its
+    media item, in order, and each text keeps its own special-token parsing."""
+    parts: list[Any] = []
+    queue = list(media)
+    for text, special in pieces:
+        for k, seg in enumerate(text.split(marker)):
+            if k:
+                parts.append(queue.pop(0))
+            if seg:
+                parts.append(Text(seg, special))
+    if queue:
+        raise MultimodalError(f"{len(queue)} media item(s) have no marker in the prompt")
+    return parts
 
 
 def flatten_messages(messages: Sequence[dict], marker: str, policy: MediaPolicy = _NO_LOCAL_FILES,
@@ -311,9 +328,14 @@ class MultimodalChatEngine:
         return res.prompt, media, list(res.stop), bool(res.added_special)
 
     def tokenize_messages(self, messages: Sequence[dict]) -> tuple[Chunks, list[str]]:
+        """The prompt's chunks (message text parsed without special tokens) and the stop strings."""
         prompt, media, stops, has_bos = self.render(messages)
-        chunks = self.mtmd.tokenize(MarkerPrompt(prompt, media), add_special=not has_bos, parse_special=True,
-                                    where="prompt")
+        pieces = prompt_pieces(self.model, prompt, message_texts(messages))
+        if pieces is None:
+            item: Any = MarkerPrompt(prompt, media)
+        else:
+            item = media_parts(pieces, media, self.mtmd.marker)
+        chunks = self.mtmd.tokenize(item, add_special=not has_bos, parse_special=True, where="prompt")
         return chunks, stops
 
     # -- generation -----------------------------------------------------------------------------
