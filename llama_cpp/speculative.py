@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 
 from ._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
+from ._spec_engine import DraftDecoder, DraftState
+from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 log = logging.getLogger("llama_cpp.speculative")
@@ -63,48 +65,175 @@ class SpeculativeType(str, enum.Enum):
     """Kinds of speculative decoding (values are llama.cpp's ``--spec-type`` names)."""
 
     NONE = "none"
-    DRAFT_SIMPLE = "draft-simple"  # a separate, smaller draft model (not implemented yet)
-    DRAFT_MTP = "draft-mtp"        # the model's own NextN (MTP) head(s)
-    NGRAM_SIMPLE = "ngram-simple"  # n-gram lookup in the context (not implemented yet)
+    DRAFT_SIMPLE = "draft-simple"    # a separate, smaller draft model sharing the vocabulary
+    DRAFT_EAGLE3 = "draft-eagle3"    # an EAGLE3 draft head (not implemented yet)
+    DRAFT_MTP = "draft-mtp"          # the model's own NextN (MTP) head(s)
+    DRAFT_DFLASH = "draft-dflash"    # a DFlash block-diffusion draft (not implemented yet)
+    DRAFT_DSPARK = "draft-dspark"    # DFlash with a Markov head (not implemented yet)
+    NGRAM_SIMPLE = "ngram-simple"    # the continuation of the latest earlier n-gram match
+    NGRAM_MAP_K = "ngram-map-k"      # n-gram keys in a hash map, draft length from past acceptance
+    NGRAM_MAP_K4V = "ngram-map-k4v"  # n-gram keys with up to four counted m-gram continuations
+    NGRAM_MOD = "ngram-mod"          # a hash table from n-grams to the next token, chained
+    NGRAM_CACHE = "ngram-cache"      # 1..4-gram continuation counts (+ static/dynamic cache files)
 
 
-_IMPLEMENTED = (SpeculativeType.NONE, SpeculativeType.DRAFT_MTP)
+#: llama.cpp's priority: the first type that drafts something in a step is verified.
+_PRIORITY = (SpeculativeType.NGRAM_SIMPLE, SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V,
+             SpeculativeType.NGRAM_MOD, SpeculativeType.NGRAM_CACHE, SpeculativeType.DRAFT_SIMPLE,
+             SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_MTP, SpeculativeType.DRAFT_DFLASH,
+             SpeculativeType.DRAFT_DSPARK)
+_NGRAM_TYPES = frozenset(_PRIORITY[:5])
+_NOT_IMPLEMENTED = frozenset((SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_DFLASH,
+                              SpeculativeType.DRAFT_DSPARK))
+_IMPLEMENTED = tuple(t for t in SpeculativeType if t not in _NOT_IMPLEMENTED)
+_NGRAM_SIZE_LIMIT = 1024  # llama.cpp's bound on --spec-ngram-* sizes
+_DEFAULT_SNAPSHOTS = 16   # n_rs_seq for the draft-model and n-gram types when not given
+
+
+def _parse_type(value: Any, given: Any) -> SpeculativeType:
+    if isinstance(value, SpeculativeType):
+        return value
+    key = str(value).strip()
+    try:
+        return SpeculativeType(key.lower().replace("_", "-"))
+    except ValueError:
+        try:
+            return SpeculativeType[key.upper().replace("-", "_")]
+        except KeyError:
+            names = ", ".join(t.value for t in SpeculativeType)
+            raise SpeculativeError(f"unknown spec_type {given!r}: use one of {names}") from None
+
+
+def _check_int(owner: str, name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= int(value) <= hi:
+        raise SpeculativeError(f"{owner}{name} must be an int in {lo}..{hi}, got {value!r}")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class NgramMapParams:
+    """``ngram-simple`` / ``ngram-map-k`` / ``ngram-map-k4v`` parameters (llama.cpp's names).
+
+    ``size_n``: tokens of the n-gram looked up; ``size_m``: tokens drafted after a match;
+    ``min_hits``: occurrences of the key before ``ngram-map-k4v`` drafts (unused by the others).
+    """
+
+    size_n: int = 12
+    size_m: int = 48
+    min_hits: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size_n", _check_int("ngram ", "size_n", self.size_n, 1, _NGRAM_SIZE_LIMIT))
+        object.__setattr__(self, "size_m", _check_int("ngram ", "size_m", self.size_m, 1, _NGRAM_SIZE_LIMIT))
+        object.__setattr__(self, "min_hits", _check_int("ngram ", "min_hits", self.min_hits, 1, 65535))
+
+
+@dataclasses.dataclass(frozen=True)
+class NgramModParams:
+    """``ngram-mod`` parameters: ``n_match`` tokens are hashed; drafts are ``n_min..n_max`` long."""
+
+    n_match: int = 24
+    n_max: int = 64
+    n_min: int = 48
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n_match", _check_int("ngram_mod ", "n_match", self.n_match, 1, _NGRAM_SIZE_LIMIT))
+        object.__setattr__(self, "n_max", _check_int("ngram_mod ", "n_max", self.n_max, 0, _NGRAM_SIZE_LIMIT))
+        object.__setattr__(self, "n_min", _check_int("ngram_mod ", "n_min", self.n_min, 0, _NGRAM_SIZE_LIMIT))
+        if self.n_min > self.n_max:
+            raise SpeculativeError(f"ngram_mod n_min={self.n_min} must not exceed n_max={self.n_max}")
+
+
+@dataclasses.dataclass(frozen=True)
+class NgramCacheParams:
+    """``ngram-cache`` parameters: optional llama.cpp lookup-cache files and the draft length
+    (llama.cpp fixes ``n_draft`` at 8)."""
+
+    lookup_cache_static: str | os.PathLike[str] | None = None
+    lookup_cache_dynamic: str | os.PathLike[str] | None = None
+    n_draft: int = 8
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n_draft", _check_int("ngram_cache ", "n_draft", self.n_draft, 1, _NGRAM_SIZE_LIMIT))
+        for name in ("lookup_cache_static", "lookup_cache_dynamic"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, (str, os.PathLike)):
+                raise SpeculativeError(f"ngram_cache {name} must be a path or None, got {v!r}")
+
+
+def _params(value: Any, cls: type, name: str) -> Any:
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return cls(**value)
+        except TypeError as e:
+            raise SpeculativeError(f"{name}: {e}") from None
+    raise SpeculativeError(f"{name} must be a {cls.__name__} or a dict of its fields, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
 class SpecConfig:
     """How to speculate.
 
-    - ``spec_type``: a :class:`SpeculativeType` (or its name/value, e.g. ``"draft-mtp"``).
-    - ``draft_n_max``: most tokens drafted per step, ``1..DRAFT_N_MAX_LIMIT``.
+    - ``spec_type``: a :class:`SpeculativeType` (or its name/value, e.g. ``"draft-mtp"``), or
+      several (a list, or names joined by commas as in ``--spec-type``): each step verifies the
+      first non-empty draft in llama.cpp's priority order (n-gram types, then draft models).
+      ``None`` means ``draft-simple`` when ``draft_model_path`` is given, else ``draft-mtp``.
+      :attr:`types` lists them all.
+    - ``draft_n_max``: most tokens drafted per step by a draft model or MTP head, ``1..DRAFT_N_MAX_LIMIT``.
     - ``draft_n_min``: a draft shorter than this is dropped (the step verifies only the last token).
     - ``draft_p_min``: stop drafting when the draft's top token has less than this probability
       (its share of the draft's top 10 candidates, as llama.cpp computes it); 0 never stops early.
     - ``n_rs_seq``: recurrent-state snapshots of the target for rollback without a checkpoint;
-      ``None`` means ``draft_n_max`` (every rollback is a cheap partial removal). Smaller values
-      trade memory for checkpoint restores on hybrid/recurrent models.
+      ``None`` means ``draft_n_max`` for MTP and ``min(n_max, 16)`` otherwise. Drafts longer
+      than this restore a checkpoint on rejection (hybrid/recurrent models only).
+    - ``draft_model_path`` / ``draft_n_gpu_layers``: the ``draft-simple`` model.
+    - ``ngram_simple``, ``ngram_map_k``, ``ngram_map_k4v`` (:class:`NgramMapParams`),
+      ``ngram_mod`` (:class:`NgramModParams`), ``ngram_cache`` (:class:`NgramCacheParams`):
+      the n-gram types' parameters, as llama.cpp's ``common_params_speculative`` names them.
     """
 
-    spec_type: SpeculativeType | str = SpeculativeType.DRAFT_MTP
+    spec_type: Any = None
     draft_n_max: int = 3
     draft_n_min: int = 0
     draft_p_min: float = 0.0
     n_rs_seq: int | None = None
+    draft_model_path: str | os.PathLike[str] | None = None
+    draft_n_gpu_layers: int = 0
+    ngram_simple: NgramMapParams = dataclasses.field(default_factory=NgramMapParams)
+    ngram_map_k: NgramMapParams = dataclasses.field(default_factory=NgramMapParams)
+    ngram_map_k4v: NgramMapParams = dataclasses.field(default_factory=NgramMapParams)
+    ngram_mod: NgramModParams = dataclasses.field(default_factory=NgramModParams)
+    ngram_cache: NgramCacheParams = dataclasses.field(default_factory=NgramCacheParams)
+    types: tuple[SpeculativeType, ...] = dataclasses.field(default=(), compare=False)
 
     def __post_init__(self) -> None:
-        st = self.spec_type
-        if not isinstance(st, SpeculativeType):
-            key = str(st)
-            try:
-                st = SpeculativeType(key.lower().replace("_", "-"))
-            except ValueError:
-                try:
-                    st = SpeculativeType[key.upper().replace("-", "_")]
-                except KeyError:
-                    names = ", ".join(t.value for t in SpeculativeType)
-                    raise SpeculativeError(f"unknown spec_type {self.spec_type!r}: use one of {names}") from None
-            object.__setattr__(self, "spec_type", st)
-        for name in ("draft_n_max", "draft_n_min"):
+        given = self.spec_type
+        if self.types and (given is None or _parse_type(given, given) is _parse_type(self.types[0], self.types)):
+            given = list(self.types)  # types=[...] given (or carried over by dataclasses.replace)
+        if given is None:
+            raw: list[Any] = [SpeculativeType.DRAFT_SIMPLE if self.draft_model_path is not None
+                              else SpeculativeType.DRAFT_MTP]
+        elif isinstance(given, str) and not isinstance(given, SpeculativeType):
+            raw = [part for part in given.split(",") if part.strip()] or [given]
+        elif isinstance(given, (list, tuple)):
+            raw = list(given)
+            if not raw:
+                raise SpeculativeError("spec_type is an empty list: give at least one type (or 'none')")
+        else:
+            raw = [given]
+        types: list[SpeculativeType] = []
+        for item in raw:
+            t = _parse_type(item, given)
+            if t not in types:
+                types.append(t)
+        if SpeculativeType.NONE in types:
+            types = [SpeculativeType.NONE]
+        object.__setattr__(self, "spec_type", types[0])
+        object.__setattr__(self, "types", tuple(types))
+        st = types[0]
+        for name in ("draft_n_max", "draft_n_min", "draft_n_gpu_layers"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise SpeculativeError(f"{name} must be an int, got {v!r}")
@@ -124,6 +253,16 @@ class SpecConfig:
             if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= int(r) <= DRAFT_N_MAX_LIMIT:
                 raise SpeculativeError(f"n_rs_seq must be None or an int in 0..{DRAFT_N_MAX_LIMIT}, got {r!r}")
             object.__setattr__(self, "n_rs_seq", int(r))
+        for name in ("ngram_simple", "ngram_map_k", "ngram_map_k4v"):
+            object.__setattr__(self, name, _params(getattr(self, name), NgramMapParams, name))
+        object.__setattr__(self, "ngram_mod", _params(self.ngram_mod, NgramModParams, "ngram_mod"))
+        object.__setattr__(self, "ngram_cache", _params(self.ngram_cache, NgramCacheParams, "ngram_cache"))
+        dm = self.draft_model_path
+        if dm is not None and not isinstance(dm, (str, os.PathLike)):
+            raise SpeculativeError(f"draft_model_path must be a path, got {dm!r}")
+        if SpeculativeType.DRAFT_SIMPLE in types and dm is None:
+            raise SpeculativeError("spec_type 'draft-simple' needs a draft model: give "
+                                   "SpecConfig(draft_model_path='draft.gguf')")
 
     @property
     def enabled(self) -> bool:
@@ -132,105 +271,31 @@ class SpecConfig:
     @property
     def needs_nextn(self) -> bool:
         """Whether the target model's NextN (MTP) tensors must be loaded."""
-        return self.spec_type is SpeculativeType.DRAFT_MTP
+        return SpeculativeType.DRAFT_MTP in self.types
+
+    @property
+    def n_max(self) -> int:
+        """The longest draft any of :attr:`types` can propose (llama.cpp's ``common_speculative_n_max``)."""
+        n = 0
+        for t in self.types:
+            if t in (SpeculativeType.NGRAM_SIMPLE, SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V):
+                n = max(n, getattr(self, t.name.lower()).size_m)
+            elif t is SpeculativeType.NGRAM_MOD:
+                n = max(n, self.ngram_mod.n_max)
+            elif t is SpeculativeType.NGRAM_CACHE:
+                n = max(n, self.ngram_cache.n_draft)
+            elif t is not SpeculativeType.NONE:
+                n = max(n, self.draft_n_max)
+        return n
 
     @property
     def rollback_snapshots(self) -> int:
         """``n_rs_seq`` for the target context."""
-        return self.draft_n_max if self.n_rs_seq is None else self.n_rs_seq
-
-
-@dataclasses.dataclass
-class SpeculativeStats:
-    """Counters of one generation (or several, until :meth:`reset`).
-
-    ``steps`` counts target verify decodes; ``drafted``/``accepted`` count draft tokens;
-    ``drafted_at[j]``/``accepted_at[j]`` count them per draft position ``j``. A rollback removes
-    rejected positions either by partial memory removal (``rollbacks_partial``) or by restoring
-    a sequence checkpoint and replaying the accepted tokens (``rollbacks_checkpoint``).
-    Times are wall seconds.
-    """
-
-    steps: int = 0
-    generated: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    drafted_at: list[int] = dataclasses.field(default_factory=list)
-    accepted_at: list[int] = dataclasses.field(default_factory=list)
-    draft_steps: int = 0
-    rollbacks_partial: int = 0
-    rollbacks_checkpoint: int = 0
-    checkpoints: int = 0
-    replayed_tokens: int = 0
-    prefill_tokens: int = 0
-    t_prefill: float = 0.0
-    t_draft: float = 0.0
-    t_verify: float = 0.0
-    t_catchup: float = 0.0
-    t_rollback: float = 0.0
-    t_generate: float = 0.0
-
-    def reset(self) -> None:
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
-
-    def _count_draft(self, n_drafted: int, n_accepted: int) -> None:
-        while len(self.drafted_at) < n_drafted:
-            self.drafted_at.append(0)
-            self.accepted_at.append(0)
-        for j in range(n_drafted):
-            self.drafted_at[j] += 1
-            if j < n_accepted:
-                self.accepted_at[j] += 1
-        self.drafted += n_drafted
-        self.accepted += n_accepted
-        if n_drafted:
-            self.draft_steps += 1
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted / drafted (0.0 when nothing was drafted)."""
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def acceptance_rate_at(self) -> list[float]:
-        """Per draft position ``j``: the share of drafts reaching ``j`` whose token ``j`` was accepted."""
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Mean accepted draft tokens per step that drafted."""
-        return self.accepted / self.draft_steps if self.draft_steps else 0.0
-
-    @property
-    def tokens_per_step(self) -> float:
-        """Mean tokens emitted per target verify decode (1.0 = no gain over plain decoding)."""
-        return self.generated / self.steps if self.steps else 0.0
-
-    @property
-    def rollbacks(self) -> int:
-        return self.rollbacks_partial + self.rollbacks_checkpoint
-
-    @property
-    def tokens_per_second(self) -> float:
-        """Generated tokens per second of generation (prefill excluded)."""
-        return self.generated / self.t_generate if self.t_generate > 0 else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d.update(acceptance_rate=self.acceptance_rate, acceptance_rate_at=self.acceptance_rate_at,
-                 mean_accepted_length=self.mean_accepted_length, tokens_per_step=self.tokens_per_step,
-                 rollbacks=self.rollbacks, tokens_per_second=self.tokens_per_second)
-        return d
-
-    def __str__(self) -> str:
-        per = " ".join(f"{r:.2f}" for r in self.acceptance_rate_at)
-        return (f"generated {self.generated} tokens in {self.steps} steps ({self.tokens_per_step:.2f}/step, "
-                f"{self.tokens_per_second:.1f} tok/s); drafted {self.drafted}, accepted {self.accepted} "
-                f"({100 * self.acceptance_rate:.1f}%, per position [{per}], mean accepted length "
-                f"{self.mean_accepted_length:.2f}); rollbacks {self.rollbacks_partial} partial + "
-                f"{self.rollbacks_checkpoint} checkpoint; time draft {self.t_draft:.3f}s verify "
-                f"{self.t_verify:.3f}s catch-up {self.t_catchup:.3f}s rollback {self.t_rollback:.3f}s")
+        if self.n_rs_seq is not None:
+            return self.n_rs_seq
+        if self.needs_nextn:
+            return self.draft_n_max
+        return min(self.n_max, _DEFAULT_SNAPSHOTS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,30 +379,49 @@ def _scan_gguf(buf: memoryview) -> int | None:
 
 
 def check_model_file(path: str | os.PathLike[str], config: SpecConfig) -> None:
-    """Raise :class:`SpeculativeError` if ``config`` asks for MTP and the file has no NextN layers."""
-    if config.spec_type is SpeculativeType.DRAFT_MTP:
+    """Check what ``config`` needs from files before anything loads: NextN layers in the target
+    for MTP, the draft model and n-gram cache files present."""
+    if not config.enabled:
+        return
+    check_context_params(config, {})  # names an unimplemented type as such
+    if config.needs_nextn:
         n = gguf_nextn_layers(path)
         if n == 0:
             raise SpeculativeError(
                 f"{os.fspath(path)} has no NextN (MTP) layers (<arch>.nextn_predict_layers is 0 or absent): "
                 "MTP speculative decoding needs a model converted with its MTP head; use "
                 "SpecConfig(spec_type='none') or another model")
+    if SpeculativeType.DRAFT_SIMPLE in config.types:
+        dm = os.fspath(config.draft_model_path)  # type: ignore[arg-type]
+        if not os.path.isfile(dm):
+            raise SpeculativeError(f"draft_model_path {dm!r} is not a file: give the path of a GGUF draft model")
+    if SpeculativeType.NGRAM_CACHE in config.types:
+        for name in ("lookup_cache_static", "lookup_cache_dynamic"):
+            v = getattr(config.ngram_cache, name)
+            if v is not None and not os.path.isfile(v):
+                raise SpeculativeError(f"ngram_cache {name} {os.fspath(v)!r} is not a file")
 
 
 def check_context_params(config: SpecConfig, ctx_params: Mapping[str, Any]) -> None:
-    """Reject context sizes that cannot hold one verify batch, before any native call."""
+    """Reject types not implemented and context sizes that cannot hold one verify batch, before
+    any native call."""
     if not config.enabled:
         return
-    if config.spec_type not in _IMPLEMENTED:
-        raise SpeculativeError(f"speculative type {config.spec_type.value!r} is not implemented yet: use "
-                               f"{SpeculativeType.DRAFT_MTP.value!r} (the model's own MTP head) or 'none'")
-    need = config.draft_n_max + 1
-    for name in ("n_batch", "n_ubatch"):
-        v = ctx_params.get(name)
-        if v is not None and 0 < int(v) < need:
-            raise SpeculativeError(
-                f"{name}={int(v)} cannot hold one verify batch of draft_n_max + 1 = {need} tokens: raise "
-                f"{name} to at least {need} or lower draft_n_max")
+    missing = [t.value for t in config.types if t in _NOT_IMPLEMENTED]
+    if missing:
+        done = ", ".join(t.value for t in _IMPLEMENTED if t is not SpeculativeType.NONE)
+        raise SpeculativeError(f"speculative type {', '.join(missing)} is not implemented yet: use one of {done} "
+                               "or 'none'")
+    if config.needs_nextn or SpeculativeType.DRAFT_SIMPLE in config.types:
+        need = config.draft_n_max + 1
+        for name in ("n_batch", "n_ubatch"):
+            v = ctx_params.get(name)
+            if v is not None and 0 < int(v) < need:
+                raise SpeculativeError(
+                    f"{name}={int(v)} cannot hold one verify batch of draft_n_max + 1 = {need} tokens: raise "
+                    f"{name} to at least {need} or lower draft_n_max")
+    else:
+        need = 2  # n-gram drafts are cut to what one micro-batch holds
     n_ctx = ctx_params.get("n_ctx")
     if n_ctx is not None and 0 < int(n_ctx) < need + 1:
         raise SpeculativeError(
@@ -345,9 +429,9 @@ def check_context_params(config: SpecConfig, ctx_params: Mapping[str, Any]) -> N
             f"it needs at least {need + 1} positions")
     n_seq = ctx_params.get("n_seq_max")
     if n_seq is not None and int(n_seq) != 1:
-        raise SpeculativeError(f"MTP speculative decoding runs one sequence: n_seq_max must be 1, got {n_seq}")
+        raise SpeculativeError(f"speculative decoding runs one sequence: n_seq_max must be 1, got {n_seq}")
     if ctx_params.get("embeddings"):
-        raise SpeculativeError("MTP speculative decoding needs a generation context: embeddings must be off")
+        raise SpeculativeError("speculative decoding needs a generation context: embeddings must be off")
 
 
 def target_context_params(config: SpecConfig, ctx_params: Mapping[str, Any]) -> dict[str, Any]:
@@ -392,9 +476,79 @@ def _check_mtp_loaded(model: Any) -> None:
 Sampler = Any  # a LlamaSampler, or a callable (target_context, batch_index) -> token
 
 
-def make_decoder(model: Any, config: SpecConfig, *, target: Any) -> MTPDecoder:
-    """The decoder that serves ``config`` for ``Llama`` (one per speculative type)."""
-    return MTPDecoder(model, None, config, target=target)
+def build_drafters(model: Any, config: SpecConfig, target: Any) -> list[Any]:
+    """The token drafters of ``config``'s n-gram and draft-model types, in llama.cpp's priority order."""
+    from ._spec_draft import DraftModel
+    from ._spec_ngram import NgramCache, NgramMap, NgramMod, NgramSimple, load_ngram_cache
+
+    out: list[Any] = []
+    try:
+        for t in _PRIORITY:
+            if t not in config.types:
+                continue
+            if t is SpeculativeType.NGRAM_SIMPLE:
+                p = config.ngram_simple
+                out.append(NgramSimple(p.size_n, p.size_m))
+            elif t in (SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V):
+                p = config.ngram_map_k if t is SpeculativeType.NGRAM_MAP_K else config.ngram_map_k4v
+                out.append(NgramMap(p.size_n, p.size_m, p.min_hits, key_only=t is SpeculativeType.NGRAM_MAP_K))
+            elif t is SpeculativeType.NGRAM_MOD:
+                q = config.ngram_mod
+                out.append(NgramMod(q.n_match, q.n_max, q.n_min))
+            elif t is SpeculativeType.NGRAM_CACHE:
+                c = config.ngram_cache
+                static = load_ngram_cache(c.lookup_cache_static) if c.lookup_cache_static is not None else None
+                dynamic = load_ngram_cache(c.lookup_cache_dynamic) if c.lookup_cache_dynamic is not None else None
+                out.append(NgramCache(c.n_draft, static=static, dynamic=dynamic))
+            elif t is SpeculativeType.DRAFT_SIMPLE:
+                tp = getattr(target, "params", None)
+                inherited = {n: getattr(tp, n) for n in _INHERITED_PARAMS if tp is not None and hasattr(tp, n)}
+                out.append(DraftModel(model, target, config.draft_model_path,  # type: ignore[arg-type]
+                                      n_max=config.draft_n_max, n_min=config.draft_n_min,
+                                      p_min=config.draft_p_min, ctx_params=inherited,
+                                      n_gpu_layers=config.draft_n_gpu_layers))
+    except BaseException:
+        for d in out:
+            close = getattr(d, "close", None)
+            if close is not None:
+                close()
+        raise
+    return out
+
+
+def make_decoder(model: Any, config: SpecConfig, *, target: Any = None,
+                 ctx_params: Mapping[str, Any] | None = None) -> MTPDecoder | DraftDecoder:
+    """The decoder that serves ``config``: :class:`MTPDecoder` when it includes ``draft-mtp``,
+    else a :class:`~llama_cpp._spec_engine.DraftDecoder` over the configured drafters.
+
+    ``Llama`` passes its context as ``target``; without one, a target context is created from
+    ``ctx_params`` (sized with :func:`target_context_params`) and owned by the decoder.
+    """
+    if not isinstance(config, SpecConfig):
+        raise SpeculativeError(f"config must be a SpecConfig, got {type(config).__name__}")
+    if not config.enabled:
+        raise SpeculativeError("spec_type 'none' needs no decoder")
+    if config.needs_nextn:
+        return MTPDecoder(model, ctx_params, config, target=target)
+    from ._internals import LlamaContext
+
+    params = dict(ctx_params or {})
+    if target is not None:
+        params.setdefault("n_ctx", target.n_ctx())
+        params.setdefault("n_batch", target.n_batch())
+        params.setdefault("n_ubatch", target.n_ubatch())
+        params.setdefault("n_seq_max", target.n_seq_max())
+    check_context_params(config, params)
+    owns = target is None
+    if owns:
+        target = LlamaContext(model, **target_context_params(config, params))
+    try:
+        drafters = build_drafters(model, config, target)
+        return DraftDecoder(model, target, config, drafters, owns_target=owns)
+    except BaseException:
+        if owns:
+            target.close()
+        raise
 
 
 class MTPDecoder:
@@ -415,7 +569,7 @@ class MTPDecoder:
         self._target = self._draft = None
         if not isinstance(config, SpecConfig):
             raise SpeculativeError(f"config must be a SpecConfig, got {type(config).__name__}")
-        if config.spec_type is not SpeculativeType.DRAFT_MTP:
+        if not config.needs_nextn:
             check_context_params(config, {})  # names an unimplemented type as such
             raise SpeculativeError(f"MTPDecoder runs spec_type 'draft-mtp', got {config.spec_type.value!r}")
         params = dict(ctx_params or {})
@@ -835,14 +989,21 @@ class MTPDecoder:
 
 __all__ = [
     "DRAFT_N_MAX_LIMIT",
+    "DraftDecoder",
+    "DraftState",
     "MTPDecoder",
     "MTPState",
+    "NgramCacheParams",
+    "NgramMapParams",
+    "NgramModParams",
     "SpecConfig",
     "SpeculativeStats",
     "SpeculativeType",
+    "build_drafters",
     "check_context_params",
     "check_model_file",
     "gguf_nextn_layers",
     "load_mtp_model",
+    "make_decoder",
     "target_context_params",
 ]

@@ -68,7 +68,9 @@ def test_context_too_small_for_the_verify_batch(params, match):
 
 def test_unimplemented_types_and_wrong_engine():
     with pytest.raises(SpeculativeError, match="not implemented"):
-        MTPDecoder(NoNativeModel(), dict(CTX), SpecConfig("draft-simple"))
+        MTPDecoder(NoNativeModel(), dict(CTX), SpecConfig("draft-eagle3"))
+    with pytest.raises(SpeculativeError, match="draft-mtp"):
+        MTPDecoder(NoNativeModel(), dict(CTX), SpecConfig("draft-simple", draft_model_path="d.gguf"))
     with pytest.raises(SpeculativeError, match="draft-mtp"):
         MTPDecoder(NoNativeModel(), dict(CTX), SpecConfig("ngram-simple"))
     with pytest.raises(SpeculativeError, match="SpecConfig"):

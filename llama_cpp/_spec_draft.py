@@ -1,0 +1,179 @@
+"""``draft-simple``: a separate, smaller draft model that shares the target's vocabulary.
+
+The draft context mirrors the target's token history lazily: before each draft it drops what
+differs from the target's memory (a suffix removal, or a rebuild when its memory cannot drop
+that many positions), decodes the missing tokens and the pending one in one batch, then drafts
+greedily one token per decode, stopping at ``draft_n_max`` tokens or when the top token's share
+of the top 10 falls under ``draft_p_min`` (llama.cpp's top-k 10 draft sampler). Unlike
+llama.cpp, the verified batch is not decoded a second time on the draft: the drafted tokens it
+accepted are already in the draft memory.
+
+:func:`check_vocab_compatible` applies llama.cpp's ``common_speculative_are_compatible`` rule
+before either model decodes anything.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._errors import SpeculativeError
+
+log = logging.getLogger("llama_cpp.speculative")
+
+VOCAB_MAX_SIZE_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+VOCAB_CHECK_START_TOKEN_ID = 5   # token texts are compared from this id on
+_TOP_K = 10
+
+
+def _text(value: Any) -> bytes:
+    if isinstance(value, int):
+        return ctypes.string_at(value) if value else b""
+    return value or b""
+
+
+def check_vocab_compatible(target: Any, draft: Any, draft_path: str = "the draft model") -> None:
+    """Raise :class:`SpeculativeError` unless ``draft`` can draft for ``target`` (two LlamaModels)."""
+    C = target._C
+    vt, vd = target.vocab, draft.vocab
+    tt, td = int(C.llama_vocab_type(vt)), int(C.llama_vocab_type(vd))
+    if tt != td:
+        raise SpeculativeError(f"{draft_path} has vocabulary type {td}, the target {tt}: a draft model must use "
+                               "the target's tokenizer")
+    for what, add_fn, id_fn in (("BOS", "llama_vocab_get_add_bos", "llama_vocab_bos"),
+                                ("EOS", "llama_vocab_get_add_eos", "llama_vocab_eos")):
+        at, ad = bool(getattr(C, add_fn)(vt)), bool(getattr(C, add_fn)(vd))
+        it, id_ = int(getattr(C, id_fn)(vt)), int(getattr(C, id_fn)(vd))
+        if at != ad or (at and it != id_):
+            raise SpeculativeError(
+                f"{draft_path} handles the {what} token differently from the target (adds it: {ad} vs {at}; "
+                f"id {id_} vs {it}): a draft model must share the target's special tokens")
+    nt, nd = target.n_vocab, draft.n_vocab
+    if abs(nt - nd) > VOCAB_MAX_SIZE_DIFFERENCE:
+        raise SpeculativeError(
+            f"{draft_path} has {nd} tokens, the target {nt}: vocabularies may differ by at most "
+            f"{VOCAB_MAX_SIZE_DIFFERENCE} tokens (llama.cpp's limit); use a draft from the target's model family")
+    get = C.llama_vocab_get_text
+    for i in range(VOCAB_CHECK_START_TOKEN_ID, min(nt, nd)):
+        a, b = _text(get(vt, i)), _text(get(vd, i))
+        if a != b:
+            sa, sb = a.decode("utf-8", "replace"), b.decode("utf-8", "replace")
+            raise SpeculativeError(
+                f"token {i} is {sb!r} in {draft_path} but {sa!r} in the target: a draft model must use the "
+                "target's vocabulary")
+
+
+def load_draft_model(target: Any, path: str | os.PathLike[str], **model_kwargs: Any) -> Any:
+    """Load ``path`` as a draft for ``target``: its vocabulary is checked on a vocab-only load first."""
+    from ._internals import LlamaModel
+
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise SpeculativeError(f"draft_model_path {p!r} is not a file: give the path of a GGUF draft model")
+    with LlamaModel(p, vocab_only=True) as vocab:
+        check_vocab_compatible(target, vocab, p)
+    return LlamaModel(p, **model_kwargs)
+
+
+class DraftModel:
+    """The ``draft-simple`` drafter over its own model and context (owned by it)."""
+
+    takes_limit = True  # draft() takes the step's token budget
+
+    def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
+                 n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0) -> None:
+        from ._internals import LlamaBatch, LlamaContext
+
+        self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
+        self.model = self.ctx = self._batch = None
+        self.model = load_draft_model(target_model, path, n_gpu_layers=n_gpu_layers)
+        try:
+            params = dict(ctx_params)
+            params.update(n_ctx=target_ctx.n_ctx(), n_batch=target_ctx.n_batch(), n_ubatch=target_ctx.n_ubatch(),
+                          n_seq_max=1, n_rs_seq=self.n_max, embeddings=False)
+            params.pop("ctx_type", None)
+            self.ctx = LlamaContext(self.model, **params)
+            self._batch = LlamaBatch(self.ctx.n_batch(), 0, 1)
+        except BaseException:
+            self.close()
+            raise
+        self.n_vocab_target = int(target_model.n_vocab)
+        self._topk = min(_TOP_K, self.model.n_vocab)
+        self._kv: list[int] = []  # tokens in the draft memory, positions 0..len-1
+
+    def close(self) -> None:
+        for name in ("_batch", "ctx", "model"):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.close()
+                setattr(self, name, None)
+
+    def reset(self) -> None:
+        if self.ctx is not None:
+            self.ctx.memory_clear(True)
+        self._kv = []
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def accept(self, n_accepted: int) -> None:
+        pass
+
+    def _sync(self, prompt: Sequence[int]) -> int:
+        """Make the draft memory a prefix of ``prompt``; return its length."""
+        kv = self._kv
+        lim = min(len(kv), len(prompt))
+        L = next((i for i in range(lim) if kv[i] != prompt[i]), lim)
+        if L < len(kv):
+            if L > 0 and self.ctx.seq_rm(0, L, -1):
+                del kv[L:]
+            else:
+                self.ctx.memory_clear(True)
+                kv.clear()
+                L = 0
+        return L
+
+    def _decode(self, tokens: Sequence[int], pos0: int) -> None:
+        """Decode ``tokens`` at ``pos0..``; the last one is an output."""
+        b, ctx, nb = self._batch, self.ctx, self.ctx.n_batch()
+        for s in range(0, len(tokens), nb):
+            chunk = tokens[s:s + nb]
+            b.clear()
+            b.add_sequence(np.asarray(chunk, dtype=np.int32), 0, pos0 + s,
+                           logits="last" if s + nb >= len(tokens) else False)
+            ctx.decode(b)
+            self._kv.extend(int(t) for t in chunk)
+
+    def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
+        k_max = self.n_max if n_max is None else min(self.n_max, int(n_max))
+        if k_max <= 0:
+            return []
+        L = self._sync(prompt)
+        self._decode(list(prompt[L:]) + [int(id_last)], L)
+        out: list[int] = []
+        ctx, k = self.ctx, self._topk
+        while True:
+            logits = ctx.logits_ith(-1)
+            best = int(np.argmax(logits))
+            if self.p_min > 0.0:
+                top = np.partition(logits, -k)[-k:] if k < logits.shape[0] else logits
+                p = 1.0 / float(np.exp(top.astype(np.float64) - float(logits[best])).sum())
+                if p < self.p_min:
+                    break
+            if best >= self.n_vocab_target:
+                break  # a token the target does not have (vocabularies may differ in size)
+            out.append(best)
+            if len(out) >= k_max:
+                break
+            self._decode([best], len(self._kv))
+        if len(out) < self.n_min:
+            return []
+        return out
+
+
+__all__ = ["DraftModel", "check_vocab_compatible", "load_draft_model"]

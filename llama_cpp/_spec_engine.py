@@ -1,0 +1,348 @@
+"""The verify loop for drafters that need nothing from the target but its tokens.
+
+:class:`DraftDecoder` runs the n-gram types and ``draft-simple`` (and any list of them, as
+llama.cpp's ``common_speculative`` does: the drafters are asked in llama.cpp's priority order
+and the first non-empty draft is verified). One step, like ``llama-speculative-simple``:
+
+- ask the drafters for up to ``k`` tokens after the history and the pending token ``id_last``;
+- decode ``[id_last, d_0..d_{k-1}]`` on the target as one batch, every row an output;
+- draw each emitted token with the caller's target sampler from its row and accept draft token
+  ``j`` iff it equals the token drawn at row ``j`` (*sample and match*: the output is exactly
+  plain decoding's, greedy or seeded);
+- remove the rejected positions from the target's memory, or, where it cannot (recurrent state
+  with fewer ``n_rs_seq`` snapshots than the rejected suffix), restore the sequence checkpoint
+  taken before the verify and replay the kept tokens.
+
+The decoder offers the interface ``Llama`` drives (``prefill``, ``generate``, ``reset``,
+``invalidate``, ``kv_tokens``, ``save_state``/``load_state``, ``close``, ``stats``), the same as
+:class:`~llama_cpp.speculative.MTPDecoder`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._errors import ContextOverflowError, SpeculativeError
+from ._spec_stats import SpeculativeStats
+from .llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+
+log = logging.getLogger("llama_cpp.speculative")
+
+_NO_LIMIT = 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftState:
+    """A snapshot of a :class:`DraftDecoder`: the target's sequence state and the pending token."""
+
+    target: bytes
+    kv_tokens: tuple[int, ...]
+    id_last: int | None
+
+
+class DraftDecoder:
+    """Speculative decoding with token-level drafters over one sequence of one target context.
+
+    ``drafters`` are objects with ``n_max``, ``begin(prompt)``, ``draft(prompt, id_last)``,
+    ``accept(n_accepted)``, ``reset()`` and optionally ``rewind(n_keep)`` and ``close()`` (see
+    :mod:`llama_cpp._spec_ngram` and :mod:`llama_cpp._spec_draft`). The decoder owns them.
+    """
+
+    def __init__(self, model: Any, target: Any, config: Any, drafters: Sequence[Any], *,
+                 owns_target: bool = False) -> None:
+        from ._internals import LlamaBatch
+
+        self._target = None
+        self._drafters = list(drafters)
+        self._batch = None
+        if not self._drafters:
+            raise SpeculativeError("no drafter for this speculative configuration")
+        if target.n_seq_max() != 1:
+            self.close()
+            raise SpeculativeError("the target context must have n_seq_max=1")
+        self.config = config
+        self.model = model
+        self._target = target
+        self._owns_target = owns_target
+        self._C = model._C
+        self._batch = LlamaBatch(target.n_batch(), 0, 1)
+        self.n_ctx = target.n_ctx()
+        self.n_batch = target.n_batch()
+        self.n_vocab = int(model.n_vocab)
+        # one verify batch must fit one micro-batch (a recurrent rollback spans one decode)
+        self.n_max = min(max(int(d.n_max) for d in self._drafters), target.n_ubatch() - 1)
+        if model.is_recurrent() or model.is_hybrid():
+            self.rollback_capacity = int(self._C.llama_n_rs_seq(target.ptr))
+        else:
+            self.rollback_capacity = _NO_LIMIT
+        self.stats = SpeculativeStats()
+        self._reset_state()
+
+    # -- lifetime ---------------------------------------------------------------------------
+    @property
+    def target(self) -> Any:
+        return self._target
+
+    @property
+    def drafters(self) -> list[Any]:
+        return list(self._drafters)
+
+    def close(self) -> None:
+        """Free the drafters' resources (and the target context if this decoder created it)."""
+        for d in self._drafters:
+            close = getattr(d, "close", None)
+            if close is not None:
+                close()
+        self._drafters = []
+        if self._batch is not None:
+            self._batch.close()
+            self._batch = None
+        if self._target is not None and self._owns_target:
+            self._target.close()
+        self._target = None
+
+    def __enter__(self) -> DraftDecoder:  # noqa: PYI034 (typing.Self needs 3.11)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _live(self) -> Any:
+        if self._target is None:
+            from ._errors import ClosedError
+
+            raise ClosedError("this speculative decoder is closed; create a new one")
+        return self._target
+
+    def _reset_state(self) -> None:
+        self._kv: list[int] = []          # tokens in the target memory
+        self._id_last: int | None = None  # the pending token, not yet decoded
+        self._seen = 0                    # history length the drafters were told about
+        self._dirty = False
+
+    def reset(self) -> None:
+        """Forget the history (target memory and the drafters' tables)."""
+        tgt = self._live()
+        tgt.memory_clear(True)
+        for d in self._drafters:
+            d.reset()
+        self._reset_state()
+
+    def invalidate(self) -> None:
+        """Someone else decoded into the target context: the next :meth:`prefill` starts over."""
+        self._dirty = True
+
+    @property
+    def kv_tokens(self) -> list[int]:
+        return list(self._kv)
+
+    @property
+    def history(self) -> list[int]:
+        return self._kv + ([self._id_last] if self._id_last is not None else [])
+
+    @property
+    def n_past(self) -> int:
+        return len(self._kv)
+
+    # -- target ---------------------------------------------------------------------------------
+    def _decode(self, tokens: Sequence[int], pos0: int, outputs: bool) -> None:
+        b, tgt, nb = self._batch, self._target, self.n_batch
+        n = len(tokens)
+        for s in range(0, n, nb):
+            b.clear()
+            b.add_sequence(np.asarray(tokens[s:s + nb], dtype=np.int32), 0, pos0 + s, logits=outputs)
+            tgt.decode(b)
+
+    def _tell_drafters(self, old: Sequence[int], new: Sequence[int]) -> None:
+        """The history is now ``new`` (it was ``old``): drafters forget what no longer holds."""
+        lim = min(len(old), len(new))
+        L = next((i for i in range(lim) if old[i] != new[i]), lim)
+        if L < len(old):
+            for d in self._drafters:
+                rewind = getattr(d, "rewind", None)
+                if rewind is not None:
+                    rewind(L)
+        for d in self._drafters:
+            d.begin(new)
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Make the sequence ``tokens``: all but the last are evaluated, the last is pending."""
+        tgt = self._live()
+        toks = [int(t) for t in tokens]
+        if not toks:
+            raise ValueError("prefill needs at least one token")
+        self.model.check_tokens(toks, "prompt token")
+        if len(toks) > self.n_ctx:
+            raise ContextOverflowError(
+                f"{len(toks)} tokens exceed n_ctx={self.n_ctx}: shorten the input or raise n_ctx")
+        t0 = time.perf_counter()
+        old_hist = self.history
+        if self._dirty:
+            tgt.memory_clear(True)
+            self._kv = []
+            self._dirty = False
+        body = toks[:-1]
+        kv = self._kv
+        lim = min(len(kv), len(body))
+        L = next((i for i in range(lim) if kv[i] != body[i]), lim)
+        if L < len(kv):
+            if L > 0 and tgt.seq_rm(0, L, -1):
+                del kv[L:]
+            else:
+                tgt.memory_clear(True)
+                kv.clear()
+        rest = body[len(kv):]
+        if rest:
+            self._decode(rest, len(kv), outputs=False)
+            kv.extend(rest)
+        self._id_last = toks[-1]
+        self._tell_drafters(old_hist, body)
+        self.stats.prefill_tokens += len(rest)
+        self.stats.t_prefill += time.perf_counter() - t0
+
+    # -- generation -------------------------------------------------------------------------
+    def _sample_fn(self, sampler: Any) -> Callable[[int], int]:
+        tgt = self._target
+        if callable(getattr(sampler, "sample", None)):
+            C, chain, ctx_ptr = self._C, sampler.ptr, tgt.ptr
+            return lambda i: int(C.llama_sampler_sample(chain, ctx_ptr, i))
+        if callable(sampler):
+            return lambda i: int(sampler(tgt, i))
+        raise TypeError("sampler must be a LlamaSampler or a callable (context, batch_index) -> token")
+
+    def _propose(self, k_max: int) -> tuple[list[int], Any]:
+        kv, id_last = self._kv, self._id_last
+        for d in self._drafters:
+            toks = d.draft(kv, id_last, k_max) if getattr(d, "takes_limit", False) else d.draft(kv, id_last)
+            if toks:
+                toks = [int(t) for t in toks[:k_max]]
+                for j, t in enumerate(toks):
+                    if not 0 <= t < self.n_vocab:
+                        del toks[j:]
+                        break
+                return toks, d
+        return [], None
+
+    def generate(self, sampler: Any, max_tokens: int) -> Iterator[int]:
+        """Yield up to ``max_tokens`` tokens; stops after an end-of-generation token (yielded).
+
+        ``sampler`` is the target sampler chain (a ``LlamaSampler``) or a callable
+        ``(target_context, batch_index) -> token`` that samples and accepts one token from that
+        output row; it is called once per emitted token, in order.
+        """
+        tgt = self._live()
+        if self._id_last is None or self._dirty:
+            raise SpeculativeError("call prefill(tokens) before generate(): the decoder has no (valid) history")
+        max_tokens = int(max_tokens)
+        sample = self._sample_fn(sampler)
+        st = self.stats
+        is_eog = self.model.is_eog
+        clock = time.perf_counter
+        produced = 0
+        t_start: float | None = clock()
+        try:
+            while produced < max_tokens:
+                P = len(self._kv)
+                room = self.n_ctx - 1 - P
+                if room < 0:
+                    return
+                k_max = min(self.n_max, room, max_tokens - produced - 1)
+                t0 = clock()
+                draft, src = self._propose(k_max) if k_max > 0 else ([], None)
+                k = len(draft)
+                t1 = clock()
+                st.t_draft += t1 - t0
+
+                ckpt = None
+                if k > self.rollback_capacity:
+                    ckpt = tgt.state_seq_get(0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+                    st.checkpoints += 1
+                id_last = self._id_last
+                self._decode([id_last] + draft, P, outputs=True)
+                st.steps += 1
+                out: list[int] = []
+                n_acc = 0
+                for i in range(k + 1):
+                    t = sample(i)
+                    out.append(t)
+                    if i < k and t == draft[i]:
+                        n_acc += 1
+                        if is_eog(t):
+                            break
+                        continue
+                    break
+                t2 = clock()
+                st.t_verify += t2 - t1
+                st._count_draft(k, n_acc)
+
+                n_keep = len(out)  # the memory keeps [id_last] + out[:-1] at P..P+n_keep-1
+                if n_keep < k + 1:
+                    if ckpt is not None:
+                        tgt.state_seq_set(ckpt, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+                        if not tgt.seq_rm(0, P, -1):
+                            raise SpeculativeError("could not clear the verify batch after restoring a checkpoint")
+                        self._decode([id_last] + out[:-1], P, outputs=False)
+                        st.rollbacks_checkpoint += 1
+                        st.replayed_tokens += n_keep
+                    elif tgt.seq_rm(0, P + n_keep, -1):
+                        st.rollbacks_partial += 1
+                    else:
+                        raise SpeculativeError(
+                            f"the target memory refused to roll back {k + 1 - n_keep} positions and no checkpoint "
+                            "was taken (n_rs_seq too small for this model)")
+                if src is not None:
+                    src.accept(n_acc)
+                self._kv.append(id_last)
+                self._kv.extend(out[:-1])
+                self._id_last = out[-1]
+                st.t_rollback += clock() - t2
+
+                produced += n_keep
+                st.generated += n_keep
+                st.t_generate += clock() - t_start
+                t_start = None
+                for t in out:
+                    yield t
+                t_start = clock()
+                if is_eog(out[-1]):
+                    return
+        except GeneratorExit:
+            raise
+        except BaseException:
+            self._dirty = True
+            raise
+        finally:
+            if t_start is not None:
+                st.t_generate += clock() - t_start
+
+    # -- state ----------------------------------------------------------------------------------
+    def save_state(self) -> DraftState:
+        tgt = self._live()
+        if self._dirty:
+            raise SpeculativeError("the target context was changed outside the decoder: prefill() first")
+        return DraftState(target=tgt.state_seq_get(0), kv_tokens=tuple(self._kv), id_last=self._id_last)
+
+    def load_state(self, state: DraftState) -> None:
+        tgt = self._live()
+        if not isinstance(state, DraftState):
+            raise TypeError(f"expected a DraftState, got {type(state).__name__}")
+        if len(state.kv_tokens) >= self.n_ctx:
+            raise ContextOverflowError(f"the state holds {len(state.kv_tokens)} tokens; n_ctx is {self.n_ctx}")
+        self.model.check_tokens(list(state.kv_tokens), "state token")
+        old = self.history
+        tgt.memory_clear(True)
+        self._reset_state()
+        if state.kv_tokens:
+            tgt.state_seq_set(state.target, 0)
+        self._kv = list(state.kv_tokens)
+        self._id_last = state.id_last
+        self._tell_drafters(old, self._kv)
+
+
+__all__ = ["DraftDecoder", "DraftState"]

@@ -1,0 +1,88 @@
+"""Every n-gram type, draft-simple and their combinations: the same tokens as plain decoding,
+greedy and seeded, on pure-attention and hybrid (recurrent + attention) targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import TARGETS
+from .util import N_GEN, NGRAM_TYPES, PROMPTS, config, dist_sampler, plain_generate, spec_generate
+
+DRAFTS = (1, 3, 8)
+
+
+@pytest.fixture(scope="module")
+def references(targets) -> dict:
+    out = {}
+    for name, m in targets.items():
+        for p in PROMPTS:
+            toks = m.tokenize(p.encode(), add_special=True)
+            out[name, p] = (toks, plain_generate(m, toks, N_GEN))
+    return out
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("spec_type", NGRAM_TYPES)
+@pytest.mark.parametrize("m", DRAFTS)
+def test_ngram_greedy_equals_plain(targets, references, target, spec_type, m):
+    model = targets[target]
+    for p in PROMPTS:
+        prompt, ref = references[target, p]
+        got, st = spec_generate(model, prompt, N_GEN, config(spec_type, m))
+        assert got == ref, (target, spec_type, m, p)
+        assert st.generated == len(ref) and 0 <= st.accepted <= st.drafted
+        assert len(st.drafted_at) <= m
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("form", ("echo", "noisy", "constant"))
+@pytest.mark.parametrize("n", DRAFTS)
+def test_draft_model_greedy_equals_plain(targets, references, draft_path, target, form, n):
+    model = targets[target]
+    cfg = config("draft-simple", draft_model_path=str(draft_path(form)), draft_n_max=n)
+    for p in PROMPTS:
+        prompt, ref = references[target, p]
+        got, st = spec_generate(model, prompt, N_GEN, cfg)
+        assert got == ref, (target, form, n, p)
+        assert len(st.drafted_at) <= n
+
+
+@pytest.mark.parametrize("target", ("bpe", "echo"))
+@pytest.mark.parametrize("types", (["ngram-simple", "ngram-mod"], "ngram-map-k4v,ngram-cache",
+                                   ["ngram-cache", "draft-simple"], NGRAM_TYPES))
+def test_combined_types_equal_plain(targets, references, draft_path, target, types):
+    model = targets[target]
+    cfg = config(types, 4, draft_model_path=str(draft_path("noisy")))
+    for p in PROMPTS:
+        prompt, ref = references[target, p]
+        got, _ = spec_generate(model, prompt, N_GEN, cfg)
+        assert got == ref, (target, types, p)
+
+
+@pytest.mark.parametrize("target", ("echo", "random"))
+@pytest.mark.parametrize("n_rs_seq", (0, 1))
+def test_checkpoint_rollback_on_hybrid_target(targets, references, draft_path, target, n_rs_seq):
+    """Fewer recurrent snapshots than the draft: rejections restore a checkpoint and replay."""
+    model = targets[target]
+    for cfg in (config("ngram-simple", 8, n_rs_seq=n_rs_seq),
+                config("draft-simple", draft_model_path=str(draft_path("noisy")), draft_n_max=4, n_rs_seq=n_rs_seq)):
+        for p in PROMPTS:
+            prompt, ref = references[target, p]
+            got, st = spec_generate(model, prompt, N_GEN, cfg)
+            assert got == ref, (target, n_rs_seq, cfg.spec_type, p)
+            assert st.rollbacks_checkpoint <= st.checkpoints
+            if n_rs_seq == 0:
+                assert st.rollbacks_partial == 0
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("spec_type", NGRAM_TYPES + ("draft-simple",))
+def test_seeded_sampling_equals_plain(targets, draft_path, target, spec_type):
+    """Sample and match: one target draw per emitted token, so the same seed gives the same tokens."""
+    model = targets[target]
+    prompt = model.tokenize(PROMPTS[1].encode(), add_special=True)
+    cfg = config(spec_type, 4, draft_model_path=str(draft_path("echo")))
+    for seed in (1, 7):
+        ref = plain_generate(model, prompt, N_GEN, dist_sampler(seed))
+        got, _ = spec_generate(model, prompt, N_GEN, cfg, dist_sampler(seed))
+        assert got == ref, (target, spec_type, seed)
