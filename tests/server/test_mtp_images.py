@@ -1,0 +1,102 @@
+"""MTP speculative decoding and image chat served one request at a time (the serial engine)."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+
+import httpx
+import pytest
+
+from build_tools.fixtures import fixture_path
+from llama_cpp import Llama
+from llama_cpp.mtmd_chat import MTMDChatHandler
+
+from .conftest import THREADS
+
+MTP_CTX = {"n_ctx": 256, "n_batch": 64, "n_ubatch": 64}
+
+
+@pytest.fixture(scope="module")
+def mtp_server(start_server):
+    path = str(fixture_path("qwen35_mtp", form="noisy"))
+    return start_server([{"model": path, "model_alias": "mtp", "spec_type": "draft-mtp", "draft_n_max": 3,
+                          **MTP_CTX},
+                         {"model": path, "model_alias": "plain", "n_parallel": 2, **MTP_CTX}])
+
+
+@pytest.mark.parametrize("prompt", ["Hello world, this is a test", "The quick brown fox"])
+def test_mtp_greedy_equals_plain(mtp_server, prompt):
+    c = mtp_server.client()
+    plain = c.completions.create(model="plain", prompt=prompt, max_tokens=32, temperature=0)
+    mtp = c.completions.create(model="mtp", prompt=prompt, max_tokens=32, temperature=0)
+    assert mtp.choices[0].text == plain.choices[0].text
+    assert mtp.usage.completion_tokens == plain.usage.completion_tokens == 32
+    spec = mtp.model_dump()["usage"]["speculative"]
+    assert spec["drafted"] > 0 and 0 <= spec["accepted"] <= spec["drafted"]
+    assert "speculative" not in plain.model_dump()["usage"]
+    stream = list(c.completions.create(model="mtp", prompt=prompt, max_tokens=32, temperature=0, stream=True))
+    assert "".join(ch.choices[0].text for ch in stream) == plain.choices[0].text
+    assert stream[-1].model_dump()["usage"]["speculative"]["drafted"] > 0
+    h = httpx.get(mtp_server.url + "/health").json()["models"]
+    assert h["mtp"]["engine"] == "serial" and h["plain"]["engine"] == "slots"
+
+
+def _image_messages(url: str) -> list[dict]:
+    return [{"role": "user", "content": [{"type": "text", "text": "what is in the picture?"},
+                                         {"type": "image_url", "image_url": {"url": url}}]}]
+
+
+@pytest.fixture(scope="module")
+def media_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("allowed")
+    shutil.copy(fixture_path("png"), d / "pic.png")
+    return d
+
+
+@pytest.fixture(scope="module")
+def image_server(start_server, spm_path, media_dir):
+    return start_server([{"model": str(spm_path), "model_alias": "vision", "n_ctx": 512,
+                          "clip_model_path": str(fixture_path("mmproj_vision")), "media_dirs": [str(media_dir)]}])
+
+
+def test_image_chat_equals_the_handler(image_server, spm_path):
+    png = fixture_path("png").read_bytes()
+    msgs = _image_messages("data:image/png;base64," + base64.b64encode(png).decode())
+    r = image_server.client().chat.completions.create(model="vision", messages=msgs, max_tokens=8, temperature=0)
+    handler = MTMDChatHandler(fixture_path("mmproj_vision"), n_threads=1)
+    with Llama(spm_path, n_ctx=512, chat_handler=handler, verbose=False, **THREADS) as ref_llm:
+        ref = ref_llm.create_chat_completion(msgs, max_tokens=8, temperature=0, repeat_penalty=1.1)
+    handler.close()
+    assert r.choices[0].message.content == ref["choices"][0]["message"]["content"]
+    assert r.usage.prompt_tokens == ref["usage"]["prompt_tokens"] > 16  # the image's 16 tokens are in it
+    chunks = list(image_server.client().chat.completions.create(model="vision", messages=msgs, max_tokens=8,
+                                                                temperature=0, stream=True))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == r.choices[0].message.content
+
+
+def test_image_from_the_allowed_directory(image_server, media_dir):
+    r = image_server.client().chat.completions.create(
+        model="vision", messages=_image_messages(str(media_dir / "pic.png")), max_tokens=4, temperature=0)
+    assert r.usage.completion_tokens == 4
+
+
+@pytest.mark.parametrize("url, words", [
+    ("http://127.0.0.1:1/pic.png", "remote URLs are not fetched"),
+    ("https://example.com/pic.png", "remote URLs are not fetched"),
+    ("/etc/passwd", "inside the allowed media directories"),
+])
+def test_refused_image_urls(image_server, media_dir, url, words):
+    r = httpx.post(image_server.url + "/v1/chat/completions", timeout=60,
+                   json={"model": "vision", "messages": _image_messages(url), "max_tokens": 4})
+    assert r.status_code == 400, r.text
+    assert words in r.json()["error"]["message"]
+
+
+def test_path_escaping_the_allowed_directory(image_server, media_dir):
+    outside = media_dir.parent / "outside.png"
+    shutil.copy(fixture_path("png"), outside)
+    for url in (str(outside), str(media_dir / ".." / "outside.png"), "file://" + str(outside)):
+        r = httpx.post(image_server.url + "/v1/chat/completions", timeout=60,
+                       json={"model": "vision", "messages": _image_messages(url), "max_tokens": 4})
+        assert r.status_code == 400 and "inside the allowed media directories" in r.json()["error"]["message"], (url, r.text)
