@@ -2,222 +2,244 @@
 
 A GGUF model usually carries its Hugging Face chat template (``tokenizer.chat_template``). It is
 rendered with :class:`jinja2.sandbox.ImmutableSandboxedEnvironment` and the helpers HF templates
-expect (``raise_exception``, ``strftime_now``, a ``tojson`` filter that keeps non-ASCII text).
-Template files come from model authors and are untrusted: the sandbox refuses attribute access
-to internals (``__class__``, ``__globals__`` …) and mutation of inputs, and any such attempt, any
-syntax error and any ``raise_exception`` call surfaces as :class:`~llama_cpp.TemplateError`.
+expect (``raise_exception``, ``strftime_now``, a ``tojson`` filter that keeps non-ASCII text, the
+``{% generation %}`` tag). Template files come from model authors and are untrusted: the sandbox
+refuses attribute access to internals (``__class__``, ``__globals__`` …) and mutation of inputs,
+and any such attempt, any syntax error and any ``raise_exception`` call surfaces as
+:class:`~llama_cpp.TemplateError` (a ValueError, as upstream raises).
 
-Named formats (``chatml``, ``llama-2``, ``llama-3``, ``gemma``, ``mistral-instruct``, ``phi-3``,
-``alpaca``, ``vicuna``, ``zephyr``) are small templates rendered the same way.
+The rest is llama-cpp-python 0.3.36's surface: the handler registry
+(:func:`register_chat_completion_handler`, :func:`get_chat_completion_handler`,
+:func:`register_chat_format`), every named format as a ``format_*`` function with upstream's exact
+prompts (:mod:`llama_cpp._chat_formats`), ``chatml-function-calling`` and ``functionary*``
+(:mod:`llama_cpp._chat_formats_tools`), :func:`hf_tokenizer_config_to_chat_formatter`,
+:func:`hf_autotokenizer_to_chat_formatter` (needs ``transformers``), and the vision handler
+classes (``Llava15ChatHandler`` …, :mod:`llama_cpp._vision_handlers`), loaded on first use.
+
+:func:`get_chat_formatter` / :func:`model_chat_formatter` serve ``Llama(chat_format=...)``: the
+names ``chatml``, ``llama-2``, ``llama-3``, ``gemma``, ``mistral-instruct``, ``phi-3``, ``alpaca``,
+``vicuna`` and ``zephyr`` are this package's templates (they render image and text parts and use
+the model's BOS/EOS text); every other upstream name uses upstream's format function.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import json
-from collections.abc import Sequence
 from typing import Any
 
-import jinja2
-from jinja2.exceptions import SecurityError
-
+from . import _chat_formats as _formats
+from ._chat_formats_base import (
+    _FORMATTERS,
+    ChatFormatter,
+    ChatFormatterResponse,
+    Jinja2ChatFormatter,
+    LlamaChatCompletionHandler,
+    LlamaChatCompletionHandlerNotFoundException,
+    LlamaChatCompletionHandlerRegistry,
+    NamedChatFormatter,
+    chat_format_names,
+    chat_formatter_to_chat_completion_handler,
+    chat_handler_for_format,
+    get_chat_completion_handler,
+    get_chat_formatter,
+    make_environment,
+    make_strict_environment,
+    model_chat_formatter,
+    register_chat_completion_handler,
+    register_chat_format,
+    validate_messages,
+)
 from ._errors import TemplateError
-from ._template_budget import DEFAULT_LIMITS, BudgetedSandbox, RenderLimits
+
+# the templates llama-cpp-python recognises in GGUF metadata (guess_chat_format_from_gguf_metadata)
+CHATML_CHAT_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
+                        "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+                        "{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML_BOS_TOKEN = "<s>"
+CHATML_EOS_TOKEN = "<|im_end|>"
+_MISTRAL_HEAD = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+                 "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+                 "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}"
+                 "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}")
+_MISTRAL_TAIL = ("{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}"
+                 "{% endfor %}")
+MISTRAL_INSTRUCT_CHAT_TEMPLATE = _MISTRAL_HEAD + "{{ message['content'] + eos_token + ' ' }}" + _MISTRAL_TAIL
+MISTRAL_INSTRUCT_BOS_TOKEN = "<s>"
+MISTRAL_INSTRUCT_EOS_TOKEN = "</s>"
+MIXTRAL_INSTRUCT_CHAT_TEMPLATE = _MISTRAL_HEAD + "{{ message['content'] + eos_token}}" + _MISTRAL_TAIL
+LLAMA3_INSTRUCT_CHAT_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    "{% endif %}")
 
 
-@dataclasses.dataclass
-class ChatFormatterResponse:
-    """A rendered prompt, the stop strings of the format, and whether it already holds BOS."""
+def _register_builtins() -> None:
+    from . import _chat_formats_tools as tools
 
-    prompt: str
-    stop: list[str] = dataclasses.field(default_factory=list)
-    added_special: bool = True
-
-
-def _raise_exception(message: str) -> None:
-    raise TemplateError(f"the chat template refused the conversation: {message}")
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.datetime.now().strftime(fmt)
+    reg = LlamaChatCompletionHandlerRegistry()
+    _FORMATTERS.update(_formats.FORMATS)
+    for name, fn in _formats.FORMATS.items():
+        reg.register_chat_completion_handler(name, chat_formatter_to_chat_completion_handler(fn), overwrite=True)
+    reg.register_chat_completion_handler("functionary", tools.functionary_chat_handler, overwrite=True)
+    reg.register_chat_completion_handler("functionary-v1", tools.functionary_v1_v2_chat_handler, overwrite=True)
+    reg.register_chat_completion_handler("functionary-v2", tools.functionary_v1_v2_chat_handler, overwrite=True)
+    reg.register_chat_completion_handler("chatml-function-calling", tools.chatml_function_calling, overwrite=True)
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: Any = None, sort_keys: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-class _StrictSandbox(BudgetedSandbox):
-    """Refuse unsafe attribute access at once (the default renders it as an empty Undefined)."""
-
-    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
-        raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__} object is unsafe")
-
-
-def make_environment() -> _StrictSandbox:
-    """The sandboxed Jinja environment every chat template is rendered in."""
-    env = _StrictSandbox(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"],
-        undefined=jinja2.Undefined, autoescape=False,
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env
-
-
-class Jinja2ChatFormatter:
-    """Render a Hugging Face-style chat template (compatible with llama-cpp-python's class)."""
-
-    def __init__(self, template: str, eos_token: str = "", bos_token: str = "",
-                 add_generation_prompt: bool = True, stop_token_ids: Sequence[int] | None = None,
-                 stop: Sequence[str] | None = None, added_special: bool = True,
-                 limits: RenderLimits = DEFAULT_LIMITS) -> None:
-        self.template = template
-        self.eos_token = eos_token
-        self.bos_token = bos_token
-        self.add_generation_prompt = add_generation_prompt
-        self.stop_token_ids = set(stop_token_ids or ())
-        self.stop = list(stop) if stop is not None else ([eos_token] if eos_token else [])
-        self.added_special = added_special
-        self.limits = limits
-        self._environment = make_environment()
-        try:
-            self._compiled = self._environment.from_string(template)
-        except jinja2.TemplateSyntaxError as exc:
-            raise TemplateError(f"the chat template does not parse (line {exc.lineno}): {exc.message}") from exc
-
-    def render(self, messages: Sequence[dict[str, Any]], *, tools: Any = None, functions: Any = None,
-               add_generation_prompt: bool | None = None, **extra: Any) -> str:
-        agp = self.add_generation_prompt if add_generation_prompt is None else add_generation_prompt
-        try:
-            return self._environment.render_bounded(
-                self._compiled, self.limits, messages=[dict(m) for m in messages], eos_token=self.eos_token, bos_token=self.bos_token,
-                add_generation_prompt=agp, tools=tools, functions=functions, **extra,
-            )
-        except TemplateError:
-            raise
-        except SecurityError as exc:
-            raise TemplateError(f"the chat template tried to leave its sandbox: {exc}") from exc
-        except jinja2.TemplateError as exc:
-            raise TemplateError(f"the chat template failed to render: {exc}") from exc
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError,
-                RecursionError, OverflowError) as exc:
-            raise TemplateError(f"the chat template failed to render: {type(exc).__name__}: {exc}") from exc
-
-    def __call__(self, *, messages: Sequence[dict[str, Any]], tools: Any = None, functions: Any = None,
-                 **kwargs: Any) -> ChatFormatterResponse:
-        prompt = self.render(messages, tools=tools, functions=functions, **kwargs)
-        return ChatFormatterResponse(prompt=prompt, stop=list(self.stop), added_special=self.added_special)
-
-
-def validate_messages(messages: Any) -> list[dict[str, Any]]:
-    """Check the OpenAI message shape before any template sees it."""
-    if not isinstance(messages, (list, tuple)):
-        raise TypeError("messages must be a list of {'role': ..., 'content': ...} dicts")
-    if not messages:
-        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict):
-            raise TypeError(f"messages[{i}] must be a dict, got {type(m).__name__}")
-        role = m.get("role")
-        if not isinstance(role, str) or not role:
-            raise ValueError(f"messages[{i}] has no 'role' string")
-        content = m.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise ValueError(f"messages[{i}]['content'] must be a string, a list of parts or None")
-        out.append(dict(m))
-    return out
+_register_builtins()
 
 
 # --------------------------------------------------------------------------------------------
-# named formats
+# Hugging Face tokenizer configs
 # --------------------------------------------------------------------------------------------
 
-_TEXT = "{% macro text(c) %}{% if c is string %}{{ c }}{% elif c %}{% for p in c %}{% if p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}{% endif %}{% endmacro %}"
+def hf_tokenizer_config_to_chat_formatter(tokenizer_config: dict[str, Any],
+                                          add_generation_prompt: bool = True) -> ChatFormatter:
+    """A formatter from a ``tokenizer_config.json`` dict (``chat_template``, ``bos_token``, ``eos_token``).
 
-_FORMATS: dict[str, tuple[str, list[str], bool]] = {
-    # name: (template, stop strings, template emits BOS itself)
-    "chatml": (
-        _TEXT + "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ text(m.content) }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
-        ["<|im_end|>"], False),
-    "llama-2": (
-        _TEXT + "{% set ns = namespace(sys='') %}{% for m in messages %}{% if m.role == 'system' %}"
-        "{% set ns.sys = '<<SYS>>\n' + text(m.content) + '\n<</SYS>>\n\n' %}"
-        "{% elif m.role == 'user' %}{{ bos_token }}[INST] {{ ns.sys }}{{ text(m.content) }} [/INST]"
-        "{% set ns.sys = '' %}{% elif m.role == 'assistant' %} {{ text(m.content) }} {{ eos_token }}"
-        "{% endif %}{% endfor %}",
-        [], True),
-    "llama-3": (
-        _TEXT + "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
-        "{{ text(m.content) }}<|eot_id|>{% endfor %}"
-        "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}",
-        ["<|eot_id|>"], True),
-    "gemma": (
-        _TEXT + "{{ bos_token }}{% set ns = namespace(sys='') %}{% for m in messages %}"
-        "{% if m.role == 'system' %}{% set ns.sys = text(m.content) + '\n\n' %}"
-        "{% else %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n"
-        "{% if m.role == 'user' %}{{ ns.sys }}{% set ns.sys = '' %}{% endif %}"
-        "{{ text(m.content) }}<end_of_turn>\n{% endif %}{% endfor %}"
-        "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}",
-        ["<end_of_turn>"], True),
-    "mistral-instruct": (
-        _TEXT + "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ text(m.content) }} [/INST]"
-        "{% elif m.role == 'assistant' %}{{ text(m.content) }}{{ eos_token }}{% elif m.role == 'system' %}"
-        "[INST] {{ text(m.content) }} [/INST]{% endif %}{% endfor %}",
-        [], True),
-    "phi-3": (
-        _TEXT + "{% for m in messages %}<|{{ m.role }}|>\n{{ text(m.content) }}<|end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}",
-        ["<|end|>", "<|endoftext|>"], False),
-    "alpaca": (
-        _TEXT + "{% for m in messages %}{% if m.role == 'system' %}{{ text(m.content) }}\n\n"
-        "{% elif m.role == 'user' %}### Instruction:\n{{ text(m.content) }}\n\n"
-        "{% elif m.role == 'assistant' %}### Response:\n{{ text(m.content) }}\n\n{% endif %}{% endfor %}"
-        "{% if add_generation_prompt %}### Response:\n{% endif %}",
-        ["###"], False),
-    "vicuna": (
-        _TEXT + "{% for m in messages %}{% if m.role == 'system' %}{{ text(m.content) }}\n\n"
-        "{% elif m.role == 'user' %}USER: {{ text(m.content) }}\n{% elif m.role == 'assistant' %}"
-        "ASSISTANT: {{ text(m.content) }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}ASSISTANT: {% endif %}",
-        ["USER:"], False),
-    "zephyr": (
-        _TEXT + "{% for m in messages %}<|{{ m.role }}|>\n{{ text(m.content) }}</s>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}",
-        ["</s>"], False),
-}
+    As in llama-cpp-python, the generation prompt is an empty assistant message appended to the
+    conversation, and the stop strings are the EOS and BOS texts."""
+    if not isinstance(tokenizer_config, dict):
+        raise TypeError("tokenizer_config must be the dict of a tokenizer_config.json")
+    fields = {}
+    for key in ("chat_template", "bos_token", "eos_token"):
+        value = tokenizer_config.get(key)
+        if isinstance(value, dict):  # {"content": "<s>", ...} in some configs
+            value = value.get("content")
+        if not isinstance(value, str):
+            raise ValueError(f"tokenizer_config has no string {key!r}; it is needed to build the chat formatter")
+        fields[key] = value
+    jinja = Jinja2ChatFormatter(fields["chat_template"], eos_token=fields["eos_token"],
+                                bos_token=fields["bos_token"], add_generation_prompt=False)
 
-_ALIASES = {"llama2": "llama-2", "llama3": "llama-3", "mistral": "mistral-instruct", "phi3": "phi-3",
-            "gemma2": "gemma", "gemma3": "gemma"}
+    def format_tokenizer_config(messages: list[Any], **kwargs: Any) -> ChatFormatterResponse:
+        if add_generation_prompt:
+            messages = [*messages, {"role": "assistant", "content": ""}]
+        prompt = jinja.render(messages, **kwargs)
+        return ChatFormatterResponse(prompt=prompt, stop=[fields["eos_token"], fields["bos_token"]],
+                                     added_special=True)
+
+    return format_tokenizer_config
 
 
-def chat_format_names() -> list[str]:
-    return sorted(_FORMATS)
+def hf_tokenizer_config_to_chat_completion_handler(tokenizer_config: dict[str, Any],
+                                                   add_generation_prompt: bool = True) -> LlamaChatCompletionHandler:
+    return chat_formatter_to_chat_completion_handler(
+        hf_tokenizer_config_to_chat_formatter(tokenizer_config, add_generation_prompt=add_generation_prompt))
 
 
-def get_chat_formatter(name: str, *, bos_token: str = "", eos_token: str = "") -> Jinja2ChatFormatter:
-    """A formatter for a named chat format; raises ValueError listing the names on a typo."""
-    key = _ALIASES.get(name, name)
-    if key not in _FORMATS:
-        raise ValueError(f"unknown chat_format {name!r}; choose one of {', '.join(chat_format_names())}")
-    template, stop, emits_bos = _FORMATS[key]
-    return Jinja2ChatFormatter(template, eos_token=eos_token, bos_token=bos_token, stop=stop,
-                               added_special=emits_bos)
+def hf_autotokenizer_to_chat_formatter(pretrained_model_name_or_path: Any) -> ChatFormatter:
+    """A formatter that renders with ``transformers.AutoTokenizer.apply_chat_template``."""
+    try:
+        from transformers import AutoTokenizer  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise ImportError("hf_autotokenizer_to_chat_formatter needs transformers: pip install transformers") from exc
+    tokenizer = AutoTokenizer.from_pretrained(pretrained_model_name_or_path)
+
+    def format_autotokenizer(messages: list[Any], **kwargs: Any) -> ChatFormatterResponse:
+        tokenizer.use_default_system_prompt = False
+        prompt = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+        if not isinstance(prompt, str):
+            raise TemplateError("the tokenizer's apply_chat_template did not return text")
+        return ChatFormatterResponse(prompt=prompt, stop=tokenizer.eos_token, added_special=True)
+
+    return format_autotokenizer
 
 
-def model_chat_formatter(model: Any, *, chat_format: str | None = None,
-                         template: str | None = None) -> Jinja2ChatFormatter | None:
-    """The formatter for a loaded model (a :class:`~llama_cpp._internals.LlamaModel`): the named
-    ``chat_format``, else ``template``, else the model's own template; None when it has none.
-    BOS/EOS are the model's token texts."""
-    bos = model.token_text(model.token_bos()) if model.token_bos() >= 0 else ""
-    eos = model.token_text(model.token_eos()) if model.token_eos() >= 0 else ""
-    if chat_format is not None:
-        return get_chat_formatter(chat_format, bos_token=bos, eos_token=eos)
-    template = template or model.chat_template()
-    if not template:
+def hf_autotokenizer_to_chat_completion_handler(pretrained_model_name_or_path: Any) -> LlamaChatCompletionHandler:
+    return chat_formatter_to_chat_completion_handler(hf_autotokenizer_to_chat_formatter(pretrained_model_name_or_path))
+
+
+def guess_chat_format_from_gguf_metadata(metadata: dict[str, str]) -> str | None:
+    """The named format whose template is exactly the GGUF's ``tokenizer.chat_template``, if any."""
+    template = metadata.get("tokenizer.chat_template")
+    if template is None:
         return None
-    return Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)
+    if template == CHATML_CHAT_TEMPLATE:
+        return "chatml"
+    if template in (MISTRAL_INSTRUCT_CHAT_TEMPLATE, MIXTRAL_INSTRUCT_CHAT_TEMPLATE):
+        return "mistral-instruct"
+    if template == LLAMA3_INSTRUCT_CHAT_TEMPLATE:
+        return "llama-3"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# the format functions and the vision handler classes, under their upstream names
+# --------------------------------------------------------------------------------------------
+
+format_llama2 = _formats.format_llama2
+format_llama3 = _formats.format_llama3
+format_alpaca = _formats.format_alpaca
+format_qwen = _formats.format_qwen
+format_vicuna = _formats.format_vicuna
+format_oasst_llama = _formats.format_oasst_llama
+format_baichuan2 = _formats.format_baichuan2
+format_baichuan = _formats.format_baichuan
+format_openbuddy = _formats.format_openbuddy
+format_redpajama_incite = _formats.format_redpajama_incite
+format_snoozy = _formats.format_snoozy
+format_phind = _formats.format_phind
+format_intel = _formats.format_intel
+format_open_orca = _formats.format_open_orca
+format_mistrallite = _formats.format_mistrallite
+format_zephyr = _formats.format_zephyr
+format_pygmalion = _formats.format_pygmalion
+format_chatml = _formats.format_chatml
+format_mistral_instruct = _formats.format_mistral_instruct
+format_chatglm3 = _formats.format_chatglm3
+format_openchat = _formats.format_openchat
+format_saiga = _formats.format_saiga
+format_gemma = _formats.format_gemma
+
+
+def __getattr__(name: str) -> Any:
+    # the tool handlers and vision classes load on first use (they pull in mtmd and more)
+    from . import _chat_formats_tools as tools
+
+    if name in ("chatml_function_calling", "functionary_chat_handler", "functionary_v1_v2_chat_handler"):
+        return getattr(tools, name)
+    if name.endswith("ChatHandler"):
+        from . import _vision_handlers
+
+        if hasattr(_vision_handlers, name):
+            return getattr(_vision_handlers, name)
+    raise AttributeError(f"module 'llama_cpp.llama_chat_format' has no attribute {name!r}")
+
+
+__all__ = [
+    "CHATML_BOS_TOKEN", "CHATML_CHAT_TEMPLATE", "CHATML_EOS_TOKEN", "LLAMA3_INSTRUCT_CHAT_TEMPLATE",
+    "MISTRAL_INSTRUCT_BOS_TOKEN", "MISTRAL_INSTRUCT_CHAT_TEMPLATE", "MISTRAL_INSTRUCT_EOS_TOKEN",
+    "MIXTRAL_INSTRUCT_CHAT_TEMPLATE", "ChatFormatter", "ChatFormatterResponse", "Jinja2ChatFormatter",
+    "LlamaChatCompletionHandler", "LlamaChatCompletionHandlerNotFoundException",
+    "LlamaChatCompletionHandlerRegistry", "NamedChatFormatter", "TemplateError", "chat_format_names",
+    "chat_formatter_to_chat_completion_handler", "chat_handler_for_format", "get_chat_completion_handler",
+    "get_chat_formatter", "guess_chat_format_from_gguf_metadata", "hf_autotokenizer_to_chat_completion_handler",
+    "hf_autotokenizer_to_chat_formatter", "hf_tokenizer_config_to_chat_completion_handler",
+    "hf_tokenizer_config_to_chat_formatter", "make_environment", "make_strict_environment", "model_chat_formatter",
+    "register_chat_completion_handler", "register_chat_format", "validate_messages",
+    "format_llama2",
+    "format_llama3",
+    "format_alpaca",
+    "format_qwen",
+    "format_vicuna",
+    "format_oasst_llama",
+    "format_baichuan2",
+    "format_baichuan",
+    "format_openbuddy",
+    "format_redpajama_incite",
+    "format_snoozy",
+    "format_phind",
+    "format_intel",
+    "format_open_orca",
+    "format_mistrallite",
+    "format_zephyr",
+    "format_pygmalion",
+    "format_chatml",
+    "format_mistral_instruct",
+    "format_chatglm3",
+    "format_openchat",
+    "format_saiga",
+    "format_gemma",
+]
