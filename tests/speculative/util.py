@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.mtp.util import dist_sampler, greedy_sampler, plain_generate  # noqa: F401 (re-exported)
+from tests.mtp.util import dist_sampler, greedy_sampler  # noqa: F401 (re-exported)
 
 CTX = {"n_ctx": 512, "n_batch": 128, "n_ubatch": 128, "n_threads": 1, "n_threads_batch": 1}
 N_GEN = 32
@@ -26,6 +26,31 @@ SMALL = {"ngram_simple": {"size_n": 2, "size_m": 8}, "ngram_map_k": {"size_n": 2
          "ngram_mod": {"n_match": 2, "n_max": 8, "n_min": 1}}
 
 
+def plain_generate(model, prompt: list[int], n: int, sampler=None) -> list[int]:
+    """Token-at-a-time decoding without speculation (the reference)."""
+    from llama_cpp._internals import LlamaBatch, LlamaContext
+
+    sampler = sampler or greedy_sampler()
+    nb = CTX["n_batch"]
+    with LlamaContext(model, **CTX) as ctx, LlamaBatch(nb, 0, 1) as b:
+        for s in range(0, len(prompt), nb):
+            b.clear()
+            b.add_sequence(np.asarray(prompt[s:s + nb], dtype=np.int32), 0, s, logits="last")
+            ctx.decode(b)
+        out: list[int] = []
+        pos = len(prompt)
+        for _ in range(n):
+            t = sampler.sample(ctx, -1)
+            out.append(t)
+            if model.is_eog(t) or len(out) == n:
+                break
+            b.clear()
+            b.add(t, pos, 0, True)
+            pos += 1
+            ctx.decode(b)
+    return out
+
+
 def config(spec_type, m: int | None = None, **kw):
     """A SpecConfig with small n-gram sizes (so the short test histories match); ``m`` sets every draft length."""
     from llama_cpp.speculative import SpecConfig
@@ -34,6 +59,7 @@ def config(spec_type, m: int | None = None, **kw):
     if m is not None:
         for k in ("ngram_simple", "ngram_map_k", "ngram_map_k4v"):
             params[k]["size_m"] = m
+        params["ngram_simple"]["size_n"] = min(2, m)  # ngram-simple drafts no fewer than size_n tokens
         params["ngram_mod"].update(n_max=m, n_min=1)
         params["ngram_cache"] = {"n_draft": m}
         kw.setdefault("draft_n_max", min(m, 64))
@@ -67,7 +93,7 @@ def next_of(model, tokens) -> dict[int, int]:
     return out
 
 
-def echo_cycle(model, start: int, limit: int = 400) -> list[int]:
+def echo_cycle(model, start: int, limit: int = 200) -> list[int]:
     """The cycle the echo target's greedy chain from ``start`` ends in."""
     chain = plain_generate(model, [start], limit)
     seen: dict[int, int] = {}
@@ -83,6 +109,15 @@ def always_prompt(model, start: int, length: int = 60) -> list[int]:
     cyc = echo_cycle(model, start)
     reps = -(-length // len(cyc)) + 1
     return cyc * reps
+
+
+def partial_prompt(model, start: int, other: int, copies: int = 3) -> list[int]:
+    """The cycle repeated, then one more copy whose first token is ``other``: drafts copied from
+    that copy are wrong from ``other`` on, drafts from the cycle are right."""
+    cyc = echo_cycle(model, start)
+    if len(cyc) < 2 or other in cyc:
+        raise ValueError(f"needs a cycle of at least 2 tokens without {other}: {cyc}")
+    return cyc * copies + [other] + cyc[1:]
 
 
 def never_prompt(model, words: list[int], n_gen: int) -> tuple[list[int], int]:
