@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import _dll_search
 from ._errors import BackendUnavailableError, LibraryLoadError, LibraryNotFoundError
 from .ggml_cpp import (
     GGML_BACKEND_DEVICE_TYPE_ACCEL,
@@ -53,17 +54,6 @@ _DISPLAY = {
 _DEV_TYPES = {GGML_BACKEND_DEVICE_TYPE_CPU: "CPU", GGML_BACKEND_DEVICE_TYPE_GPU: "GPU",
               GGML_BACKEND_DEVICE_TYPE_IGPU: "IGPU", GGML_BACKEND_DEVICE_TYPE_ACCEL: "ACCEL",
               GGML_BACKEND_DEVICE_TYPE_META: "META"}
-# Why a dependency may be missing, for the usual suspects.
-_MISSING_HINTS = (
-    (re.compile(r"^libcuda\.so"), "NVIDIA driver not installed"),
-    (re.compile(r"^nvcuda\.dll", re.IGNORECASE), "NVIDIA driver not installed"),
-    (re.compile(r"^lib(cudart|cublas|cublasLt)\.so"), "CUDA runtime not installed: install the package's nvidia-* wheels"),
-    (re.compile(r"^libvulkan\.so"), "Vulkan loader not installed"),
-    (re.compile(r"^libgomp\.so"), "OpenMP runtime (libgomp) not installed"),
-    (re.compile(r"^libamdhip64\.so|^libhipblas\.so|^librocblas\.so"), "ROCm runtime not installed"),
-)
-
-
 @dataclass(frozen=True)
 class DeviceInfo:
     """A device of a loaded backend (``ggml_backend_dev_*``)."""
@@ -105,7 +95,8 @@ class Libraries:
 
 _lock = threading.RLock()
 _state: Libraries | None = None
-_dll_dirs: list[Any] = []
+_dll_dirs: list[Any] = []  # os.add_dll_directory handles (Windows), kept alive
+_search_dirs: list[Path] = []  # the folders our DLLs' dependencies resolve from (Windows)
 
 
 def lib_dir() -> Path:
@@ -163,19 +154,10 @@ def _family(path: Path) -> tuple[str, str]:
     return fam, variant
 
 
-def explain_dlerror(message: str) -> str:
-    """Turn a ``dlopen`` error into the missing dependency (with a hint) when it names one."""
-    m = re.search(r"([\w.+-]+\.(?:so[\w.]*|dll|dylib)): cannot open shared object file", message)
-    if m:
-        lib = m.group(1)
-        for pat, hint in _MISSING_HINTS:
-            if pat.search(lib):
-                return f"{lib} not found ({hint})"
-        return f"{lib} not found (a dependency of the backend is not installed)"
-    m = re.search(r"undefined symbol: (\S+)", message)
-    if m:
-        return f"undefined symbol {m.group(1)} (the backend does not match libggml: mixed builds?)"
-    return message.strip()
+def explain_dlerror(message: str, path: Path | None = None) -> str:
+    """Turn a loader error into the missing dependency (with a hint) when it names one; on Windows,
+    whose error names none, the dependency is found from ``path``'s import table."""
+    return _dll_search.explain_load_error(message, path, search=_search_dirs or ([path.parent] if path else []))
 
 
 def _dlopen(path: Path) -> tuple[ctypes.CDLL | None, str | None]:
@@ -197,7 +179,13 @@ def _dlclose(handle: ctypes.CDLL) -> None:
         pass
 
 
+def _has_cuda_backend(directory: Path) -> bool:
+    return any(p.name.startswith(("libggml-cuda", "ggml-cuda")) for p in directory.iterdir())
+
+
 def _preload_cuda_runtime(directory: Path) -> None:
+    if sys.platform in ("win32", "darwin"):
+        return  # Windows: the DLL directories below; macOS has no CUDA
     backend = next((p for p in sorted(directory.iterdir()) if p.name.startswith(("libggml-cuda", "ggml-cuda"))),
                    None)
     if backend is None:
@@ -230,7 +218,7 @@ def _load_core(directory: Path) -> tuple[dict[str, ctypes.CDLL | None], dict[str
             handles[key] = ctypes.CDLL(str(path))
         except OSError as exc:
             raise LibraryLoadError(
-                f"cannot load {path}: {explain_dlerror(str(exc))}. The file exists but the dynamic loader "
+                f"cannot load {path}: {explain_dlerror(str(exc), path)}. The file exists but the dynamic loader "
                 "refused it: install the missing dependency, or reinstall a wheel built for this platform"
             ) from exc
         paths[key] = path
@@ -319,7 +307,7 @@ def _load_backends(directory: Path, ggml: ctypes.CDLL) -> list[BackendStatus]:
         for path in paths:
             handle, err, score = probes[path]
             if err is not None:
-                statuses.append(BackendStatus(display, path, False, explain_dlerror(err)))
+                statuses.append(BackendStatus(display, path, False, explain_dlerror(err, path)))
             elif score <= 0:
                 statuses.append(BackendStatus(display, path, False, "not supported on this system (score 0)"))
             elif path is not best:
@@ -334,7 +322,7 @@ def _load_backends(directory: Path, ggml: ctypes.CDLL) -> list[BackendStatus]:
                 else:
                     from_files.add(reg)
                     rname = (reg_name(reg) or display.encode()).decode("utf-8", "replace")
-                    statuses.append(BackendStatus(rname, path, True, None, _devices(ggml, reg)))
+                    statuses.append(loaded_status(fam, rname, path, _devices(ggml, reg)))
         for path in paths:
             if probes[path][0] is not None:
                 _dlclose(probes[path][0])  # type: ignore[arg-type]
@@ -353,6 +341,16 @@ def _load_backends(directory: Path, ggml: ctypes.CDLL) -> list[BackendStatus]:
             reason = reasons[0] if reasons else (fam_status[0].reason if fam_status else "no file")
             log.warning("%s backend not loaded: %s", _DISPLAY.get(fam, fam), reason)
     return statuses
+
+
+def loaded_status(family: str, name: str, path: Path | None, devices: list[DeviceInfo]) -> BackendStatus:
+    """A registered backend's status: a GPU-style backend with no device is not serving
+    (Metal without a Metal device, Vulkan with a loader but no driver)."""
+    if family != "cpu" and not devices:
+        display = _DISPLAY.get(family, name)
+        return BackendStatus(name, path, False, f"loaded, but found no {display} device (no driver or no "
+                             "supported GPU on this machine)")
+    return BackendStatus(name, path, True, None, devices)
 
 
 def _backend_init(handles: dict[str, ctypes.CDLL | None], statuses: list[BackendStatus]) -> None:
@@ -378,8 +376,10 @@ def _load_locked() -> Libraries:
             f"native library directory {directory} does not exist: the package was installed without its "
             f"libraries (reinstall a binary wheel), or set {ENV_LIB_PATH} to a llama.cpp build's lib directory"
         )
-    if sys.platform == "win32":  # let dependent DLLs resolve next to ours
-        _dll_dirs.append(os.add_dll_directory(str(directory)))  # type: ignore[attr-defined]
+    if sys.platform == "win32":  # dependencies resolve from our lib\ and NVIDIA's wheels, never the cwd
+        dirs = _dll_search.dll_directories(directory, cuda=_has_cuda_backend(directory))
+        _dll_dirs.extend(_dll_search.add_dll_directories(dirs))
+        _search_dirs[:] = dirs
     # ggml's abort handler otherwise attaches gdb/lldb for a backtrace, which hangs when two threads
     # assert at once: an unavoidable abort must end the process.
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
