@@ -200,10 +200,10 @@ def __getattr__(name: str) -> Any:
 
     if name in ("chatml_function_calling", "functionary_chat_handler", "functionary_v1_v2_chat_handler"):
         return getattr(tools, name)
-    if name.endswith("ChatHandler"):
+    if name.endswith("ChatHandler") or name == "Llama3VisionAlpha":
         from . import _vision_handlers
 
-        if hasattr(_vision_handlers, name):
+        if name in _vision_handlers.__all__:
             return getattr(_vision_handlers, name)
     raise AttributeError(f"module 'llama_cpp.llama_chat_format' has no attribute {name!r}")
 

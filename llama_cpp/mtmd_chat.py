@@ -531,6 +531,16 @@ class MTMDChatHandler:
             self._model_ref = model._ref
         return self._mctx
 
+    @staticmethod
+    def _seed_of(llama: Any) -> int:
+        return getattr(llama, "_seed", LLAMA_DEFAULT_SEED)
+
+    def _engine(self, llama: Any) -> MultimodalChatEngine:
+        """The engine one request runs on: the Llama's model, context and chat template (the
+        vision presets in :mod:`llama_cpp._vision_handlers` give their own template)."""
+        return MultimodalChatEngine(llama.model, self._context_for(llama), llama._chat_formatter(),
+                                    context=llama.ctx, seed=self._seed_of(llama), media_dirs=self.media_dirs)
+
     def __call__(self, *, llama: Any, messages: Sequence[dict], max_tokens: int | None = None,
                  temperature: float = 0.2, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
                  typical_p: float = 1.0, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
@@ -539,9 +549,7 @@ class MTMDChatHandler:
         bad = sorted(k for k, v in unsupported.items() if v not in (None, False, [], {}))
         if bad:
             raise MultimodalError(f"the multimodal chat handler does not support {', '.join(bad)}")
-        engine = MultimodalChatEngine(llama.model, self._context_for(llama), llama._chat_formatter(),
-                                      context=llama.ctx, seed=getattr(llama, "_seed", LLAMA_DEFAULT_SEED),
-                                      media_dirs=self.media_dirs)
+        engine = self._engine(llama)
         llama.reset()
         result = engine.create_chat_completion(
             messages, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
