@@ -37,6 +37,35 @@ log = logging.getLogger("llama_cpp.speculative")
 _NO_LIMIT = 1 << 30
 
 
+def tell_drafters(drafters: Sequence[Any], old: Sequence[int], new: Sequence[int]) -> None:
+    """The history is now ``new`` (it was ``old``): drafters forget what no longer holds, then
+    begin a generation after ``new``."""
+    lim = min(len(old), len(new))
+    L = next((i for i in range(lim) if old[i] != new[i]), lim)
+    if L < len(old):
+        for d in drafters:
+            rewind = getattr(d, "rewind", None)
+            if rewind is not None:
+                rewind(L)
+    for d in drafters:
+        d.begin(new)
+
+
+def propose(drafters: Sequence[Any], kv: list[int], id_last: int, k_max: int, n_vocab: int) -> tuple[list[int], Any]:
+    """The first non-empty draft of ``drafters`` (cut to ``k_max`` tokens and to valid ids) and its drafter."""
+    for d in drafters:
+        toks = d.draft(kv, id_last, k_max) if getattr(d, "takes_limit", False) else d.draft(kv, id_last)
+        if toks:
+            toks = [int(t) for t in toks[:k_max]]
+            for j, t in enumerate(toks):
+                if not 0 <= t < n_vocab:
+                    del toks[j:]
+                    break
+            if toks:
+                return toks, d
+    return [], None
+
+
 @dataclasses.dataclass(frozen=True)
 class DraftState:
     """A snapshot of a :class:`DraftDecoder`: the target's sequence state and the pending token."""
@@ -159,18 +188,6 @@ class DraftDecoder:
             b.add_sequence(np.asarray(tokens[s:s + nb], dtype=np.int32), 0, pos0 + s, logits=outputs)
             tgt.decode(b)
 
-    def _tell_drafters(self, old: Sequence[int], new: Sequence[int]) -> None:
-        """The history is now ``new`` (it was ``old``): drafters forget what no longer holds."""
-        lim = min(len(old), len(new))
-        L = next((i for i in range(lim) if old[i] != new[i]), lim)
-        if L < len(old):
-            for d in self._drafters:
-                rewind = getattr(d, "rewind", None)
-                if rewind is not None:
-                    rewind(L)
-        for d in self._drafters:
-            d.begin(new)
-
     def prefill(self, tokens: Sequence[int]) -> None:
         """Make the sequence ``tokens``: all but the last are evaluated, the last is pending."""
         tgt = self._live()
@@ -202,7 +219,7 @@ class DraftDecoder:
             self._decode(rest, len(kv), outputs=False)
             kv.extend(rest)
         self._id_last = toks[-1]
-        self._tell_drafters(old_hist, body)
+        tell_drafters(self._drafters, old_hist, body)
         self.stats.prefill_tokens += len(rest)
         self.stats.t_prefill += time.perf_counter() - t0
 
@@ -215,19 +232,6 @@ class DraftDecoder:
         if callable(sampler):
             return lambda i: int(sampler(tgt, i))
         raise TypeError("sampler must be a LlamaSampler or a callable (context, batch_index) -> token")
-
-    def _propose(self, k_max: int) -> tuple[list[int], Any]:
-        kv, id_last = self._kv, self._id_last
-        for d in self._drafters:
-            toks = d.draft(kv, id_last, k_max) if getattr(d, "takes_limit", False) else d.draft(kv, id_last)
-            if toks:
-                toks = [int(t) for t in toks[:k_max]]
-                for j, t in enumerate(toks):
-                    if not 0 <= t < self.n_vocab:
-                        del toks[j:]
-                        break
-                return toks, d
-        return [], None
 
     def generate(self, sampler: Any, max_tokens: int) -> Iterator[int]:
         """Yield up to ``max_tokens`` tokens; stops after an end-of-generation token (yielded).
@@ -254,7 +258,7 @@ class DraftDecoder:
                     return
                 k_max = min(self.n_max, room, max_tokens - produced - 1)
                 t0 = clock()
-                draft, src = self._propose(k_max) if k_max > 0 else ([], None)
+                draft, src = propose(self._drafters, self._kv, self._id_last, k_max, self.n_vocab) if k_max > 0 else ([], None)
                 k = len(draft)
                 t1 = clock()
                 st.t_draft += t1 - t0
@@ -342,7 +346,7 @@ class DraftDecoder:
             tgt.state_seq_set(state.target, 0)
         self._kv = list(state.kv_tokens)
         self._id_last = state.id_last
-        self._tell_drafters(old, self._kv)
+        tell_drafters(self._drafters, old, self._kv)
 
 
-__all__ = ["DraftDecoder", "DraftState"]
+__all__ = ["DraftDecoder", "DraftState", "propose", "tell_drafters"]

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
-from ._spec_engine import DraftDecoder, DraftState
+from ._spec_engine import DraftDecoder, DraftState, propose, tell_drafters
 from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
@@ -567,6 +567,7 @@ class MTPDecoder:
         from .llama_batch import LlamaBatchExt
 
         self._target = self._draft = None
+        self._extra: list[Any] = []
         if not isinstance(config, SpecConfig):
             raise SpeculativeError(f"config must be a SpecConfig, got {type(config).__name__}")
         if not config.needs_nextn:
@@ -615,6 +616,8 @@ class MTPDecoder:
             C.llama_set_embeddings_nextn(self._draft.ptr, True, True)  # h for the draft's outputs only
             self._tbatch = LlamaBatchExt(target)
             self._dbatch = LlamaBatchExt(self._draft)
+            # the other types of a combined configuration, asked before the MTP head (llama.cpp's order)
+            self._extra = build_drafters(model, config, target)
         except BaseException:
             self.close()
             raise
@@ -648,6 +651,11 @@ class MTPDecoder:
 
     def close(self) -> None:
         """Free the draft context (and the target context if this decoder created it)."""
+        for d in getattr(self, "_extra", []):
+            close = getattr(d, "close", None)
+            if close is not None:
+                close()
+        self._extra = []
         for name in ("_tbatch", "_dbatch"):
             b = getattr(self, name, None)
             if b is not None:
@@ -685,6 +693,8 @@ class MTPDecoder:
         tgt, dft = self._live()
         tgt.memory_clear(True)
         dft.memory_clear(True)
+        for d in self._extra:
+            d.reset()
         self._reset_state()
 
     def invalidate(self) -> None:
@@ -772,8 +782,11 @@ class MTPDecoder:
             raise ContextOverflowError(
                 f"{len(toks)} tokens exceed n_ctx={self.n_ctx}: shorten the input or raise n_ctx")
         t0 = time.perf_counter()
+        old_hist = self.history
         if self._dirty:
-            self.reset()
+            tgt.memory_clear(True)
+            dft.memory_clear(True)
+            self._reset_state()
         body = toks[:-1]
         kv = self._kv
         lim = min(len(kv), len(body))
@@ -797,6 +810,8 @@ class MTPDecoder:
         if rest:
             self._extend(rest)
         self._id_last = toks[-1]
+        if self._extra:
+            tell_drafters(self._extra, old_hist, body)
         self.stats.prefill_tokens += len(rest)
         self.stats.t_prefill += time.perf_counter() - t0
 
@@ -874,8 +889,13 @@ class MTPDecoder:
                     return
                 k_max = min(cfg.draft_n_max, room, max_tokens - produced - 1)
                 t0 = clock()
-                drafted_here = k_max >= max(cfg.draft_n_min, 1)
-                draft = self._propose(k_max) if drafted_here else []
+                src = None
+                if self._extra and k_max > 0:
+                    draft, src = propose(self._extra, self._kv, self._id_last, k_max, model.n_vocab)
+                # the MTP head drafts (and decodes (id_last, h_prev) at P) only when no other type did
+                drafted_here = src is None and k_max >= max(cfg.draft_n_min, 1)
+                if src is None:
+                    draft = self._propose(k_max) if drafted_here else []
                 k = len(draft)
                 t1 = clock()
                 st.t_draft += t1 - t0
@@ -919,6 +939,8 @@ class MTPDecoder:
                         raise SpeculativeError(
                             f"the target memory refused to roll back {k + 1 - n_keep} positions and no checkpoint "
                             "was taken (n_rs_seq too small for this model)")
+                if src is not None:
+                    src.accept(n_acc)
                 t3 = clock()
                 st.t_rollback += t3 - t2
 
@@ -975,6 +997,7 @@ class MTPDecoder:
             raise SpeculativeError(f"the state's hidden row has {h.size} floats; this model uses {self.n_embd}")
         if len(state.kv_tokens) >= self.n_ctx:
             raise ContextOverflowError(f"the state holds {len(state.kv_tokens)} tokens; n_ctx is {self.n_ctx}")
+        old_hist = self.history
         tgt.memory_clear(True)
         dft.memory_clear(True)
         self._reset_state()
@@ -985,6 +1008,8 @@ class MTPDecoder:
         self._id_last = state.id_last
         self._pending_h = h.copy()
         self._n_dft = int(state.n_draft_past)
+        if self._extra:
+            tell_drafters(self._extra, old_hist, self._kv)
 
 
 __all__ = [

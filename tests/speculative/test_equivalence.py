@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import TARGETS
+from .conftest import TARGETS, fixture_path  # noqa: F401
 from .util import N_GEN, NGRAM_TYPES, PROMPTS, config, dist_sampler, plain_generate, spec_generate
 
 DRAFTS = (1, 3, 8)
@@ -86,3 +86,33 @@ def test_seeded_sampling_equals_plain(targets, draft_path, target, spec_type):
         ref = plain_generate(model, prompt, N_GEN, dist_sampler(seed))
         got, _ = spec_generate(model, prompt, N_GEN, cfg, dist_sampler(seed))
         assert got == ref, (target, spec_type, seed)
+
+
+@pytest.fixture(scope="module")
+def mtp_targets():
+    from llama_cpp.speculative import load_mtp_model
+
+    models = {form: load_mtp_model(fixture_path("qwen35_mtp", form=form)) for form in ("echo", "noisy", "random")}
+    yield models
+    for m in models.values():
+        m.close()
+
+
+@pytest.mark.parametrize("form", ("echo", "noisy", "random"))
+@pytest.mark.parametrize("types", (["ngram-simple", "draft-mtp"], ["ngram-mod", "ngram-cache", "draft-mtp"],
+                                   ["draft-simple", "draft-mtp"]))
+def test_ngram_or_draft_model_with_mtp_equals_plain(mtp_targets, draft_path, form, types):
+    """n-gram (or draft-model) drafts first, the MTP head when they have none (llama.cpp's order)."""
+    model = mtp_targets[form]
+    for p in PROMPTS:
+        prompt = model.tokenize(p.encode(), add_special=True)
+        ref = plain_generate(model, prompt, N_GEN)
+        for n, n_rs_seq in ((3, None), (4, 1)):
+            cfg = config(types, draft_n_max=n, n_rs_seq=n_rs_seq, draft_model_path=str(draft_path("noisy")))
+            got, st = spec_generate(model, prompt, N_GEN, cfg)
+            assert got == ref, (form, types, n, p)
+            assert len(st.drafted_at) <= n
+        seeded = plain_generate(model, prompt, N_GEN, dist_sampler(4))
+        got, _ = spec_generate(model, prompt, N_GEN, config(types, draft_n_max=3,
+                                                            draft_model_path=str(draft_path("noisy"))), dist_sampler(4))
+        assert got == seeded
