@@ -2,17 +2,26 @@
 
 Importing the package loads nothing native: the libraries are loaded on first use, so
 ``import llama_cpp`` is fast and prints nothing. Logs go through :mod:`logging`.
+
+The namespace is llama-cpp-python's: ``Llama`` and its helpers (``LlamaGrammar``, ``LlamaState``,
+the caches, ``LogitsProcessorList``, ...), the ``llama_types`` names and every low-level
+``llama_*``/``LLAMA_*``/``ggml_*``/``GGML_*`` name of :mod:`llama_cpp.llama_cpp` and
+:mod:`llama_cpp.ggml_cpp`, each resolved (and its module imported) on first access.
 """
 
+# ruff: noqa: F401 (the imports are re-exports; __all__ is computed on first use, in __getattr__)
 from __future__ import annotations
 
 import importlib
 import logging
+import types
 from typing import TYPE_CHECKING, Any
 
 from . import _ctypes_util
 from ._errors import (
     BackendUnavailableError,
+    CacheError,
+    CallbackError,
     ClosedError,
     ContextError,
     ContextOverflowError,
@@ -21,6 +30,7 @@ from ._errors import (
     LibraryNotFoundError,
     LlamaError,
     ModelLoadError,
+    ModelNotFoundError,
     MultimodalError,
     OptionalSymbolMissing,
     SpeculativeError,
@@ -69,11 +79,42 @@ _LAZY = {
     "MTMDEmbeddingHandler": ".mtmd",
     "MTMDChatHandler": ".mtmd_chat",
     "MultimodalChat": ".mtmd_chat",
+    # llama-cpp-python's top level (its llama module's names)
+    "LlamaGrammar": ".llama_grammar",
+    "LlamaState": "._compat_state",
+    "BaseLlamaCache": ".llama_cache",
+    "LlamaCache": ".llama_cache",
+    "LlamaRAMCache": ".llama_cache",
+    "LlamaDiskCache": ".llama_cache",
+    "LogitsProcessor": "._compat_hooks",
+    "LogitsProcessorList": "._compat_hooks",
+    "StoppingCriteria": "._compat_hooks",
+    "StoppingCriteriaList": "._compat_hooks",
+    "MinTokensLogitsProcessor": "._compat_hooks",
+    "BaseLlamaTokenizer": ".llama_tokenizer",
+    "LlamaTokenizer": ".llama_tokenizer",
+    "LlamaHFTokenizer": ".llama_tokenizer",
+    "LlamaDraftModel": ".llama_speculative",
+    "LlamaPromptLookupDecoding": ".llama_speculative",
 }
 
-__all__ = [
+# Submodules reachable as attributes before anything imported them (``llama_cpp.llama_cache``).
+_SUBMODULES = frozenset({
+    "llama", "llama_cpp", "ggml_cpp", "mtmd_cpp", "llama_types", "llama_chat_format", "llama_grammar",
+    "llama_cache", "llama_tokenizer", "llama_speculative", "llama_embedding", "llama_batch", "mtmd",
+    "mtmd_chat", "speculative",
+})
+# Modules whose public names are the package's too, searched in this order after _LAZY.
+_NAMESPACES = (".llama_types", ".llama_cpp", ".ggml_cpp")
+_NOT_EXPORTED = frozenset({"annotations", "BindingSet", "TYPE_CHECKING", "Any", "Dict", "List", "Literal",
+                           "Optional", "TypedDict", "Union"})
+
+# the package's own names; __all__ adds the namespaces' (computed on first use, see __getattr__)
+_OWN = [
     "__version__",
     "BackendUnavailableError",
+    "CacheError",
+    "CallbackError",
     "ClosedError",
     "ContextError",
     "ContextOverflowError",
@@ -82,6 +123,7 @@ __all__ = [
     "LibraryNotFoundError",
     "LlamaError",
     "ModelLoadError",
+    "ModelNotFoundError",
     "MultimodalError",
     "OptionalSymbolMissing",
     "SpeculativeError",
@@ -101,17 +143,63 @@ __all__ = [
     "MTMDEmbeddingHandler",
     "MTMDChatHandler",
     "MultimodalChat",
+    "LlamaGrammar",
+    "LlamaState",
+    "BaseLlamaCache",
+    "LlamaCache",
+    "LlamaRAMCache",
+    "LlamaDiskCache",
+    "LogitsProcessor",
+    "LogitsProcessorList",
+    "StoppingCriteria",
+    "StoppingCriteriaList",
+    "MinTokensLogitsProcessor",
+    "BaseLlamaTokenizer",
+    "LlamaTokenizer",
+    "LlamaHFTokenizer",
+    "LlamaDraftModel",
+    "LlamaPromptLookupDecoding",
 ]
 
 
+def _public(module: Any) -> list[str]:
+    return [n for n, v in vars(module).items()
+            if not n.startswith("_") and n not in _NOT_EXPORTED and not isinstance(v, types.ModuleType)]
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__all__":  # ``from llama_cpp import *`` gets upstream's whole namespace
+        names = list(_OWN)
+        for ns in _NAMESPACES:
+            names += [n for n in _public(importlib.import_module(ns, __name__)) if n not in names]
+        globals()["__all__"] = names
+        return names
     module = _LAZY.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(module, __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    elif name.startswith("_") or name in _NOT_EXPORTED:
         raise AttributeError(f"module 'llama_cpp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    else:
+        for ns in _NAMESPACES:
+            mod = importlib.import_module(ns, __name__)
+            value = vars(mod).get(name, _MISSING)
+            if value is not _MISSING and not isinstance(value, types.ModuleType):
+                break
+        else:
+            raise AttributeError(f"module 'llama_cpp' has no attribute {name!r}")
     globals()[name] = value
     return value
 
 
+_MISSING = object()
+
+
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    """Every public name, the low-level ones included (this imports the binding modules, which
+    load no library)."""
+    names = set(globals()) | set(_LAZY) | _SUBMODULES
+    for ns in _NAMESPACES:
+        names.update(_public(importlib.import_module(ns, __name__)))
+    return sorted(names)

@@ -69,3 +69,16 @@ class OptionalSymbolMissing(LlamaError, AttributeError):
 
 class GrammarError(LlamaError, ValueError):
     """A GBNF grammar or JSON schema is malformed or would expand past the repetition budget."""
+
+
+class CallbackError(LlamaError, RuntimeError):
+    """A user callback (``logits_processor``, ``stopping_criteria``, a draft model) raised or
+    returned a value of the wrong kind; the original exception is the ``__cause__``."""
+
+
+class CacheError(LlamaError, OSError):
+    """A prompt cache could not be created, read or written (an unwritable directory, say)."""
+
+
+class ModelNotFoundError(ModelLoadError, FileNotFoundError):
+    """The model file does not exist (a ``ValueError`` as upstream raises, and a ``FileNotFoundError``)."""

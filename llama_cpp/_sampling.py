@@ -5,24 +5,28 @@
 through the chain alone (fully native) or, with a grammar, grammar then chain over the
 candidates. ``Llama``, the MTP decoder and multimodal chat all sample through these two.
 
-The picker is the per-token hook point: a Python logits processor (upstream's
-``logits_processor(input_ids, scores)``) would take the constrained path and rewrite the logits
-row (a NumPy array) before the candidates are filled.
+The picker is the per-token hook point: with Python logits processors (upstream's
+``logits_processor(input_ids, scores)``, held by a :class:`~llama_cpp._compat_hooks.TokenHooks`)
+it takes the candidates path and the processors rewrite a copy of the logits row before the
+grammar and the chain see it. Without them sampling stays one native call per token.
 """
 
 from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _checks
-from ._errors import LlamaError, TokenizationError
+from ._errors import CallbackError, GrammarError, LlamaError, TokenizationError
 from ._internals import LlamaContext, LlamaModel, LlamaSampler, TokenCandidates
 from .llama_cpp import LLAMA_DEFAULT_SEED
 from .llama_grammar import LlamaGrammar
+
+if TYPE_CHECKING:
+    from ._compat_hooks import TokenHooks
 
 #: ``pick(context, output_index) -> (token, logits row or None)``; the token is accepted.
 Pick = Callable[[LlamaContext, int], tuple[int, Any]]
@@ -123,11 +127,15 @@ def prime_penalties(chain: LlamaSampler, history: Sequence[int], last_n: int) ->
             chain.accept(t)
 
 
-def token_picker(model: LlamaModel, chain: LlamaSampler, grammar: LlamaSampler | None, want_row: bool) -> Pick:
+def token_picker(model: LlamaModel, chain: LlamaSampler, grammar: LlamaSampler | None, want_row: bool,
+                 hooks: TokenHooks | None = None) -> Pick:
     """``pick(ctx, i) -> (token, logits row or None)`` for output ``i``: the native chain, or, with a
-    grammar, the grammar then the chain over the candidates (both accept the token)."""
+    grammar, the grammar then the chain over the candidates (both accept the token); ``hooks``'
+    logits processors rewrite the row first and the picked token joins their history."""
     sample_native = model._C.llama_sampler_sample
     chain_ptr = chain.ptr
+    if hooks is not None and hooks.processors:
+        return _processed_picker(model, chain, grammar, want_row, hooks)
     if grammar is None:
         def pick(ctx: LlamaContext, i: int) -> tuple[int, Any]:
             row = ctx.logits_ith(i) if want_row else None
@@ -140,22 +148,59 @@ def token_picker(model: LlamaModel, chain: LlamaSampler, grammar: LlamaSampler |
         cand.fill(row)
         grammar.apply(cand.ref)
         chain.apply(cand.ref)
-        tok = cand.selected_token()
+        tok = _allowed_token(cand)
         grammar.accept(tok)
         chain.accept(tok)
         return tok, row if want_row else None
     return pick_constrained
 
 
-def sample_once(model: LlamaModel, ctx: LlamaContext, chain: LlamaSampler, grammar: LlamaSampler | None) -> int:
-    """One token from the last output row without accepting it (``Llama.sample``)."""
-    if grammar is None:
-        return chain.sample(ctx, -1)
+def _allowed_token(cand: TokenCandidates, grammar: bool = True) -> int:
+    """The chain's pick, refused when its score is -inf: every token the grammar allows was ruled out
+    (a -inf ``logit_bias`` or a logits processor), and accepting it would abort inside llama.cpp."""
+    tok = cand.selected_token()
+    a = cand.array
+    if not np.isfinite(a.data[a.selected].logit):
+        if not grammar:
+            raise CallbackError("the logits_processor (with logit_bias) left every token at -inf: leave at "
+                                "least one token a finite score")
+        raise GrammarError("every token the grammar allows has a score of -inf (set by logit_bias or a "
+                           "logits_processor): relax them or the grammar")
+    return tok
+
+
+def _processed_picker(model: LlamaModel, chain: LlamaSampler, grammar: LlamaSampler | None, want_row: bool,
+                      hooks: TokenHooks) -> Pick:
     cand = TokenCandidates(model.n_vocab)
-    cand.fill(np.asarray(ctx.logits_ith(-1)))
-    grammar.apply(cand.ref)
+
+    def pick_processed(ctx: LlamaContext, i: int) -> tuple[int, Any]:
+        row = ctx.logits_ith(i)
+        cand.fill(hooks.process(row))
+        if grammar is not None:
+            grammar.apply(cand.ref)
+        chain.apply(cand.ref)
+        tok = _allowed_token(cand, grammar is not None)
+        if grammar is not None:
+            grammar.accept(tok)
+        chain.accept(tok)
+        hooks.push(tok)
+        return tok, row if want_row else None
+    return pick_processed
+
+
+def sample_once(model: LlamaModel, ctx: LlamaContext, chain: LlamaSampler, grammar: LlamaSampler | None,
+                hooks: TokenHooks | None = None, idx: int = -1) -> int:
+    """One token from output ``idx`` without accepting it (``Llama.sample``)."""
+    processed = hooks is not None and bool(hooks.processors)
+    if grammar is None and not processed:
+        return chain.sample(ctx, idx)
+    cand = TokenCandidates(model.n_vocab)
+    row = ctx.logits_ith(idx)
+    cand.fill(hooks.process(row) if processed else np.asarray(row))
+    if grammar is not None:
+        grammar.apply(cand.ref)
     chain.apply(cand.ref)
-    return cand.selected_token()
+    return _allowed_token(cand, grammar is not None)
 
 
 __all__ = ["Pick", "grammar_sampler", "prime_penalties", "sample_once", "sampler_chain", "suppressed_tokens",

@@ -8,10 +8,14 @@ validated (token ids, length against ``n_ctx``) before any native call.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import os
+import random
 import time
 import uuid
+import warnings
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -23,10 +27,22 @@ from . import llama_chat_format as _chat
 from . import llama_types as T
 from . import speculative as _spec
 from ._chat_tokens import message_texts, tokenize_chat_prompt
-from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError
+from ._compat_hooks import (
+    HookedSource,
+    LogitsProcessor,
+    LogitsProcessorList,
+    MinTokensLogitsProcessor,
+    StoppingCriteria,
+    StoppingCriteriaList,
+    TokenHooks,
+)
+from ._compat_state import LlamaState, longest_token_prefix
+from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError, ModelNotFoundError
 from ._guard import CallGuard, serialized
 from ._internals import LlamaBatch, LlamaContext, LlamaLoraAdapter, LlamaModel, LlamaSampler, flash_attn_type
+from .llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache
 from .llama_cpp import (
+    LLAMA_ATTENTION_TYPE_UNSPECIFIED,
     LLAMA_DEFAULT_SEED,
     LLAMA_POOLING_TYPE_NONE,
     LLAMA_POOLING_TYPE_UNSPECIFIED,
@@ -35,20 +51,45 @@ from .llama_cpp import (
 )
 from .llama_embedding import embed_token_lists
 from .llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+from .llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
+from .llama_tokenizer import BaseLlamaTokenizer, LlamaHFTokenizer, LlamaTokenizer
+from .llama_types import *  # noqa: F403 (upstream's llama module re-exports its types)
 
 log = logging.getLogger("llama_cpp")
 
-@dataclasses.dataclass
-class LlamaState:
-    """A saved context state (``Llama.save_state``), restorable with ``load_state``."""
 
-    input_ids: np.ndarray
-    scores: np.ndarray | None
-    n_tokens: int
-    llama_state: bytes
-    llama_state_size: int
-    seed: int
-    speculative: Any = None  # the MTP decoder's MTPState (Llama(speculative=...))
+#: keywords of upstream's Llama (this or older releases) that mean nothing here
+_OBSOLETE_KEYWORDS = frozenset({"f16_kv", "n_parts", "low_vram", "mul_mat_q", "n_gqa", "rms_norm_eps",
+                                "logits_all_fallback", "embedding_only", "cache", "cache_type", "cache_size"})
+
+
+def _unknown_keywords(kwargs: dict[str, Any], known: dict[str, Any]) -> None:
+    """Upstream accepts and ignores any keyword; so do we, with a warning naming them. A near miss of a
+    real parameter (``n_ctxx``) is a typo, not an old keyword: TypeError with the right name."""
+    for name in sorted(kwargs):
+        close = [] if name in _OBSOLETE_KEYWORDS else difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if close:
+            raise TypeError(f"Llama() got an unexpected keyword argument {name!r}: did you mean {close[0]!r}?")
+    warnings.warn(f"Llama() ignores the keyword argument(s) {', '.join(sorted(kwargs))}: this version does not "
+                  "use them", UserWarning, stacklevel=3)
+
+
+class VocabOnlyContext:
+    """``Llama._ctx`` of a ``vocab_only`` model. llama.cpp makes no context without weights, so this
+    keeps the sizes and the vocabulary handle (``ctx``, never None); generation refuses it."""
+
+    def __init__(self, model: LlamaModel, n_ctx: int, n_batch: int) -> None:
+        self.ctx: Any = model.vocab
+        self._n_ctx, self._n_batch = int(n_ctx), int(n_batch)
+
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def n_batch(self) -> int:
+        return self._n_batch
+
+    def close(self) -> None:
+        self.ctx = None
 
 
 class Llama:
@@ -56,7 +97,11 @@ class Llama:
 
     Keyword arguments follow llama-cpp-python. ``use_mmap``/``use_mlock`` map onto llama.cpp's
     ``load_mode`` (pass ``load_mode=`` to choose it directly); ``flash_attn`` accepts a bool or
-    ``None`` (auto). Unknown keywords raise ``TypeError``.
+    ``None`` (auto). Keywords this version does not know (``f16_kv``, ``n_parts``, ... which older
+    releases took) are accepted and ignored with a warning naming them, as upstream ignores them.
+    ``draft_model`` (a :class:`~llama_cpp.llama_speculative.LlamaDraftModel`) verifies drafted
+    tokens in one batch and gives the same tokens as without it; ``tokenizer`` replaces the
+    vocabulary's tokenizer for ``tokenize``/``detokenize`` and text prompts.
 
     Thread safety: one ``Llama`` may be shared between threads. Calls are serialized (a call from
     another thread waits for the running one); a stream (``stream=True``, ``generate``) holds the
@@ -92,6 +137,7 @@ class Llama:
         n_seq_max: int | None = None,
         rope_scaling_type: int | None = LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
         pooling_type: int = LLAMA_POOLING_TYPE_UNSPECIFIED,
+        attention_type: int = LLAMA_ATTENTION_TYPE_UNSPECIFIED,
         rope_freq_base: float = 0.0,
         rope_freq_scale: float = 0.0,
         yarn_ext_factor: float = -1.0,
@@ -114,6 +160,8 @@ class Llama:
         numa: bool = False,
         chat_format: str | None = None,
         chat_handler: Callable[..., Any] | None = None,
+        draft_model: LlamaDraftModel | None = None,
+        tokenizer: BaseLlamaTokenizer | None = None,
         type_k: int | None = None,
         type_v: int | None = None,
         spm_infill: bool = False,
@@ -122,11 +170,24 @@ class Llama:
         speculative: _spec.SpecConfig | None = None,
         **kwargs: Any,
     ) -> None:
+        # the constructor's arguments, for pickling (__getstate__ re-creates the object from them)
+        self._init_args = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
         if kwargs:
-            raise TypeError(f"Llama() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
+            _unknown_keywords(kwargs, self._init_args)
+        if draft_model is not None and not callable(draft_model):
+            raise TypeError(f"draft_model must be a LlamaDraftModel (a callable), got {type(draft_model).__name__}")
+        if tokenizer is not None and not isinstance(tokenizer, BaseLlamaTokenizer):
+            raise TypeError(f"tokenizer must be a BaseLlamaTokenizer, got {type(tokenizer).__name__}")
         self._guard = CallGuard("Llama")
         self._model: LlamaModel | None = None
-        self._ctx: LlamaContext | None = None
+        self._ctx: LlamaContext | VocabOnlyContext | None = None
+        self._fresh = False  # the context's last logits are those of self._input_ids[-1]
+        self._n_outputs = 0  # logits rows the last decode produced
+        self.cache: BaseLlamaCache | None = None
+        self.draft_model = draft_model
+        self.numa = numa
+        self.lora_base, self.lora_scale, self.lora_path = lora_base, lora_scale, lora_path
+        self.kv_overrides, self.tensor_split = kv_overrides, tensor_split
         self._batch: LlamaBatch | None = None
         self._lora: LlamaLoraAdapter | None = None
         self._step: _gen.TokenStep | None = None
@@ -136,6 +197,9 @@ class Llama:
         self._embedding = bool(embedding)
         self.verbose = verbose
         self.model_path = os.fspath(model_path)
+        if not os.path.exists(self.model_path):
+            raise ModelNotFoundError(f"model file not found: {self.model_path} (check the path, or download it "
+                                     "with Llama.from_pretrained)")
         self._seed = int(seed)
         self.last_n_tokens_size = int(last_n_tokens_size)
         self.logits_all = bool(logits_all)
@@ -168,6 +232,12 @@ class Llama:
         if spec_on and speculative.needs_nextn:
             self._model.load_mtp = True  # its NextN tensors are loaded (see speculative.load_mtp_model)
         self._n_vocab = self._model.n_vocab
+        self.tokenizer_: BaseLlamaTokenizer = tokenizer if tokenizer is not None else LlamaTokenizer(self._model)
+        self._is_recurrent = self._model.is_recurrent()
+        self._is_hybrid = self._model.is_hybrid()
+        if draft_model is not None and (self._is_recurrent or self._is_hybrid):
+            warnings.warn("draft_model is not used with this model: its recurrent memory cannot drop rejected "
+                          "drafts (the output is the same without it)", UserWarning, stacklevel=2)
         try:
             self._init_context(vocab_only=vocab_only, embedding=embedding, flash_attn=flash_attn,
                                n_seq_max=n_seq_max, kv_unified=kv_unified, n_ctx=n_ctx, n_batch=n_batch,
@@ -177,7 +247,7 @@ class Llama:
                                yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow,
                                yarn_orig_ctx=yarn_orig_ctx, offload_kqv=offload_kqv, op_offload=op_offload,
                                swa_full=swa_full, no_perf=no_perf, type_k=type_k, type_v=type_v,
-                               lora_path=lora_path, lora_scale=lora_scale,
+                               lora_path=lora_path, lora_scale=lora_scale, attention_type=attention_type,
                                n_rs_seq=speculative.rollback_snapshots if spec_on else None)
             if spec_on:
                 self._spec = _spec.make_decoder(self._model, speculative, target=self._ctx)
@@ -202,8 +272,10 @@ class Llama:
                       yarn_beta_fast: float, yarn_beta_slow: float, yarn_orig_ctx: int, offload_kqv: bool,
                       op_offload: bool | None, swa_full: bool | None, no_perf: bool, type_k: int | None,
                       type_v: int | None, lora_path: str | None, lora_scale: float,
-                      n_rs_seq: int | None = None) -> None:
-        if not vocab_only:
+                      attention_type: int = LLAMA_ATTENTION_TYPE_UNSPECIFIED, n_rs_seq: int | None = None) -> None:
+        if vocab_only:
+            self._ctx = VocabOnlyContext(self._model, n_ctx or self._model.n_ctx_train(), min(n_batch, n_ctx or n_batch))
+        else:
             fa = flash_attn_type(flash_attn)
             if n_seq_max is None:
                 n_seq_max = 16 if embedding else 1
@@ -219,6 +291,7 @@ class Llama:
                 yarn_orig_ctx=int(yarn_orig_ctx), embeddings=bool(embedding), offload_kqv=bool(offload_kqv),
                 flash_attn_type=fa, op_offload=op_offload, swa_full=swa_full, kv_unified=kv_unified,
                 no_perf=bool(no_perf), type_k=type_k, type_v=type_v, n_rs_seq=n_rs_seq,
+                attention_type=None if attention_type == LLAMA_ATTENTION_TYPE_UNSPECIFIED else int(attention_type),
             )
             self._batch = LlamaBatch(self._ctx.n_batch(), 0, 1)
             self._step = _gen.TokenStep(self._ctx)
@@ -265,9 +338,9 @@ class Llama:
         return self._model
 
     def _need_ctx(self) -> LlamaContext:
-        m = self._need_model()
-        if self._ctx is None:
-            assert m.vocab_only
+        self._need_model()
+        ctx = self._ctx
+        if not isinstance(ctx, LlamaContext):
             raise ContextError("this model was opened with vocab_only=True: it can tokenize but not generate "
                                "or embed; open it again without vocab_only")
         return self._ctx
@@ -289,13 +362,72 @@ class Llama:
 
     @property
     def input_ids(self) -> np.ndarray:
-        return np.asarray(self._input_ids, dtype=np.int32)
+        """The tokens in the context's memory (``np.intc``; upstream's buffer sliced to ``n_tokens``)."""
+        return np.asarray(self._input_ids, dtype=np.intc)
 
     @property
     def n_tokens(self) -> int:
         return len(self._input_ids)
 
+    @property
+    def n_batch(self) -> int:
+        self._need_model()
+        return self._ctx.n_batch()  # type: ignore[union-attr]
+
+    @property
+    def scores(self) -> np.ndarray:
+        """The logits rows the context holds (``np.single``, shape ``(rows, n_vocab)``): the last
+        evaluated token's row, or with ``logits_all`` every row of the last evaluated batch.
+        Upstream keeps an ``(n_ctx, n_vocab)`` buffer; llama.cpp only keeps the last batch's."""
+        n_vocab = self._need_model().n_vocab
+        ctx = self._ctx
+        if not (self._fresh and self._input_ids and isinstance(ctx, LlamaContext)):
+            return np.zeros((0, n_vocab), dtype=np.single)
+        k = max(1, self._n_outputs)
+        return np.stack([np.array(ctx.logits_ith(i), dtype=np.single) for i in range(-k, 0)])
+
+    @property
+    def _scores(self) -> np.ndarray:
+        return self.scores
+
+    @property
+    def eval_tokens(self) -> deque[int]:
+        return deque(self._input_ids, maxlen=self.n_ctx())
+
+    @property
+    def eval_logits(self) -> deque[list[float]]:
+        return deque(self.scores.tolist(), maxlen=self.n_ctx() if self.logits_all else 1)
+
+    @property
+    def context_params(self) -> Any:
+        """A copy of the ``llama_context_params`` the context was created with, sizes as llama.cpp
+        resolved them (defaults for a vocab-only model)."""
+        ctx = self._ctx
+        if isinstance(ctx, LlamaContext):
+            cp = type(ctx.params).from_buffer_copy(ctx.params)
+            cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = ctx.n_ctx(), ctx.n_batch(), ctx.n_ubatch(), ctx.n_seq_max()
+            return cp
+        cp = self._need_model()._C.llama_context_default_params()
+        if ctx is not None:
+            cp.n_ctx, cp.n_batch = ctx.n_ctx(), ctx.n_batch()
+        return cp
+
+    @property
+    def model_params(self) -> Any:
+        """A ``llama_model_params`` with the values the model was loaded with."""
+        m = self._need_model()
+        a = self._init_args
+        mp = m._C.llama_model_default_params()
+        mp.n_gpu_layers = int(a["n_gpu_layers"])
+        mp.split_mode = int(a["split_mode"])
+        mp.main_gpu = int(a["main_gpu"])
+        mp.vocab_only = bool(a["vocab_only"])
+        return mp
+
     def n_ctx(self) -> int:
+        self._need_model()
+        if isinstance(self._ctx, VocabOnlyContext):
+            return self._ctx.n_ctx()
         return self._need_ctx().n_ctx()
 
     def n_embd(self) -> int:
@@ -313,9 +445,37 @@ class Llama:
     def token_nl(self) -> int:
         return self._need_model().token_nl()
 
+    def pooling_type(self) -> int:
+        return self._need_ctx().pooling_type()
+
+    def tokenizer(self) -> BaseLlamaTokenizer:
+        """The tokenizer ``tokenize``/``detokenize`` use (the vocabulary's, or ``Llama(tokenizer=...)``)."""
+        self._need_model()
+        return self.tokenizer_
+
+    @staticmethod
+    def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+        return longest_token_prefix(a, b)
+
     @serialized()
     def set_seed(self, seed: int) -> None:
         self._seed = int(seed)
+
+    def set_cache(self, cache: BaseLlamaCache | None) -> None:
+        """Use ``cache`` for prompt states (None turns caching off); see :mod:`llama_cpp.llama_cache`."""
+        if cache is not None and not isinstance(cache, BaseLlamaCache):
+            raise TypeError(f"cache must be a BaseLlamaCache (LlamaRAMCache, LlamaDiskCache), got {type(cache).__name__}")
+        self.cache = cache
+
+    def _call_seed(self, seed: int | None) -> int:
+        """The seed of one sampling call, as upstream: an explicit seed becomes the object's seed;
+        otherwise the object's seed advances (so repeated calls differ, and a saved state's seed
+        replays them). The unset default (LLAMA_DEFAULT_SEED) stays random."""
+        if seed is not None:
+            self._seed = int(seed)
+        elif self._seed != LLAMA_DEFAULT_SEED:
+            self._seed = random.Random(self._seed).randrange(0, LLAMA_DEFAULT_SEED)
+        return self._seed
 
     # ------------------------------------------------------------------------------------------
     # tokens
@@ -324,20 +484,17 @@ class Llama:
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
         """Tokenize UTF-8 bytes; ``add_bos`` adds the model's BOS/EOS as configured, ``special``
         parses control-token text such as ``<|im_end|>``."""
-        return self._need_model().tokenize(text, add_special=add_bos, parse_special=special)
+        self._need_model()
+        return self.tokenizer_.tokenize(text, add_bos, special)
 
     @serialized(during_stream=True)
     def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
                    special: bool = False) -> bytes:
-        """Token ids back to UTF-8 bytes (``prev_tokens`` gives the preceding context)."""
-        m = self._need_model()
-        tokens = [int(t) for t in tokens]
-        if prev_tokens:
-            prev = [int(t) for t in prev_tokens]
-            whole = m.detokenize(prev + tokens, special=special)
-            head = m.detokenize(prev, special=special)
-            return whole.removeprefix(head)
-        return m.detokenize(tokens, special=special)
+        """Token ids back to UTF-8 bytes. The first piece keeps its leading space unless the tokens
+        start with BOS, so detokenizing one token at a time (with or without ``prev_tokens``, the
+        tokens before them) joins into the same text."""
+        self._need_model()
+        return self.tokenizer_.detokenize(tokens, prev_tokens=prev_tokens, special=special)
 
     # ------------------------------------------------------------------------------------------
     # evaluation
@@ -346,7 +503,8 @@ class Llama:
     def reset(self) -> None:
         """Forget the evaluated tokens and clear the KV cache."""
         self._input_ids.clear()
-        if self._ctx is not None:
+        self._fresh = False
+        if isinstance(self._ctx, LlamaContext):
             self._ctx.memory_clear(True)
         if self._spec is not None:
             self._spec.reset()
@@ -367,6 +525,7 @@ class Llama:
             self._spec.invalidate()  # the MTP draft context does not see these tokens
         n_batch = ctx.n_batch()
         n = len(tokens)
+        self._fresh = False
         for i in range(0, n, n_batch):
             chunk = tokens[i:i + n_batch]
             batch.clear()
@@ -374,6 +533,21 @@ class Llama:
             batch.add_sequence(np.asarray(chunk, dtype=np.int32), 0, start_pos + i,
                                logits=True if all_logits else ("last" if last else False))
             ctx.decode(batch)
+            self._n_outputs = len(chunk) if all_logits else 1
+
+    def _refresh_logits(self) -> None:
+        """Make the last token's logits current again (after ``load_state`` or a truncation):
+        evaluate it once more, or, where the memory cannot drop one position (recurrent), all."""
+        if self._fresh or not self._input_ids:
+            return
+        ctx = self._need_ctx()
+        last = len(self._input_ids) - 1
+        if ctx.seq_rm(0, last, -1):
+            self._decode_tokens(self._input_ids[last:], last, False)
+        else:
+            ctx.memory_clear(True)
+            self._decode_tokens(self._input_ids, 0, self.logits_all)
+        self._fresh = True
 
     @serialized()
     def eval(self, tokens: Sequence[int]) -> None:
@@ -387,18 +561,21 @@ class Llama:
         if tokens:
             self._decode_tokens(tokens, len(self._input_ids), self.logits_all)
             self._input_ids.extend(tokens)
+            self._fresh = True
 
     def _prepare(self, tokens: Sequence[int], reuse_prefix: bool = True) -> None:
-        """Make the KV cache hold exactly ``tokens`` with the logits of the last one available."""
+        """Make the KV cache hold exactly ``tokens`` with the logits of the last one available.
+
+        The longest prefix already in memory is kept; when the memory holds exactly ``tokens`` with
+        their logits, nothing is evaluated. Memory that cannot drop a suffix (recurrent) is rebuilt.
+        """
         ctx = self._need_ctx()
         n_past = 0
         if reuse_prefix and self._input_ids:
-            lim = min(len(self._input_ids), len(tokens))
-            a = np.asarray(self._input_ids[:lim], dtype=np.int64)
-            b = np.asarray(tokens[:lim], dtype=np.int64)
-            diff = np.nonzero(a != b)[0]
-            n_past = int(diff[0]) if diff.size else lim
-            n_past = min(n_past, len(tokens) - 1)  # the last prompt token is always re-evaluated
+            n_past = longest_token_prefix(self._input_ids, tokens)
+            if n_past == len(tokens) == len(self._input_ids) and self._fresh:
+                return
+            n_past = min(n_past, len(tokens) - 1)  # the last prompt token is evaluated for its logits
         if n_past < len(self._input_ids):
             if n_past == 0 or not ctx.seq_rm(0, n_past, -1):
                 ctx.memory_clear(True)
@@ -407,6 +584,7 @@ class Llama:
         rest = list(tokens[n_past:])
         self._decode_tokens(rest, n_past, self.logits_all)
         self._input_ids.extend(rest)
+        self._fresh = True
 
     # ------------------------------------------------------------------------------------------
     # sampling
@@ -429,18 +607,44 @@ class Llama:
     # the token loop
     # ------------------------------------------------------------------------------------------
     def _token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
-                      grammar: LlamaSampler | None, want_logprobs: bool,
-                      reuse_prefix: bool = True) -> Iterator[_gen.TokenRow]:
+                      grammar: LlamaSampler | None, want_logprobs: bool, reuse_prefix: bool = True,
+                      hooks: TokenHooks | None = None) -> Iterator[_gen.TokenRow]:
         """Evaluate the prompt now and return the ``(token, logits_row_or_None)`` source: tokens until
         EOG (yielded last) or ``max_tokens``. Called from inside the generators that consume it."""
         self._need_ctx()
         model = self._model
-        pick = _sampling.token_picker(model, chain, grammar, want_logprobs)
+        want_row = want_logprobs or (hooks is not None and bool(hooks.criteria))
+        pick = _sampling.token_picker(model, chain, grammar, want_row, hooks)
+        source: Iterator[_gen.TokenRow]
         if self._spec is not None:
-            return self._spec_token_stream(prompt_tokens, max_tokens, chain, pick, reuse_prefix)
-        self._prepare(prompt_tokens, reuse_prefix)
-        _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size)
-        return _gen.decode_loop(model, self._step, pick, len(self._input_ids), max_tokens, self._input_ids.append)
+            source = self._spec_token_stream(prompt_tokens, max_tokens, chain, pick, reuse_prefix)
+        else:
+            self._prepare(prompt_tokens, reuse_prefix)
+            _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size)
+            if self.draft_model is not None and not (self._is_recurrent or self._is_hybrid):
+                source = self._draft_token_stream(pick, max_tokens)
+            else:
+                source = self._plain_token_stream(pick, max_tokens)
+        return HookedSource(source, hooks) if hooks is not None else source  # type: ignore[return-value]
+
+    def _plain_token_stream(self, pick: _sampling.Pick, max_tokens: int) -> Iterator[_gen.TokenRow]:
+        try:
+            yield from _gen.decode_loop(self._model, self._step, pick, len(self._input_ids), max_tokens,
+                                        self._input_ids.append)
+        except GeneratorExit:
+            raise
+        except BaseException:
+            self._fresh = False  # a decode may have failed half-way
+            raise
+
+    def _draft_token_stream(self, pick: _sampling.Pick, max_tokens: int) -> Iterator[_gen.TokenRow]:
+        """``_token_stream`` with ``draft_model``: the same tokens, drafted tokens verified in batches."""
+        try:
+            yield from _gen.draft_loop(self._model, self._ctx, self._batch, pick, self.draft_model,
+                                       list(self._input_ids), len(self._input_ids), max_tokens,
+                                       self._input_ids.append)
+        finally:
+            self._fresh = False  # the last batch's logits may be a rejected draft's
 
     def _spec_token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
                            pick: _sampling.Pick, reuse_prefix: bool) -> Iterator[_gen.TokenRow]:
@@ -450,6 +654,7 @@ class Llama:
         if not reuse_prefix:
             dec.invalidate()
         dec.stats.reset()
+        self._fresh = False
         dec.prefill(prompt_tokens)
         self._input_ids = dec.kv_tokens
         _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size)
@@ -471,7 +676,10 @@ class Llama:
             data = prompt.encode("utf-8") if isinstance(prompt, str) else prompt
             if suffix is not None:
                 return self._infill_tokens(data, suffix.encode("utf-8"))
-            toks = m.tokenize(data, add_special=add_bos, parse_special=True) if data or add_bos else []
+            if self._init_args["tokenizer"] is not None:  # Llama(tokenizer=...) tokenizes text prompts
+                toks = [int(t) for t in self.tokenizer_.tokenize(data, add_bos, True)] if data or add_bos else []
+            else:
+                toks = m.tokenize(data, add_special=add_bos, parse_special=True) if data or add_bos else []
         else:
             if suffix is not None:
                 raise ValueError("suffix needs a text prompt")
@@ -497,7 +705,7 @@ class Llama:
     def _completion_chunks(self, prompt_tokens: list[int], *, max_tokens: int | None, stop: Any,
                            logprobs: int | None, echo: bool, chain: LlamaSampler,
                            grammar: LlamaSampler | None, completion_id: str, created: int, model_name: str,
-                           ) -> Iterator[dict[str, Any]]:
+                           hooks: TokenHooks | None = None) -> Iterator[dict[str, Any]]:
         """The one generation path: streaming yields these chunks, non-streaming joins them."""
         m = self._need_model()
         ctx = self._need_ctx()
@@ -507,11 +715,25 @@ class Llama:
             max_tokens = room
         max_tokens = min(int(max_tokens), room)
         want_lp = logprobs is not None and logprobs >= 0
-        tokens = self._token_stream(prompt_tokens, max_tokens, chain, grammar, want_lp)
+        if self.cache is not None:
+            self._cache_restore(prompt_tokens)
+        tokens = self._token_stream(prompt_tokens, max_tokens, chain, grammar, want_lp, hooks=hooks)
         yield from _gen.completion_chunks(
             m, tokens, n_prompt=len(prompt_tokens), stop=stop, logprobs=logprobs,
             head=m.detokenize(prompt_tokens) if echo else b"", completion_id=completion_id, created=created,
             model_name=model_name)
+        if self.cache is not None and self._input_ids:
+            self.cache[list(self._input_ids)] = self.save_state()
+
+    def _cache_restore(self, prompt_tokens: Sequence[int]) -> None:
+        """Load the cached state sharing the most with the prompt, if it shares more than the context."""
+        try:
+            item = self.cache[prompt_tokens]  # type: ignore[index]
+        except KeyError:
+            return
+        cached = [int(t) for t in np.asarray(item.input_ids)[: item.n_tokens]]
+        if longest_token_prefix(cached, prompt_tokens) > longest_token_prefix(self._input_ids, prompt_tokens):
+            self.load_state(item)
 
     @serialized()
     def create_completion(
@@ -537,25 +759,31 @@ class Llama:
         mirostat_tau: float = 5.0,
         mirostat_eta: float = 0.1,
         model: str | None = None,
-        stopping_criteria: Any = None,
-        logits_processor: Any = None,
+        stopping_criteria: StoppingCriteriaList | StoppingCriteria | None = None,
+        logits_processor: LogitsProcessorList | LogitsProcessor | None = None,
         grammar: str | LlamaGrammar | None = None,
         logit_bias: dict[int, float] | None = None,
         penalty_last_n: int | None = None,
     ) -> T.CreateCompletionResponse | Iterator[T.CreateCompletionStreamResponse]:
         """Complete ``prompt`` (text or token ids); returns an OpenAI-style dict, or an iterator of
-        chunks with ``stream=True``."""
-        if logits_processor is not None or stopping_criteria is not None:
-            raise NotImplementedError("logits_processor/stopping_criteria run Python over every logit row; this "
-                                      "runtime samples natively: use grammar, logit_bias or stop instead")
+        chunks with ``stream=True``.
+
+        ``logits_processor(input_ids, scores) -> scores`` runs before the grammar and the sampler on
+        every token (``input_ids``: prompt and generated tokens, ``np.intc``; ``scores``: a copy of
+        the logits row, ``np.single``). ``stopping_criteria(input_ids, logits) -> bool`` sees each
+        new token at the end of ``input_ids``; true ends the completion before that token
+        (``finish_reason`` ``stop``). Without ``seed`` the object's seed advances per call.
+        """
         self._need_ctx()
         prompt_tokens = self._prompt_tokens(prompt, suffix)
         self._check_prompt(prompt_tokens)
+        hooks = TokenHooks.build(prompt_tokens, self._n_vocab, logits_processor, stopping_criteria)
         chain = self._make_sampler(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, penalty_last_n=penalty_last_n, mirostat_mode=mirostat_mode,
-            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias)
+            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, seed=self._call_seed(seed),
+            logit_bias=logit_bias)
         try:
             gsampler = _sampling.grammar_sampler(self._need_model(), grammar)
         except BaseException:
@@ -564,7 +792,7 @@ class Llama:
         chunks = self._completion_chunks(
             prompt_tokens, max_tokens=max_tokens, stop=stop, logprobs=logprobs, echo=echo, chain=chain,
             grammar=gsampler, completion_id=f"cmpl-{uuid.uuid4()}", created=int(time.time()),
-            model_name=model or self.model_path)
+            model_name=model or self.model_path, hooks=hooks)
 
         def closing() -> Iterator[dict[str, Any]]:
             try:
@@ -585,14 +813,21 @@ class Llama:
                  typical_p: float = 1.0, temp: float = 0.80, repeat_penalty: float = 1.0, reset: bool = True,
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0, tfs_z: float = 1.0,
                  mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
-                 penalize_nl: bool = True, logits_processor: Any = None, stopping_criteria: Any = None,
+                 penalize_nl: bool = True, logits_processor: LogitsProcessorList | LogitsProcessor | None = None,
+                 stopping_criteria: StoppingCriteriaList | StoppingCriteria | None = None,
                  grammar: LlamaGrammar | None = None, seed: int | None = None,
                  logit_bias: dict[int, float] | None = None) -> Iterator[int]:
-        """Yield sampled token ids after ``tokens`` until the context is full (EOG tokens included)."""
-        if logits_processor is not None or stopping_criteria is not None:
-            raise NotImplementedError("logits_processor/stopping_criteria are not supported: sampling is native")
+        """Yield sampled token ids after ``tokens`` until the context is full (EOG tokens included).
+
+        The longest prefix of ``tokens`` already in the context is reused (an exact match with its
+        logits evaluates nothing); ``reset=False`` continues after the tokens already evaluated.
+        ``logits_processor``/``stopping_criteria`` as in :meth:`create_completion`.
+        """
         tokens = [int(t) for t in tokens]
+        if not reset:
+            tokens = list(self._input_ids) + tokens
         self._check_prompt(tokens)
+        hooks = TokenHooks.build(tokens, self._n_vocab, logits_processor, stopping_criteria)
         chain = self._make_sampler(
             temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
@@ -607,7 +842,7 @@ class Llama:
         def token_ids() -> Iterator[int]:
             try:
                 room = self.n_ctx() - len(tokens)
-                for tok, _ in self._token_stream(tokens, room, chain, g, False, reuse_prefix=True):
+                for tok, _ in self._token_stream(tokens, room, chain, g, False, reuse_prefix=True, hooks=hooks):
                     yield tok
             finally:
                 chain.close()
@@ -619,23 +854,34 @@ class Llama:
     @serialized()
     def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
                temp: float = 0.80, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
-               presence_penalty: float = 0.0, mirostat_mode: int = 0, mirostat_eta: float = 0.1,
-               mirostat_tau: float = 5.0, grammar: LlamaGrammar | None = None, seed: int | None = None,
-               logit_bias: dict[int, float] | None = None, **_ignored: Any) -> int:
-        """Sample one token from the last evaluated position (after ``eval``)."""
+               presence_penalty: float = 0.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
+               mirostat_eta: float = 0.1, mirostat_tau: float = 5.0, penalize_nl: bool = True,
+               logits_processor: LogitsProcessorList | LogitsProcessor | None = None,
+               grammar: LlamaGrammar | None = None, idx: int | None = None, seed: int | None = None,
+               logit_bias: dict[int, float] | None = None) -> int:
+        """Sample one token after ``eval``: from the last evaluated position, or ``idx`` (a position
+        in ``input_ids`` whose logits the last batch kept, e.g. any with ``logits_all``)."""
         ctx = self._need_ctx()
         if not self._input_ids:
             raise LlamaError("nothing evaluated yet: call eval(tokens) first")
+        self._refresh_logits()
+        ridx = -1 if idx is None else int(idx) - len(self._input_ids)
+        if not -max(1, self._n_outputs) <= ridx < 0:
+            raise IndexError(f"idx={idx} has no logits: the last batch kept positions "
+                             f"{len(self._input_ids) - max(1, self._n_outputs)}..{len(self._input_ids) - 1} "
+                             "(create Llama(logits_all=True) to keep every position)")
         chain = self._make_sampler(
             temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             penalty_last_n=None, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias)
         try:
+            hooks = TokenHooks.build(self._input_ids[:len(self._input_ids) + ridx + 1], self._n_vocab,
+                                     logits_processor, None)
             _sampling.prime_penalties(chain, self._input_ids, self.last_n_tokens_size)
             g = _sampling.grammar_sampler(self._model, grammar)
             try:
-                return _sampling.sample_once(self._model, ctx, chain, g)
+                return _sampling.sample_once(self._model, ctx, chain, g, hooks, ridx)
             finally:
                 if g is not None:
                     g.close()
@@ -681,12 +927,13 @@ class Llama:
         mirostat_tau: float = 5.0,
         mirostat_eta: float = 0.1,
         model: str | None = None,
-        logits_processor: Any = None,
+        logits_processor: LogitsProcessorList | LogitsProcessor | None = None,
         grammar: str | LlamaGrammar | None = None,
         logit_bias: dict[int, float] | None = None,
         logprobs: bool | None = None,
         top_logprobs: int | None = None,
         special_in_content: bool = False,
+        stopping_criteria: StoppingCriteriaList | StoppingCriteria | None = None,
     ) -> T.CreateChatCompletionResponse | Iterator[T.CreateChatCompletionStreamResponse]:
         """Chat with the model's own template (sandboxed Jinja) or the named ``chat_format``.
 
@@ -695,12 +942,19 @@ class Llama:
         control tokens, as upstream llama-cpp-python always does.
         """
         if self.chat_handler is not None:
+            extra: dict[str, Any] = {}
+            if logits_processor is not None:  # handlers written for upstream take these keywords
+                extra["logits_processor"] = logits_processor
+            if stopping_criteria is not None:
+                extra["stopping_criteria"] = stopping_criteria
+            if logprobs is not None:
+                extra.update(logprobs=logprobs, top_logprobs=top_logprobs)
             return self.chat_handler(
                 llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
                 tool_choice=tool_choice, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                 typical_p=typical_p, stream=stream, stop=stop, seed=seed, response_format=response_format,
                 max_tokens=max_tokens, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                repeat_penalty=repeat_penalty, model=model, grammar=grammar, logit_bias=logit_bias)
+                repeat_penalty=repeat_penalty, model=model, grammar=grammar, logit_bias=logit_bias, **extra)
         msgs = _chat.validate_messages(messages)
         if functions and not tools:
             tools = [{"type": "function", "function": f} for f in functions]
@@ -738,7 +992,8 @@ class Llama:
             typical_p=typical_p, logprobs=(top_logprobs or 0) if logprobs else None, stop=stops,
             frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
             stream=stream, seed=seed, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-            mirostat_eta=mirostat_eta, model=model, grammar=grammar, logit_bias=logit_bias)
+            mirostat_eta=mirostat_eta, model=model, grammar=grammar, logit_bias=logit_bias,
+            logits_processor=logits_processor, stopping_criteria=stopping_criteria)
         if stream:
             return _responses.chat_stream(completion, tool_name)  # type: ignore[arg-type,return-value]
         return _responses.chat_response(completion, tool_name)  # type: ignore[arg-type,return-value]
@@ -805,11 +1060,8 @@ class Llama:
         ctx = self._need_ctx()
         data = ctx.state_get()
         scores = None
-        if self._input_ids:
-            try:
-                scores = np.array(ctx.logits_ith(-1))[None, :]
-            except IndexError:
-                scores = None
+        if self._input_ids and self._fresh:
+            scores = np.array(ctx.logits_ith(-1), dtype=np.single)[None, :]
         spec = None
         if self._spec is not None and self._input_ids and self._spec.kv_tokens == self._input_ids:
             spec = self._spec.save_state()
@@ -818,10 +1070,11 @@ class Llama:
 
     @serialized()
     def load_state(self, state: LlamaState) -> None:
-        """Restore a :meth:`save_state` snapshot.
+        """Restore a :meth:`save_state` snapshot (also one from a prompt cache).
 
-        llama.cpp's state holds the memory, not the logits: the last token is evaluated again so
-        that sampling can continue right away.
+        llama.cpp's state holds the memory, not the logits: the last token is evaluated again (for
+        a recurrent or hybrid model only once its logits are needed, since that rebuilds the memory,
+        and a prompt that extends the state evaluates only the new tokens).
         """
         ctx = self._need_ctx()
         if self._spec is not None and getattr(state, "speculative", None) is not None:
@@ -829,19 +1082,63 @@ class Llama:
             self._spec.load_state(state.speculative)
             self._input_ids = self._spec.kv_tokens
             self._seed = state.seed
+            self._fresh = False
             return
-        ctx.state_set(state.llama_state)
-        self._input_ids = [int(t) for t in state.input_ids[: state.n_tokens]]
-        self._seed = state.seed
-        if self._input_ids:
-            last = len(self._input_ids) - 1
-            if ctx.seq_rm(0, last, -1):
-                self._decode_tokens(self._input_ids[last:], last, False)
-            else:  # memory that cannot drop one position (recurrent): rebuild it
-                tokens, self._input_ids = self._input_ids, []
-                ctx.memory_clear(True)
-                self._decode_tokens(tokens, 0, False)
-                self._input_ids = tokens
+        tokens = [int(t) for t in np.asarray(state.input_ids)[: int(state.n_tokens)]]
+        self._model.check_tokens(tokens, "state token")
+        if len(tokens) > ctx.n_ctx():
+            raise ContextOverflowError(f"the state holds {len(tokens)} tokens; this context holds "
+                                       f"n_ctx={ctx.n_ctx()}: load it into a Llama with a larger n_ctx")
+        self._fresh = False
+        if self._spec is not None:
+            self._spec.invalidate()
+        ctx.state_set(bytes(state.llama_state))
+        self._input_ids = tokens
+        self._seed = int(state.seed)
+        if tokens and not (self._is_recurrent or self._is_hybrid):
+            self._refresh_logits()  # one token; recurrent memory would be rebuilt, so it waits for a need
+
+    # ------------------------------------------------------------------------------------------
+    # compatibility: pickling, Hugging Face, OpenAI types
+    # ------------------------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """The constructor's arguments (upstream pickles a Llama as the recipe to load it again)."""
+        state = dict(self._init_args)
+        state["seed"] = self._seed
+        state["chat_format"] = self.chat_format
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename: str | None, additional_files: list[str] | None = None,
+                        local_dir: str | os.PathLike[str] | None = None,
+                        local_dir_use_symlinks: bool | str = "auto",
+                        cache_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> Llama:
+        """Download ``filename`` (a name or glob pattern) from the Hugging Face repository ``repo_id``
+        with ``huggingface_hub`` and load it; ``additional_files`` (patterns too) are fetched beside
+        it (the other shards of a split GGUF). Keyword arguments go to :class:`Llama`."""
+        from ._compat_hub import download_model
+
+        path = download_model(repo_id, filename, additional_files=additional_files, local_dir=local_dir,
+                              local_dir_use_symlinks=local_dir_use_symlinks, cache_dir=cache_dir)
+        return cls(model_path=path, **kwargs)
+
+    def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`create_chat_completion` as ``openai`` objects (``ChatCompletion``, or an iterator of
+        ``ChatCompletionChunk`` with ``stream=True``); needs ``pip install openai``."""
+        try:
+            from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        except ImportError:
+            raise ImportError("create_chat_completion_openai_v1 needs the openai package: pip install openai") from None
+        stream = kwargs.get("stream", False)
+        if not isinstance(stream, bool):
+            raise TypeError(f"stream must be a bool, got {type(stream).__name__}")
+        result = self.create_chat_completion(*args, **kwargs)
+        if stream:
+            return (ChatCompletionChunk(**chunk) for chunk in result)  # type: ignore[union-attr]
+        return ChatCompletion(**result)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------------------------------
     @staticmethod
@@ -851,8 +1148,12 @@ class Llama:
         return (x - mx - np.log(np.sum(np.exp(x - mx), axis=axis, keepdims=True))).astype(np.float32)
 
     def __repr__(self) -> str:
-        state = "closed" if self._model is None else f"n_ctx={self._ctx.n_ctx() if self._ctx else 0}"
+        state = "closed" if self._model is None or self._ctx is None else f"n_ctx={self._ctx.n_ctx()}"
         return f"Llama({self.model_path!r}, {state})"
 
 
-__all__ = ["Llama", "LlamaGrammar", "LlamaState"]
+__all__ = ["BaseLlamaCache", "BaseLlamaTokenizer", "Llama", "LlamaCache", "LlamaDiskCache", "LlamaDraftModel",
+           "LlamaGrammar", "LlamaHFTokenizer", "LlamaPromptLookupDecoding", "LlamaRAMCache", "LlamaState",
+           "LlamaTokenizer", "LogitsProcessor", "LogitsProcessorList", "MinTokensLogitsProcessor",
+           "StoppingCriteria", "StoppingCriteriaList", "VocabOnlyContext"]
+__all__ += T.__all__  # noqa: PLE0605 (upstream's llama module re-exports its types)
