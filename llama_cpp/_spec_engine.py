@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import ContextOverflowError, SpeculativeError
+from ._errors import ContextOverflowError, DecodeError, SpeculativeError
 from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
@@ -89,7 +89,7 @@ class DraftDecoder:
 
         self._target = None
         self._drafters = list(drafters)
-        self._batch = None
+        self._batch = self._struct = None
         if not self._drafters:
             raise SpeculativeError("no drafter for this speculative configuration")
         if target.n_seq_max() != 1:
@@ -101,6 +101,12 @@ class DraftDecoder:
         self._owns_target = owns_target
         self._C = model._C
         self._batch = LlamaBatch(target.n_batch(), 0, 1)
+        # one raw llama_batch over the whole buffer, decoded without per-call checks: every token
+        # is a checked prompt token, a drafted token checked in propose() or a sampled token
+        self._batch.n_tokens = target.n_batch()
+        self._struct = self._batch.validated_view(target, 0, target.n_batch())
+        self._ar = np.arange(target.n_batch(), dtype=np.int32)
+        self._ctx_ptr = target.ptr
         self.n_ctx = target.n_ctx()
         self.n_batch = target.n_batch()
         self.n_vocab = int(model.n_vocab)
@@ -129,6 +135,7 @@ class DraftDecoder:
             if close is not None:
                 close()
         self._drafters = []
+        self._struct = None
         if self._batch is not None:
             self._batch.close()
             self._batch = None
@@ -181,12 +188,19 @@ class DraftDecoder:
 
     # -- target ---------------------------------------------------------------------------------
     def _decode(self, tokens: Sequence[int], pos0: int, outputs: bool) -> None:
-        b, tgt, nb = self._batch, self._target, self.n_batch
+        b, nb, st = self._batch, self.n_batch, self._struct
+        decode, ctx_ptr = self._C.llama_decode, self._ctx_ptr
         n = len(tokens)
         for s in range(0, n, nb):
-            b.clear()
-            b.add_sequence(np.asarray(tokens[s:s + nb], dtype=np.int32), 0, pos0 + s, logits=outputs)
-            tgt.decode(b)
+            m = min(nb, n - s)
+            b.token_arr[:m] = tokens[s:s + m]
+            np.add(self._ar[:m], pos0 + s, out=b.pos[:m])
+            b.logits[:m] = 1 if outputs else 0
+            st.n_tokens = m
+            rc = int(decode(ctx_ptr, st))
+            if rc != 0:
+                raise DecodeError(f"llama_decode returned {rc} on a batch of {m} tokens at position {pos0 + s}"
+                                  + (": the context is full" if rc == 1 else ""))
 
     def prefill(self, tokens: Sequence[int]) -> None:
         """Make the sequence ``tokens``: all but the last are evaluated, the last is pending."""
@@ -246,7 +260,9 @@ class DraftDecoder:
         max_tokens = int(max_tokens)
         sample = self._sample_fn(sampler)
         st = self.stats
-        is_eog = self.model.is_eog
+        vocab, eog = self.model.vocab, self._C.llama_vocab_is_eog
+        def is_eog(t: int) -> bool:
+            return bool(eog(vocab, t))
         clock = time.perf_counter
         produced = 0
         t_start: float | None = clock()
