@@ -105,8 +105,9 @@ LlamaCache = LlamaRAMCache
 
 
 class LlamaDiskCache(BaseLlamaCache):
-    """States as files in ``cache_dir`` (one ``.npz`` per entry), oldest used dropped past
-    ``capacity_bytes``. The directory must be writable (checked here, :class:`CacheError`)."""
+    """States as files in ``cache_dir`` (one ``.npz`` per entry), least recently used dropped past
+    ``capacity_bytes`` (never the entry just written). The directory must be writable (checked
+    here, :class:`CacheError`)."""
 
     SUFFIX = ".llamastate.npz"
 
@@ -213,7 +214,7 @@ class LlamaDiskCache(BaseLlamaCache):
         for _, p, size in sorted(entries, key=lambda e: e[0]):
             if total <= self.capacity_bytes:
                 break
-            if p == keep and len(entries) > 1:
+            if p == keep:  # the entry just written stays, even alone over capacity
                 continue
             with contextlib.suppress(OSError):
                 p.unlink()
