@@ -17,7 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_dist(p)
     add_pythons(p)
     add_strict(p)
-    p.add_argument("--stages", default=",".join(smoke.STAGES), help="workload stages to run")
+    p.add_argument("--stages", default=None,
+                   help="workload stages to run (default: the configuration's, e.g. "
+                        f"{','.join(smoke.STAGES)} for cpu; the GPU stages on lavapipe for vulkan)")
     p.add_argument("--no-cache", action="store_true", help="re-run cells that passed before")
     p.add_argument("--require-gpu", action="store_true", help="assert a GPU backend loaded (GPU machines)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per step of a cell")
@@ -29,28 +31,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = Options.from_args(args)
-    stages = [s for s in args.stages.split(",") if s]
     if args.merge_reports:
         interps: list[interpreters.Interpreter] = []
         models = smoke.SmokeModels()
     else:
         interps = interpreters.find_all(options.pythons or interpreters.VERSIONS, strict=options.strict)
-        models = smoke.fixture_models() if {"embedding", "mtp"} & set(stages) else smoke.SmokeModels()
+        models = None
     failed = 0
     for config, dist in options.dist_dirs():
         wheels = dist.wheels()
+        cleared_by = smoke.stages_for(config)
+        stages = [s for s in args.stages.split(",") if s] if args.stages else list(cleared_by)
         if args.merge_reports:
             report = smoke.merge_reports(args.merge_reports, wheels, strict=options.strict)
         else:
+            target = smoke.target_for(config)
+            if models is None:
+                models = smoke.fixture_models() if {"embedding", "mtp", "generation"} & set(stages) \
+                    else smoke.SmokeModels()
             report = smoke.run(wheels, interps, models, stages=stages, jobs=options.jobs, timeout=args.timeout,
-                               strict=options.strict, use_cache=not args.no_cache, require_gpu=args.require_gpu)
+                               strict=options.strict, use_cache=not args.no_cache,
+                               require_gpu=args.require_gpu or target.require_gpu, env=target.env)
         smoke.save_report(report, dist.path)
         print(report.render())
         if not report.ok:
             failed += 1
             continue
         validation = dist.validation()
-        if tuple(stages) != smoke.STAGES:
+        if tuple(stages) != cleared_by:
             print(f"{config.name}: partial workload ({','.join(stages)}): not cleared for publishing")
         elif validation is None or not validation.ok:
             print(f"{config.name}: no passing validation.json: run `nox -s validate -- {config.name}` before "

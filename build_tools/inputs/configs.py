@@ -36,6 +36,7 @@ RESERVED_CMAKE = frozenset(
         "BUILD_SHARED_LIBS", "CMAKE_BUILD_TYPE", "CMAKE_INSTALL_RPATH", "CMAKE_BUILD_WITH_INSTALL_RPATH",
         "GGML_BACKEND_DL", "GGML_NATIVE", "GGML_CPU_ALL_VARIANTS", "GGML_CUDA", "LLAMA_BUILD_NUMBER",
         "LLAMA_BUILD_COMMIT", "CMAKE_CUDA_ARCHITECTURES", "CMAKE_CUDA_COMPILER", "CUDAToolkit_ROOT",
+        "GGML_VULKAN", "Vulkan_GLSLC_EXECUTABLE",
     }
 )
 
@@ -69,11 +70,30 @@ class CudaSpec:
 
 
 @dataclass(frozen=True)
+class VulkanSpec:
+    """Where a Vulkan configuration's build pieces (headers, loader to link, ``glslc``) come from:
+    the system package manager's packages, by manager (their versions enter the content key).
+    Nothing of it is shipped: ``libvulkan.so.1`` and the drivers come from the user's system."""
+
+    apt: tuple[str, ...] = ()
+    dnf: tuple[str, ...] = ()
+    smoke_apt: tuple[str, ...] = ()  # a software Vulkan device for the smoke tests (not in the key)
+    smoke_dnf: tuple[str, ...] = ()
+
+    def packages(self, manager: str, *, smoke: bool = False) -> tuple[str, ...]:
+        return getattr(self, f"smoke_{manager}" if smoke else manager, ())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"apt": list(self.apt), "dnf": list(self.dnf), "smoke_apt": list(self.smoke_apt),
+                "smoke_dnf": list(self.smoke_dnf)}
+
+
+@dataclass(frozen=True)
 class BuildConfig:
     """One native build configuration, fully resolved."""
 
     name: str
-    backend: Literal["cpu", "cuda"]
+    backend: Literal["cpu", "cuda", "vulkan"]
     variant: str
     description: str
     cpu_variants: CpuVariants = "all"
@@ -82,6 +102,7 @@ class BuildConfig:
     wheel_size_budget_mb: float = 50.0
     cuda: CudaSpec | None = None
     release: bool = True
+    vulkan: VulkanSpec | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -96,6 +117,7 @@ class BuildConfig:
             "wheel_size_budget_mb": self.wheel_size_budget_mb,
             "cuda": self.cuda.to_json() if self.cuda else None,
             "release": self.release,
+            **({"vulkan": self.vulkan.to_json()} if self.vulkan else {}),
         }
 
 
@@ -120,8 +142,10 @@ class BuildMatrix:
 _TOP_KEYS = {"schema_version", "default", "config"}
 _CONFIG_KEYS = {
     "name", "extends", "backend", "variant", "description", "cpu_variants", "local_version",
-    "cmake", "wheel_size_budget_mb", "cuda", "release",
+    "cmake", "wheel_size_budget_mb", "cuda", "release", "vulkan",
 }
+_VULKAN_KEYS = {"apt", "dnf", "smoke_apt", "smoke_dnf"}
+_DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9.+\-]*$")
 _CUDA_KEYS = {"version", "architectures", "toolkit", "packages", "runtime_requires", "fa_quants", "no_vmm"}
 
 
@@ -196,12 +220,28 @@ def _parse_cuda(raw: Any, where: str) -> CudaSpec:
     )
 
 
+def _parse_vulkan(raw: Any, where: str) -> VulkanSpec:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table")
+    _check_keys(raw, _VULKAN_KEYS, where)
+    lists = {}
+    for key in sorted(_VULKAN_KEYS):
+        items = _typed(raw, key, list, where, [])
+        for item in items:
+            if not isinstance(item, str) or not _DEB_NAME.match(item):
+                raise ConfigError(f"{where}.{key}: {item!r} is not a package name")
+        lists[key] = tuple(items)
+    if not (lists["apt"] or lists["dnf"]):
+        raise ConfigError(f"{where}: name the packages that provide glslc and the Vulkan headers (apt or dnf)")
+    return VulkanSpec(**lists)
+
+
 def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:
     _check_keys(raw, _CONFIG_KEYS - {"extends"}, where)
     name = _typed(raw, "name", str, where)
     backend = _typed(raw, "backend", str, where)
-    if backend not in ("cpu", "cuda"):
-        raise ConfigError(f"{where}.backend: {backend!r} is not 'cpu' or 'cuda'")
+    if backend not in ("cpu", "cuda", "vulkan"):
+        raise ConfigError(f"{where}.backend: {backend!r} is not 'cpu', 'cuda' or 'vulkan'")
     variant = _typed(raw, "variant", str, where)
     if not _LOCAL.match(variant):
         raise ConfigError(f"{where}.variant: {variant!r} must be lowercase letters and digits")
@@ -230,9 +270,14 @@ def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:
         raise ConfigError(f"{where}.wheel_size_budget_mb: must be positive, got {budget}")
     if backend == "cuda" and "cuda" not in raw:
         raise ConfigError(f"{where}: backend 'cuda' needs a [config.cuda] table")
-    if backend == "cpu" and "cuda" in raw:
+    if backend != "cuda" and "cuda" in raw:
         raise ConfigError(f"{where}.cuda: only allowed with backend = 'cuda'")
+    if backend == "vulkan" and "vulkan" not in raw:
+        raise ConfigError(f"{where}: backend 'vulkan' needs a [config.vulkan] table (the packages of its toolchain)")
+    if backend != "vulkan" and "vulkan" in raw:
+        raise ConfigError(f"{where}.vulkan: only allowed with backend = 'vulkan'")
     cuda = _parse_cuda(raw["cuda"], f"{where}.cuda") if "cuda" in raw else None
+    vulkan = _parse_vulkan(raw["vulkan"], f"{where}.vulkan") if "vulkan" in raw else None
     return BuildConfig(
         name=name,
         backend=backend,  # type: ignore[arg-type]
@@ -244,6 +289,7 @@ def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:
         wheel_size_budget_mb=float(budget),
         cuda=cuda,
         release=_typed(raw, "release", bool, where, True),
+        vulkan=vulkan,
     )
 
 

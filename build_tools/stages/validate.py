@@ -19,7 +19,7 @@ Each check has a name; a failing wheel's report lists every failure by that name
     metadata            `twine check --strict` fails (or twine is missing)
     size-budget         the wheel exceeds the configuration's wheel_size_budget_mb
     cuda-runtime        a CUDA wheel lacks a runtime Requires-Dist of its configuration
-    driver-library      the wheel carries the CUDA driver or runtime libraries
+    driver-library      the wheel carries a GPU driver, runtime or loader (CUDA, Vulkan)
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ from .wheels.inwheel import parse_wheel_name, record_hash
 from .wheels.sbom import SBOM_NAME
 
 REPORT_FILE = "validation.json"
-_DRIVER = re.compile(r"^(libcuda\.so|libcudart\.so|libcublas(Lt)?\.so|libnvidia-|nvcuda\.dll|cudart64_|cublas(Lt)?64_)")
+_DRIVER = re.compile(r"^(libcuda\.so|libcudart\.so|libcublas(Lt)?\.so|libnvidia-|nvcuda\.dll|cudart64_|cublas(Lt)?64_"
+                     r"|libvulkan\.so|vulkan-1\.dll|libMoltenVK)")
 _BUILD_FILE = re.compile(r"(^|/)(CMakeLists\.txt|CMakeCache\.txt|Makefile|build\.ninja|\.ninja_.*)$|\.(o|a|obj|lib|"
                          r"c|cc|cpp|h|hpp|cu|cuh|pyc|pyo|log)$")
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
@@ -426,8 +427,8 @@ def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: Bui
                            dist_info, lib_names, repo)
             for n in names:
                 if _DRIVER.match(n.rsplit("/", 1)[-1]):
-                    rep.fail("driver-library", f"{n}: the CUDA driver/runtime must come from the system or "
-                                               "NVIDIA's wheels, never from this wheel")
+                    rep.fail("driver-library", f"{n}: a GPU driver, runtime or loader (CUDA, Vulkan) must come "
+                                               "from the system or NVIDIA's wheels, never from this wheel")
             _check_sbom(rep, zf, dist_info, manifest)
             _check_metadata_deps(rep, meta, config)
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:  # a damaged member

@@ -51,6 +51,19 @@ def test_cmake_defines_cover_every_backend():
         assert cuda["CMAKE_CUDA_ARCHITECTURES"] == ";".join(m.get(name).cuda.architectures)
         assert cuda["GGML_CPU_ALL_VARIANTS"] == "ON"  # the CPU side matches the cpu configuration
         assert "GGML_CUDA_FA_QUANTS" in cuda
+    vk = cmake_defines(m.get("vulkan"), lock)
+    assert vk["GGML_VULKAN"] == "ON" and vk["GGML_CUDA"] == "OFF" and vk["GGML_CPU_ALL_VARIANTS"] == "ON"
+    # the other configurations' content keys did not move when Vulkan arrived
+    assert all("GGML_VULKAN" not in cmake_defines(c, lock) for c in m.configs.values() if c.backend != "vulkan")
+
+
+def test_vulkan_configuration():
+    vk = load_matrix().get("vulkan")
+    assert vk.backend == "vulkan" and vk.variant == "vulkan" and vk.local_version == "vulkan" and vk.release
+    assert vk.vulkan is not None and "glslc" in vk.vulkan.apt and "mesa-vulkan-drivers" in vk.vulkan.smoke_apt
+    assert vk.vulkan.packages("apt") == vk.vulkan.apt and vk.vulkan.packages("dnf", smoke=True) == vk.vulkan.smoke_dnf
+    assert vk.to_json()["vulkan"]["apt"] == list(vk.vulkan.apt)
+    assert "vulkan" not in load_matrix().get("cpu").to_json()
 
 
 def _first(raw: dict, name: str) -> dict:
@@ -81,6 +94,12 @@ def _first(raw: dict, name: str) -> dict:
         (lambda d: _first(d, "cuda-13.0")["cuda"].update(nvcc="x"), "unknown key 'nvcc'"),
         (lambda d: _first(d, "cuda-13.0").pop("cuda"), "needs a [config.cuda] table"),
         (lambda d: _first(d, "cpu").update(cuda={"version": "13.0"}), "only allowed with backend = 'cuda'"),
+        (lambda d: _first(d, "vulkan").pop("vulkan"), "needs a [config.vulkan] table"),
+        (lambda d: _first(d, "cpu").update(vulkan={"apt": ["glslc"]}), "only allowed with backend = 'vulkan'"),
+        (lambda d: _first(d, "vulkan")["vulkan"].update(apt=["glslc; rm -rf /"]), "is not a package name"),
+        (lambda d: _first(d, "vulkan")["vulkan"].update(apt=[], dnf=[]), "name the packages"),
+        (lambda d: _first(d, "vulkan")["vulkan"].update(pip=["x"]), "unknown key 'pip'"),
+        (lambda d: _first(d, "vulkan").update(cmake={"GGML_VULKAN": False}), "cmake.GGML_VULKAN"),
         (lambda d: d.update(default="gpu"), "default: 'gpu'"),
         (lambda d: d.update(schema_version=9), "schema_version"),
     ],

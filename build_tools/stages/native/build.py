@@ -131,6 +131,8 @@ def cmake_defines(config: BuildConfig, lock: SourceLock) -> dict[str, str]:
         "GGML_CPU_ALL_VARIANTS": "ON" if config.cpu_variants == "all" else "OFF",
         "GGML_CUDA": "ON" if config.backend == "cuda" else "OFF",
     }
+    if config.backend == "vulkan":
+        d["GGML_VULKAN"] = "ON"  # only here: the other configurations' keys stay as they were
     if config.cuda is not None:
         d["CMAKE_CUDA_ARCHITECTURES"] = ";".join(config.cuda.architectures)
         if config.cuda.fa_quants is not None:
@@ -141,8 +143,10 @@ def cmake_defines(config: BuildConfig, lock: SourceLock) -> dict[str, str]:
     return dict(sorted(d.items()))
 
 
-def plan(config: BuildConfig, lock: SourceLock, tree: VendoredTree, toolchain: Toolchain | None = None) -> BuildPlan:
-    """Resolve a configuration into a build plan (provisioning a CUDA toolkit if one is needed)."""
+def plan(config: BuildConfig, lock: SourceLock, tree: VendoredTree, toolchain: Toolchain | None = None,
+         *, install: bool = True) -> BuildPlan:
+    """Resolve a configuration into a build plan (provisioning a CUDA toolkit if one is needed;
+    ``install=False`` refuses to install missing system packages, for probes of the cache)."""
     toolchain = toolchain or detect()
     versions = dict(toolchain.versions)
     extra = {"CMAKE_C_COMPILER": str(toolchain.cc), "CMAKE_CXX_COMPILER": str(toolchain.cxx)}
@@ -154,6 +158,12 @@ def plan(config: BuildConfig, lock: SourceLock, tree: VendoredTree, toolchain: T
         versions.update(kit.versions)
         extra.update(kit.cmake_defines())
         env.update(kit.env())
+    if config.vulkan is not None:
+        from .vulkan_toolchain import provision as provision_vulkan
+
+        vk = provision_vulkan(config.vulkan, install=install)
+        versions.update(vk.versions)
+        extra.update(vk.cmake_defines())
     return BuildPlan(config, tree, cmake_defines(config, lock), toolchain, versions, extra, env)
 
 

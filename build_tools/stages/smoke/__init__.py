@@ -12,6 +12,7 @@ from .bundle import prepare_bundle, run_bundle
 from .models import SmokeModels, fixture_models
 from .report import REPORT_FILE, SmokeReport, SmokeResult, load_report, merge_reports, save_report
 from .runner import STAGES, compatible, run
+from .target import SmokeTarget, stages_for, target_for
 
 __all__ = [
     "REPORT_FILE",
@@ -19,6 +20,7 @@ __all__ = [
     "SmokeModels",
     "SmokeReport",
     "SmokeResult",
+    "SmokeTarget",
     "compatible",
     "fixture_models",
     "load_report",
@@ -27,4 +29,6 @@ __all__ = [
     "run",
     "run_bundle",
     "save_report",
+    "stages_for",
+    "target_for",
 ]

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -69,18 +69,19 @@ def requires_dist(wheel: Path) -> list[str]:
     return [r for r in meta.get_all("Requires-Dist") or [] if "extra ==" not in r]
 
 
-def _env() -> dict[str, str]:
+def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("LLAMA_CPP_", "PYTHON", "VIRTUAL_ENV", "CONDA"))}
     env.update({"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+    env.update(extra or {})
     return env
 
 
 def _run(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None = None,
-         check: bool = False) -> subprocess.CompletedProcess[str]:
+         check: bool = False, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``cmd`` in the clean environment; a missing tool or a timeout is a failed cell (SmokeError)."""
     try:
-        return proc.run(cmd, what=what, error=SmokeError, check=check, timeout=timeout, env=_env(), cwd=cwd)
+        return proc.run(cmd, what=what, error=SmokeError, check=check, timeout=timeout, env=_env(env), cwd=cwd)
     except (ToolNotFoundError, ToolTimeoutError) as exc:
         raise SmokeError(str(exc)) from None
 
@@ -112,7 +113,8 @@ def dependency_wheelhouse(python: Path, interp: Interpreter, reqs: Sequence[str]
 
 def install_and_run(python: Path, wheel: Path, models: SmokeModels, *, stages: Sequence[str],
                     find_links: FindLinks, version: str, flags: Sequence[str] = (),
-                    system_site_packages: bool = False, timeout: float = 600.0) -> dict[str, Any]:
+                    system_site_packages: bool = False, timeout: float = 600.0,
+                    env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Install ``wheel`` into a fresh venv of ``python`` and run the workload there, from an empty folder.
 
     Returns the workload's report (its ``stages``, plus ``timings``); raises :class:`SmokeError`
@@ -135,7 +137,8 @@ def install_and_run(python: Path, wheel: Path, models: SmokeModels, *, stages: S
         shutil.copyfile(WORKLOAD, script)
         t = time.monotonic()
         done = _run([str(py), "-I", str(script), "--out", str(out), "--stages", ",".join(stages),
-                     "--version", version, *models.workload_args(), *flags], "the workload", timeout, cwd=workdir)
+                     "--version", version, *models.workload_args(), *flags], "the workload", timeout, cwd=workdir,
+                    env=env)
         timings["workload"] = time.monotonic() - t
         if not out.is_file():
             raise SmokeError(f"the workload crashed (exit {done.returncode}): {proc.tail(done)}")
@@ -149,7 +152,7 @@ def failed_stages(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_cell(wheel: BuiltWheel, interp: Interpreter, models: SmokeModels, *, stages: Sequence[str],
-             timeout: float = 600.0, require_gpu: bool = False) -> SmokeResult:
+             timeout: float = 600.0, require_gpu: bool = False, env: Mapping[str, str] | None = None) -> SmokeResult:
     """One wheel on one interpreter, in a fresh venv; failures are results, not exceptions."""
     started = time.monotonic()
     res = SmokeResult(wheel.filename, wheel.sha256, interp.version, "fail")
@@ -164,7 +167,7 @@ def run_cell(wheel: BuiltWheel, interp: Interpreter, models: SmokeModels, *, sta
 
         report = install_and_run(interp.path, wheel.path, models, stages=stages, find_links=find_links,
                                  version=wheel.version, flags=["--require-gpu"] if require_gpu else [],
-                                 timeout=timeout)
+                                 timeout=timeout, env=env)
         res.stages = report["stages"]
         failed = failed_stages(report)
         if failed:
@@ -180,10 +183,10 @@ def run_cell(wheel: BuiltWheel, interp: Interpreter, models: SmokeModels, *, sta
 
 
 def _cell_key(wheel: BuiltWheel, interp: Interpreter, stages: Sequence[str], models_digest: str,
-              require_gpu: bool) -> str:
+              require_gpu: bool, env: Mapping[str, str] | None = None) -> str:
     return sha256_json({"wheel": wheel.sha256, "python": [str(interp.path), interp.full_version],
                         "workload": sha256_file(WORKLOAD), "stages": list(stages), "models": models_digest,
-                        "gpu": require_gpu})
+                        "gpu": require_gpu, **({"env": dict(sorted(env.items()))} if env else {})})
 
 
 def _no_interpreter(w: BuiltWheel) -> SmokeResult:
@@ -202,8 +205,11 @@ def _cached(key_file: Path) -> SmokeResult | None:
 
 def run(wheels: Sequence[BuiltWheel], interpreters: Sequence[Interpreter], models: SmokeModels, *,
         stages: Sequence[str] = STAGES, jobs: int | None = None, timeout: float = 600.0,
-        strict: bool = False, use_cache: bool = True, require_gpu: bool = False) -> SmokeReport:
-    """Every compatible (wheel, interpreter) cell, in parallel; missing interpreters are skips."""
+        strict: bool = False, use_cache: bool = True, require_gpu: bool = False,
+        env: Mapping[str, str] | None = None) -> SmokeReport:
+    """Every compatible (wheel, interpreter) cell, in parallel; missing interpreters are skips.
+
+    ``env`` is added to each workload's environment (a software Vulkan device, say)."""
     unknown = [s for s in stages if s not in workload.REGISTRY]
     if unknown:
         raise SmokeInputError(f"unknown smoke stage {unknown[0]!r}; choose from {list(workload.REGISTRY)}")
@@ -220,7 +226,7 @@ def run(wheels: Sequence[BuiltWheel], interpreters: Sequence[Interpreter], model
                 results.append(SmokeResult(w.filename, w.sha256, i.version, "skip",
                                            f"Python {i.version} {i.reason or 'not found'}"))
                 continue
-            key_file = cache / f"{_cell_key(w, i, stages, digest, require_gpu)}.json"
+            key_file = cache / f"{_cell_key(w, i, stages, digest, require_gpu, env)}.json"
             hit = _cached(key_file) if use_cache and key_file.is_file() else None
             if hit is not None:
                 results.append(hit)
@@ -229,7 +235,7 @@ def run(wheels: Sequence[BuiltWheel], interpreters: Sequence[Interpreter], model
 
     def one(item: tuple[BuiltWheel, Interpreter, Path]) -> SmokeResult:
         w, i, key_file = item
-        r = run_cell(w, i, models, stages=stages, timeout=timeout, require_gpu=require_gpu)
+        r = run_cell(w, i, models, stages=stages, timeout=timeout, require_gpu=require_gpu, env=env)
         log.info("[smoke] %s on %s: %s %s (%.0f s)", w.filename, i.version, r.status, r.reason, r.seconds)
         if r.status == "pass":  # a later run may reuse it (use_cache only controls reading)
             write_json_atomic(key_file, asdict(r))

@@ -31,8 +31,10 @@ from .inwheel import parse_wheel_name, read_entries, rewrite
 
 log = logging.getLogger(__name__)
 
-# Never grafted into a wheel: the driver comes with the system, the runtime from NVIDIA's wheels.
-CUDA_EXCLUDES = ("libcuda.so.1", "libcudart.so.*", "libcublas.so.*", "libcublasLt.so.*", "libnvidia-ml.so.1")
+# Never grafted: the GPU driver and runtimes come from the system or NVIDIA's wheels, and the
+# Vulkan loader (libvulkan.so.1) from the system, which also holds the drivers it loads.
+SYSTEM_EXCLUDES = ("libcuda.so.1", "libcudart.so.*", "libcublas.so.*", "libcublasLt.so.*", "libnvidia-ml.so.1",
+                   "libvulkan.so.1")
 _SHOW_TAG = re.compile(r'consistent with\s+the following platform tag:\s+"([^"]+)"', re.DOTALL)
 _SHOW_LIMIT = re.compile(r'constrains the platform tag to "([^"]+)"')
 
@@ -105,7 +107,7 @@ def _check_unchanged(before: Path, after: Path, manifest: NativeManifest) -> Non
 
 
 def repair(wheels: Sequence[BuiltWheel], manifest: NativeManifest, *, plat: str | None = None,
-           excludes: Sequence[str] = CUDA_EXCLUDES, jobs: int | None = None, each: bool = False) -> RepairResult:
+           excludes: Sequence[str] = SYSTEM_EXCLUDES, jobs: int | None = None, each: bool = False) -> RepairResult:
     """Retag Linux wheels to their manylinux tag in place (the input files are replaced).
 
     auditwheel only looks at the ELF files, and every wheel carries the same, manifest-verified
