@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
+from ._spec_batch import RawExtBatch
 from ._spec_engine import DraftDecoder, DraftState, propose, tell_drafters
 from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
@@ -616,6 +617,9 @@ class MTPDecoder:
             C.llama_set_embeddings_nextn(self._draft.ptr, True, True)  # h for the draft's outputs only
             self._tbatch = LlamaBatchExt(target)
             self._dbatch = LlamaBatchExt(self._draft)
+            n_embd = int(model.n_embd_out())
+            self._traw = RawExtBatch(self._tbatch, target, n_embd)
+            self._draw = RawExtBatch(self._dbatch, self._draft, n_embd)
             # the other types of a combined configuration, asked before the MTP head (llama.cpp's order)
             self._extra = build_drafters(model, config, target)
         except BaseException:
@@ -731,23 +735,15 @@ class MTPDecoder:
 
     def _decode_target(self, tokens: Sequence[int], pos0: int, outputs: bool) -> np.ndarray:
         """Decode ``tokens`` at ``pos0..`` on the target in one batch; return their h rows."""
-        b = self._tbatch
-        b.clear()
-        for j, t in enumerate(tokens):
-            b.add_token(int(t), 0, pos0 + j, output=outputs)
-        b.process()
+        self._traw.decode(tokens, pos0, outputs)
         return self._target_rows(len(tokens))
 
     def _decode_draft_pairs(self, tokens: Sequence[int], rows: Sequence[np.ndarray], pos0: int) -> None:
         """Feed ``(x_p, h_{p-1})`` pairs to the draft context (its KV only, no outputs)."""
-        b = self._dbatch
         n = len(tokens)
         for s in range(0, n, self.n_batch):
-            b.clear()
-            for j in range(s, min(n, s + self.n_batch)):
-                idx = b.add_token(int(tokens[j]), 0, pos0 + j, output=False)
-                b.set_embd_token(idx, rows[j])
-            b.process()
+            e = min(n, s + self.n_batch)
+            self._draw.decode(tokens[s:e], pos0 + s, False, rows[s:e])
         self._n_dft = pos0 + n
 
     def _extend(self, tokens: Sequence[int]) -> None:
@@ -829,7 +825,6 @@ class MTPDecoder:
         """Draft up to ``k_max`` tokens from ``(id_last, h_{n_past-1})`` (greedy on the MTP head)."""
         dft = self._draft
         P = len(self._kv)
-        b = self._dbatch
         if self._n_dft > P and not dft.seq_rm(0, P, -1):
             raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
         self._n_dft = min(self._n_dft, P)
@@ -839,11 +834,9 @@ class MTPDecoder:
         out: list[int] = []
         tok, h = self._id_last, self._pending_h
         k = self._topk
+        raw = self._draw
         while True:
-            b.clear()
-            idx = b.add_token(int(tok), 0, P + len(out), output=True)
-            b.set_embd_token(idx, h)
-            b.process()
+            raw.decode((tok,), P + len(out), True, (h,))
             self._n_dft = P + len(out) + 1
             logits = dft.logits_ith(0)
             best = int(np.argmax(logits))
