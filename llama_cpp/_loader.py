@@ -348,8 +348,11 @@ def loaded_status(family: str, name: str, path: Path | None, devices: list[Devic
     (Metal without a Metal device, Vulkan with a loader but no driver)."""
     if family != "cpu" and not devices:
         display = _DISPLAY.get(family, name)
-        return BackendStatus(name, path, False, f"loaded, but found no {display} device (no driver or no "
-                             "supported GPU on this machine)")
+        why = f"loaded, but found no {display} device (no driver or no supported GPU on this machine)"
+        if family == "vulkan":
+            why += ("; ggml-vulkan skips CPU devices such as llvmpipe/lavapipe unless GGML_VK_VISIBLE_DEVICES "
+                    "names them (e.g. GGML_VK_VISIBLE_DEVICES=0)")
+        return BackendStatus(name, path, False, why)
     return BackendStatus(name, path, True, None, devices)
 
 
