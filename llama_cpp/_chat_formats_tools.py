@@ -394,6 +394,7 @@ def functionary_v1_v2_chat_handler(*, llama: Any, messages: list[Any], functions
 
     calls: list[tuple[str, dict[str, Any]]] = []
     content: str | None = None
+    last: dict[str, Any] | None = None
     if isinstance(function_call, dict):
         name = function_call["name"]
         if v1:
@@ -404,17 +405,15 @@ def functionary_v1_v2_chat_handler(*, llama: Any, messages: list[Any], functions
             stops = [_V2["stop"], _V2["from"]]
         calls.append((name, complete(text, stream=False, stop=stops, grammar=_grammar_for(name, functions))))
     elif v1:
-        head = complete(prompt, stream=False, stop=[_V1["end_assistant"], _V1["start_call"]])
-        if head["choices"][0]["finish_reason"] == "stop" and head["choices"][0]["text"].strip() and \
-                not head["choices"][0]["text"].startswith(_V1["start_call"]):
-            content = head["choices"][0]["text"].strip()
-        text = prompt + (head["choices"][0]["text"] if content is None else "") + _V1["start_call"]
-        name_c = complete(text, stream=False, stop=":", max_tokens=64, grammar=_names_only(functions))
-        name = name_c["choices"][0]["text"]
-        if content is None or name:
-            calls.append((name, complete(text + f"{name}:\n", stream=False,
-                                         stop=[_V1["end_call"], _V1["end_assistant"]],
-                                         grammar=_grammar_for(name, functions))))
+        head = complete(prompt, stream=False, stop=["\n", _V1["end_assistant"]])
+        text = head["choices"][0]["text"]
+        if _V1["start_call"] not in text:
+            head["choices"][0]["text"] = text.lstrip()
+            return H.to_chat(head, False)
+        name = text.split(_V1["start_call"])[-1].strip().rstrip(":").strip()
+        call_prompt = prompt + text.replace(f"{_V1['start_call']} ", _V1["start_call"]) + "\n"
+        calls.append((name, complete(call_prompt, stream=False, stop=_V1["end_call"],
+                                     grammar=_grammar_for(name, functions))))
     else:
         text = prompt
         for _ in range(_MAX_CALLS):
@@ -430,11 +429,14 @@ def functionary_v1_v2_chat_handler(*, llama: Any, messages: list[Any], functions
                              grammar=_grammar_for(recipient, functions))
                 calls.append((recipient, c))
                 text += c["choices"][0]["text"]
+            last = c
             if c["choices"][0]["finish_reason"] != "stop" or not _more_v2(llama, text, sampling):
                 break
             text += f"\n{_V2['from']}assistant\n{_V2['recipient']}"
     if not calls:
-        return _message_response(content or "", llama)
+        assert last is not None  # the v2 loop ran at least once
+        last["choices"][0]["text"] = content or ""
+        return H.completion_to_chat(last)
     merged = _merge_calls(calls)
     merged["choices"][0]["message"]["content"] = content
     return merged
@@ -450,24 +452,13 @@ def _more_v2(llama: Any, text: str, sampling: dict[str, Any]) -> bool:
 
 
 def _names_only(functions: list[dict[str, Any]], extra: list[str] | None = None) -> LlamaGrammar:
-    names = [f"functions.{f['name']}" for f in functions] + list(extra or [])
+    names = [f["name"] for f in functions] + list(extra or [])
     return LlamaGrammar.from_string("root ::= " + " | ".join(json.dumps(n) for n in names))
 
 
 def _grammar_for(name: str, functions: list[dict[str, Any]]) -> LlamaGrammar:
     schema = _schema_of(name.removeprefix("functions."), functions)
     return H.grammar_for_schema(schema) if schema is not None else LlamaGrammar.from_string(JSON_GBNF)
-
-
-def _message_response(content: str, llama: Any) -> dict[str, Any]:
-    import time
-    import uuid
-
-    return {"id": f"chatcmpl-{uuid.uuid4()}", "object": "chat.completion", "created": int(time.time()),
-            "model": getattr(llama, "model_path", ""),
-            "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
 
 
 __all__ = ["CHATML_FUNCTION_CALLING_TEMPLATE", "chatml_function_calling", "functionary_chat_handler",

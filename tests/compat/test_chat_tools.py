@@ -143,3 +143,53 @@ def test_functionary_v2_needs_the_hf_tokenizer(llm):
     handler = lcf.get_chat_completion_handler("functionary-v2")
     with pytest.raises(ValueError, match="LlamaHFTokenizer"):
         handler(llama=llm, messages=MESSAGES, tools=TOOLS)
+
+
+class _StubHFTokenizer:
+    """Stands in for a functionary tokenizer's chat template (the v2 layout)."""
+
+    def __init__(self, v1: bool = False) -> None:
+        self.additional_special_tokens = ["<|START_OF_FUNCTION_CALL|>"] if v1 else ["<|recipient|>"]
+        self.seen: list = []
+
+    def apply_chat_template(self, messages, tokenize=False):
+        self.seen = messages
+        return "".join(f"<|from|>{m['role']}\n<|recipient|>all\n<|content|>{m.get('content')}\n" for m in messages)
+
+
+def _with_tokenizer(llm, hf):
+    import types
+
+    return types.SimpleNamespace(create_completion=llm.create_completion, model=llm.model,
+                                 tokenize=llm.tokenize, model_path=llm.model_path,
+                                 tokenizer_=types.SimpleNamespace(hf_tokenizer=hf))
+
+
+@pytest.mark.parametrize("v1", [False, True])
+def test_functionary_v1_v2_with_the_models_tokenizer(llm, v1):
+    hf = _StubHFTokenizer(v1)
+    handler = lcf.get_chat_completion_handler("functionary-v1" if v1 else "functionary-v2")
+    llama = _with_tokenizer(llm, hf)
+    r = handler(llama=llama, messages=MESSAGES[1:], tools=TOOLS, max_tokens=60, temperature=0,
+                tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    # the tools reach the template as the TypeScript namespace, then the fixed system prompt
+    assert hf.seen[0]["role"] == "system" and "type get_weather = (_: {" in hf.seen[0]["content"]
+    assert hf.seen[1]["content"].startswith("A chat between a curious user")
+    call = r["choices"][0]["message"]["tool_calls"][0]
+    assert call["function"]["name"] == "get_weather" and r["choices"][0]["finish_reason"] == "tool_calls"
+    _args(call)
+    r = handler(llama=llama, messages=MESSAGES[1:], tools=TOOLS, tool_choice="none", max_tokens=4, temperature=0)
+    assert isinstance(r["choices"][0]["message"]["content"], str)
+    assert "type get_weather" not in hf.seen[0]["content"]  # tool_choice none hides the tools
+
+
+@pytest.mark.parametrize("v1", [False, True])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_functionary_v1_v2_auto(llm, seed, v1):
+    handler = lcf.get_chat_completion_handler("functionary-v1" if v1 else "functionary-v2")
+    r = handler(llama=_with_tokenizer(llm, _StubHFTokenizer(v1)), messages=MESSAGES[1:], tools=TOOLS,
+                max_tokens=40, temperature=1.0, seed=seed)
+    msg = r["choices"][0]["message"]
+    for call in msg.get("tool_calls") or []:
+        assert call["function"]["name"] in ("get_weather", "noop")
+    assert msg.get("tool_calls") or isinstance(msg["content"], str)

@@ -51,7 +51,7 @@ def test_recurrent_stand_in_is_a_mamba():
     path = stand_in_path("QuantFactory/mamba-130m-hf-GGUF", "mamba-130m-hf.Q2_K.gguf")
     assert path == stand_in_path("QuantFactory/mamba-130m-hf-GGUF", "mamba-130m-hf.Q2_K.gguf")
     with Llama(str(path), n_ctx=64, n_batch=64, n_threads=1, verbose=False) as llm:
-        assert llm.model.is_recurrent() if hasattr(llm.model, "is_recurrent") else llm._is_recurrent
+        assert llm.model.is_recurrent() and not llm.model.is_hybrid()
         text = llm("The quick brown fox", max_tokens=6, temperature=0)["choices"][0]["text"]
         again = llm("The quick brown fox", max_tokens=6, temperature=0)["choices"][0]["text"]
         assert text and text == again
