@@ -255,6 +255,8 @@ class Llama:
             self.close()
             raise
 
+        self._n_ctx = self.n_ctx()
+        self._token_eos, self._token_nl = self._model.token_eos(), self._model.token_nl()
         self.chat_handler = chat_handler
         self.chat_format = chat_format
         self._formatter: _chat.Jinja2ChatFormatter | None = None
@@ -368,6 +370,28 @@ class Llama:
     @property
     def n_tokens(self) -> int:
         return len(self._input_ids)
+
+    @n_tokens.setter
+    def n_tokens(self, n: int) -> None:
+        """Keep only the first ``n`` evaluated tokens (upstream code rewinds with ``llm.n_tokens = k``)."""
+        n = int(n)
+        if not 0 <= n <= len(self._input_ids):
+            raise ValueError(f"n_tokens must be in [0, {len(self._input_ids)}] (the tokens evaluated), got {n}")
+        if n == len(self._input_ids):
+            return
+        ctx = self._need_ctx()
+        self._fresh = False
+        if self._spec is not None:
+            self._spec.invalidate()
+        if n == 0 or not ctx.seq_rm(0, n, -1):
+            ctx.memory_clear(True)  # memory that cannot drop a suffix: evaluated again when needed
+            kept, self._input_ids = self._input_ids[:n], []
+            if kept:
+                self._decode_tokens(kept, 0, self.logits_all)
+                self._input_ids = kept
+                self._fresh = True
+            return
+        del self._input_ids[n:]
 
     @property
     def n_batch(self) -> int:

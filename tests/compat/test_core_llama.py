@@ -177,3 +177,18 @@ def test_openai_v1_needs_openai(llm, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "openai", None)
     with pytest.raises(ImportError, match="pip install openai"):
         llm.create_chat_completion_openai_v1(messages=[{"role": "user", "content": "hi"}])
+
+
+def test_n_tokens_rewinds(llm):
+    toks = llm.tokenize(b"one two three four")
+    llm.reset()
+    llm.eval(toks)
+    llm.n_tokens = 2
+    assert llm.input_ids.tolist() == toks[:2]
+    llm.eval(toks[2:])  # continues at position 2
+    assert llm.input_ids.tolist() == toks
+    with pytest.raises(ValueError, match="n_tokens must be"):
+        llm.n_tokens = len(toks) + 1
+    llm.n_tokens = 0
+    assert llm.n_tokens == 0
+    assert llm._n_ctx == llm.n_ctx() and llm._token_eos == llm.token_eos()
