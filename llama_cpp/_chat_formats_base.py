@@ -251,13 +251,23 @@ class NamedChatFormatter:
         self.fn = fn
 
     def __call__(self, *, messages: Sequence[dict[str, Any]], **kwargs: Any) -> ChatFormatterResponse:
-        r = self.fn(messages=list(messages), **kwargs)
+        r = self.fn(messages=[_text_parts_joined(m) for m in messages], **kwargs)
         stop = [] if r.stop is None else [r.stop] if isinstance(r.stop, str) else list(r.stop)
         return ChatFormatterResponse(prompt=r.prompt, stop=stop, stopping_criteria=r.stopping_criteria,
                                      added_special=r.added_special)
 
     def __repr__(self) -> str:
         return f"NamedChatFormatter({self.name!r})"
+
+
+def _text_parts_joined(message: dict[str, Any]) -> dict[str, Any]:
+    """A message whose content is a list of text parts only, with the texts as one string (upstream's
+    formats render list content as empty; a list holding other parts is passed as it is)."""
+    content = message.get("content")
+    if isinstance(content, list) and content and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+        return {**message, "content": "".join(p["text"] for p in content)}
+    return message
 
 
 # formatters registered by name (upstream's formats and register_chat_format), beside the handlers
@@ -294,14 +304,20 @@ def chat_handler_for_format(name: str) -> LlamaChatCompletionHandler | None:
     return LlamaChatCompletionHandlerRegistry._chat_handlers.get(name)
 
 
-def model_chat_formatter(model: Any, *, chat_format: str | None = None,
-                         template: str | None = None) -> Jinja2ChatFormatter | NamedChatFormatter | None:
+def model_chat_formatter(model: Any, *, chat_format: str | None = None, template: str | None = None,
+                         media: bool = False) -> Jinja2ChatFormatter | NamedChatFormatter | None:
     """The formatter for a loaded model (a :class:`~llama_cpp._internals.LlamaModel`): the named
     ``chat_format``, else ``template``, else the model's own template; None when it has none.
-    BOS/EOS are the model's token texts."""
+    BOS/EOS are the model's token texts.
+
+    A name llama-cpp-python knows gives its exact prompt (``Llama(chat_format="llama-2")`` sends
+    what upstream sends); with ``media=True`` (image and audio chat) the names this package has
+    templates for render with those, which place every media part of a message."""
     bos = model.token_text(model.token_bos()) if model.token_bos() >= 0 else ""
     eos = model.token_text(model.token_eos()) if model.token_eos() >= 0 else ""
     if chat_format is not None:
+        if not media and chat_format in _FORMATTERS:
+            return NamedChatFormatter(chat_format, _FORMATTERS[chat_format])
         return get_chat_formatter(chat_format, bos_token=bos, eos_token=eos)
     template = template or model.chat_template()
     if not template:

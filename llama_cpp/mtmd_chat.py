@@ -466,7 +466,8 @@ class MultimodalChat(MultimodalChatEngine):
                 self._mtp = MultimodalMTPDecoder(text_model, params, self.speculative)
             else:
                 self._ctx = LlamaContext(text_model, **params)
-            formatter = _chat.model_chat_formatter(text_model, chat_format=chat_format, template=chat_template)
+            formatter = _chat.model_chat_formatter(text_model, chat_format=chat_format, template=chat_template,
+                                                    media=True)
             if formatter is None:
                 raise MultimodalError("the model has no chat template: pass chat_template=... or chat_format=...")
         except BaseException:

@@ -194,10 +194,15 @@ def test_named_tool_choice_through_a_format_handler(llm):
                 tool_choice={"type": "function", "function": {"name": "other"}})
 
 
-def test_llama_chat_format_uses_upstream_prompt(llm):
+@pytest.mark.parametrize("name", ["qwen", "llama-2", "chatml", "gemma"])
+def test_llama_chat_format_uses_upstream_prompt(name):
     from build_tools.fixtures import fixture_path
 
-    with Llama(str(fixture_path("llama_spm")), n_ctx=512, n_threads=1, chat_format="qwen", verbose=False) as q:
+    with Llama(str(fixture_path("llama_spm")), n_ctx=512, n_threads=1, chat_format=name, verbose=False) as q:
         r = q.create_chat_completion(CONVERSATION, max_tokens=2, temperature=0)
-        prompt = EXPECTED["qwen"][0]
+        prompt = EXPECTED[name][0]
         assert r["usage"]["prompt_tokens"] == len(q.tokenize(prompt.encode(), add_bos=True, special=True))
+        # content given as text parts renders as the joined text
+        parts = [{**m, "content": [{"type": "text", "text": m["content"]}]} for m in CONVERSATION]
+        r2 = q.create_chat_completion(parts, max_tokens=2, temperature=0)
+        assert r2["usage"]["prompt_tokens"] == r["usage"]["prompt_tokens"]
