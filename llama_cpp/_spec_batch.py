@@ -1,4 +1,7 @@
-"""An extended batch filled through the C API directly, for the MTP decoder's own entries.
+"""Batches the speculative decoders fill without per-entry Python checks.
+
+:class:`RawBatch` is a plain ``llama_batch`` over numpy buffers, decoded with ``llama_decode``;
+:class:`RawExtBatch` fills an extended batch (token + hidden row entries) for the MTP decoder.
 
 :class:`~llama_cpp._internals.LlamaBatchExtNative` checks every entry in Python (token range,
 positions, finiteness of each hidden row), which on small models costs as much as the decode.
@@ -65,4 +68,54 @@ class RawExtBatch:
             raise DecodeError(f"llama_process(decode) returned {rc} on {len(tokens)} entries at position {pos0}")
 
 
-__all__ = ["RawExtBatch"]
+class RawBatch:
+    """One ``llama_batch`` of ``ctx.n_batch()`` entries of sequence 0, decoded without checks.
+
+    Callers pass token ids they have checked (prompt tokens), drawn from logits, or range-checked
+    (drafts); positions are consecutive from ``pos0``. Longer inputs are split into ``n_batch`` chunks.
+    """
+
+    def __init__(self, ctx: Any) -> None:
+        from ._internals import LlamaBatch
+
+        self._C = ctx._C
+        self.n_batch = ctx.n_batch()
+        self._batch = LlamaBatch(self.n_batch, 0, 1)
+        self._batch.n_tokens = self.n_batch
+        self._struct = self._batch.validated_view(ctx, 0, self.n_batch)  # sequence ids, once
+        self._ar = np.arange(self.n_batch, dtype=np.int32)
+        self._ctx = ctx.ptr
+
+    def close(self) -> None:
+        self._struct = None
+        self._batch.close()
+
+    def decode(self, tokens: Sequence[int], pos0: int, logits: str = "all") -> None:
+        """``logits``: ``"all"`` (every entry an output), ``"last"`` (the input's last) or ``"none"``."""
+        b, nb, st = self._batch, self.n_batch, self._struct
+        decode, ctx = self._C.llama_decode, self._ctx
+        n = len(tokens)
+        for s in range(0, n, nb):
+            m = min(nb, n - s)
+            b.token_arr[:m] = tokens[s:s + m]
+            np.add(self._ar[:m], pos0 + s, out=b.pos[:m])
+            b.logits[:m] = 1 if logits == "all" else 0
+            if logits == "last" and s + m == n:
+                b.logits[m - 1] = 1
+            st.n_tokens = m
+            rc = int(decode(ctx, st))
+            if rc != 0:
+                raise DecodeError(f"llama_decode returned {rc} on a batch of {m} tokens at position {pos0 + s}"
+                                  + (": the context is full" if rc == 1 else ""))
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    if list(a[:n]) == list(b[:n]):
+        return n
+    diff = np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64)
+    return int(np.argmax(diff))
+
+
+__all__ = ["RawBatch", "RawExtBatch", "common_prefix"]

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import SpeculativeError
+from ._spec_batch import RawBatch, common_prefix
 
 log = logging.getLogger("llama_cpp.speculative")
 
@@ -87,7 +88,7 @@ class DraftModel:
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0) -> None:
-        from ._internals import LlamaBatch, LlamaContext
+        from ._internals import LlamaContext
 
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
         self.model = self.ctx = self._batch = None
@@ -98,16 +99,17 @@ class DraftModel:
                           n_seq_max=1, n_rs_seq=self.n_max, embeddings=False)
             params.pop("ctx_type", None)
             self.ctx = LlamaContext(self.model, **params)
-            self._batch = LlamaBatch(self.ctx.n_batch(), 0, 1)
+            self._batch = RawBatch(self.ctx)
         except BaseException:
             self.close()
             raise
         self.n_vocab_target = int(target_model.n_vocab)
+        self._n_vocab_draft = int(self.model.n_vocab)
         self._topk = min(_TOP_K, self.model.n_vocab)
         self._kv: list[int] = []  # tokens in the draft memory, positions 0..len-1
 
     def close(self) -> None:
-        for name in ("_batch", "ctx", "model"):
+        for name in ("_batch", "ctx", "model"):  # the batch first: it points into the context
             obj = getattr(self, name, None)
             if obj is not None:
                 obj.close()
@@ -127,8 +129,7 @@ class DraftModel:
     def _sync(self, prompt: Sequence[int]) -> int:
         """Make the draft memory a prefix of ``prompt``; return its length."""
         kv = self._kv
-        lim = min(len(kv), len(prompt))
-        L = next((i for i in range(lim) if kv[i] != prompt[i]), lim)
+        L = common_prefix(kv, prompt)
         if L < len(kv):
             if L > 0 and self.ctx.seq_rm(0, L, -1):
                 del kv[L:]
@@ -140,21 +141,18 @@ class DraftModel:
 
     def _decode(self, tokens: Sequence[int], pos0: int) -> None:
         """Decode ``tokens`` at ``pos0..``; the last one is an output."""
-        b, ctx, nb = self._batch, self.ctx, self.ctx.n_batch()
-        for s in range(0, len(tokens), nb):
-            chunk = tokens[s:s + nb]
-            b.clear()
-            b.add_sequence(np.asarray(chunk, dtype=np.int32), 0, pos0 + s,
-                           logits="last" if s + nb >= len(tokens) else False)
-            ctx.decode(b)
-            self._kv.extend(int(t) for t in chunk)
+        self._batch.decode(tokens, pos0, "last")
+        self._kv.extend(tokens)
 
     def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
         k_max = self.n_max if n_max is None else min(self.n_max, int(n_max))
         if k_max <= 0:
             return []
         L = self._sync(prompt)
-        self._decode(list(prompt[L:]) + [int(id_last)], L)
+        new = list(prompt[L:]) + [int(id_last)]
+        if self._n_vocab_draft < self.n_vocab_target and max(new) >= self._n_vocab_draft:
+            return []  # the history holds a token the draft's (smaller) vocabulary lacks
+        self._decode(new, L)
         out: list[int] = []
         ctx, k = self.ctx, self._topk
         while True:

@@ -26,9 +26,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
-from ._errors import ContextOverflowError, DecodeError, SpeculativeError
+from ._errors import ContextOverflowError, SpeculativeError
+from ._spec_batch import RawBatch, common_prefix
 from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
@@ -40,8 +39,7 @@ _NO_LIMIT = 1 << 30
 def tell_drafters(drafters: Sequence[Any], old: Sequence[int], new: Sequence[int]) -> None:
     """The history is now ``new`` (it was ``old``): drafters forget what no longer holds, then
     begin a generation after ``new``."""
-    lim = min(len(old), len(new))
-    L = next((i for i in range(lim) if old[i] != new[i]), lim)
+    L = common_prefix(old, new)
     if L < len(old):
         for d in drafters:
             rewind = getattr(d, "rewind", None)
@@ -85,11 +83,9 @@ class DraftDecoder:
 
     def __init__(self, model: Any, target: Any, config: Any, drafters: Sequence[Any], *,
                  owns_target: bool = False) -> None:
-        from ._internals import LlamaBatch
-
         self._target = None
         self._drafters = list(drafters)
-        self._batch = self._struct = None
+        self._raw = None
         if not self._drafters:
             raise SpeculativeError("no drafter for this speculative configuration")
         if target.n_seq_max() != 1:
@@ -100,13 +96,7 @@ class DraftDecoder:
         self._target = target
         self._owns_target = owns_target
         self._C = model._C
-        self._batch = LlamaBatch(target.n_batch(), 0, 1)
-        # one raw llama_batch over the whole buffer, decoded without per-call checks: every token
-        # is a checked prompt token, a drafted token checked in propose() or a sampled token
-        self._batch.n_tokens = target.n_batch()
-        self._struct = self._batch.validated_view(target, 0, target.n_batch())
-        self._ar = np.arange(target.n_batch(), dtype=np.int32)
-        self._ctx_ptr = target.ptr
+        self._raw = RawBatch(target)
         self.n_ctx = target.n_ctx()
         self.n_batch = target.n_batch()
         self.n_vocab = int(model.n_vocab)
@@ -135,10 +125,9 @@ class DraftDecoder:
             if close is not None:
                 close()
         self._drafters = []
-        self._struct = None
-        if self._batch is not None:
-            self._batch.close()
-            self._batch = None
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
         if self._target is not None and self._owns_target:
             self._target.close()
         self._target = None
@@ -188,19 +177,7 @@ class DraftDecoder:
 
     # -- target ---------------------------------------------------------------------------------
     def _decode(self, tokens: Sequence[int], pos0: int, outputs: bool) -> None:
-        b, nb, st = self._batch, self.n_batch, self._struct
-        decode, ctx_ptr = self._C.llama_decode, self._ctx_ptr
-        n = len(tokens)
-        for s in range(0, n, nb):
-            m = min(nb, n - s)
-            b.token_arr[:m] = tokens[s:s + m]
-            np.add(self._ar[:m], pos0 + s, out=b.pos[:m])
-            b.logits[:m] = 1 if outputs else 0
-            st.n_tokens = m
-            rc = int(decode(ctx_ptr, st))
-            if rc != 0:
-                raise DecodeError(f"llama_decode returned {rc} on a batch of {m} tokens at position {pos0 + s}"
-                                  + (": the context is full" if rc == 1 else ""))
+        self._raw.decode(tokens, pos0, "all" if outputs else "none")
 
     def prefill(self, tokens: Sequence[int]) -> None:
         """Make the sequence ``tokens``: all but the last are evaluated, the last is pending."""
@@ -220,8 +197,7 @@ class DraftDecoder:
             self._dirty = False
         body = toks[:-1]
         kv = self._kv
-        lim = min(len(kv), len(body))
-        L = next((i for i in range(lim) if kv[i] != body[i]), lim)
+        L = common_prefix(kv, body)
         if L < len(kv):
             if L > 0 and tgt.seq_rm(0, L, -1):
                 del kv[L:]
