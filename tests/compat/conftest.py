@@ -18,3 +18,10 @@ def spm_model() -> Path:
 def hybrid_model() -> Path:
     """qwen35 with gated-delta-net layers: llama.cpp reports it as hybrid (is_hybrid)."""
     return fixture_path("qwen35_mtp", form="random")
+
+
+@pytest.fixture(scope="session")
+def recurrent_model() -> Path:
+    """A tiny Mamba (recurrent memory only), the upstream-suite runner's stand-in."""
+    standins = pytest.importorskip("build_tools.compat.standins")
+    return standins.stand_in_path("QuantFactory/mamba-130m-hf-GGUF", "mamba-130m-hf.Q2_K.gguf")

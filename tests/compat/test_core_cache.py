@@ -19,7 +19,7 @@ def make(path):
     return Llama(path, n_ctx=64, n_batch=64, n_ubatch=64, n_threads=1, verbose=False)
 
 
-@pytest.fixture(params=["spm_model", "hybrid_model"])
+@pytest.fixture(params=["spm_model", "hybrid_model", "recurrent_model"])
 def model_path(request):
     return request.getfixturevalue(request.param)
 

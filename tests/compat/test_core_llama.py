@@ -192,3 +192,11 @@ def test_n_tokens_rewinds(llm):
     llm.n_tokens = 0
     assert llm.n_tokens == 0
     assert llm._n_ctx == llm.n_ctx() and llm._token_eos == llm.token_eos()
+
+
+def test_recurrent_flags_and_prefix_edits(recurrent_model):
+    with Llama(recurrent_model, n_ctx=64, n_threads=1, verbose=False) as m:
+        assert m._is_recurrent is True and m._is_hybrid is False
+        a = m("The quick brown fox", max_tokens=4, temperature=0)["choices"][0]["text"]
+        m("The slow brown fox", max_tokens=4, temperature=0)  # an edit inside the history: memory rebuilt
+        assert m("The quick brown fox", max_tokens=4, temperature=0)["choices"][0]["text"] == a

@@ -107,10 +107,12 @@ def test_bad_draft_model_is_a_clear_error(spm_model):
         make(spm_model, draft_model=42)
 
 
-def test_hybrid_model_ignores_the_draft_with_a_warning(hybrid_model):
-    with make(hybrid_model) as m:
+@pytest.mark.parametrize("fixture", ["hybrid_model", "recurrent_model"])
+def test_recurrent_memory_ignores_the_draft_with_a_warning(request, fixture):
+    path = request.getfixturevalue(fixture)
+    with make(path) as m:
         expected = m(PROMPT, max_tokens=12, temperature=0)["choices"][0]["text"]
     with pytest.warns(UserWarning, match="draft_model is not used"):
-        m = make(hybrid_model, draft_model=LlamaPromptLookupDecoding())
+        m = make(path, draft_model=LlamaPromptLookupDecoding())
     with m:
         assert m(PROMPT, max_tokens=12, temperature=0)["choices"][0]["text"] == expected
