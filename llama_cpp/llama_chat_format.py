@@ -192,6 +192,7 @@ format_chatglm3 = _formats.format_chatglm3
 format_openchat = _formats.format_openchat
 format_saiga = _formats.format_saiga
 format_gemma = _formats.format_gemma
+format = format_vicuna  # noqa: A001 - upstream registers vicuna under this name
 
 
 def __getattr__(name: str) -> Any:

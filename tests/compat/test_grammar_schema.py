@@ -148,3 +148,18 @@ def test_unsupported_pattern_accepts_any_string(caplog):
         gbnf = json_schema_to_gbnf({"type": "string", "pattern": "^(?=a)b$"})
     assert "root ::= string\n" in gbnf and 'string ::= "\\"" char* "\\""' in gbnf
     assert "not supported" in caplog.text
+
+
+def test_upstream_module_names():
+    import llama_cpp.llama_grammar as g
+
+    for name in ("ARITHMETIC_GBNF", "C_GBNF", "CHESS_GBNF", "JAPANESE_GBNF", "JSON_ARR_GBNF", "LIST_GBNF", "JSON_GBNF"):
+        assert LlamaGrammar.from_string(getattr(g, name)).root == "root"
+    assert g.PRIMITIVE_RULES["integer"].deps == ["integral-part"]
+    conv = g.SchemaConverter(prop_order={"b": 0}, allow_fetch=False, dotall=False, raw_pattern=False)
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+              "required": ["a", "b"]}
+    conv.visit(conv.resolve_refs(schema, "stdin"), "")
+    assert conv.format_grammar() == json_schema_to_gbnf(schema, prop_order=["b"])
+    with pytest.raises(ValueError, match="remote"):
+        g.SchemaConverter(prop_order={}, allow_fetch=True, dotall=False, raw_pattern=False)
