@@ -16,10 +16,11 @@ prompts (:mod:`llama_cpp._chat_formats`), ``chatml-function-calling`` and ``func
 :func:`hf_autotokenizer_to_chat_formatter` (needs ``transformers``), and the vision handler
 classes (``Llava15ChatHandler`` …, :mod:`llama_cpp._vision_handlers`), loaded on first use.
 
-:func:`get_chat_formatter` / :func:`model_chat_formatter` serve ``Llama(chat_format=...)``: the
-names ``chatml``, ``llama-2``, ``llama-3``, ``gemma``, ``mistral-instruct``, ``phi-3``, ``alpaca``,
-``vicuna`` and ``zephyr`` are this package's templates (they render image and text parts and use
-the model's BOS/EOS text); every other upstream name uses upstream's format function.
+:func:`model_chat_formatter` serves ``Llama(chat_format=...)``: every upstream name gives upstream's
+exact prompt; this package's own templates (``phi-3``, and the media-aware versions of ``chatml``,
+``llama-2``, ``llama-3``, ``gemma``, ``mistral-instruct``, ``alpaca``, ``vicuna``, ``zephyr`` that
+:func:`get_chat_formatter` returns) serve image and audio chat. A name registered with
+:func:`register_chat_format` is a ``chat_format`` too.
 """
 
 from __future__ import annotations
