@@ -193,3 +193,15 @@ def test_functionary_v1_v2_auto(llm, seed, v1):
     for call in msg.get("tool_calls") or []:
         assert call["function"]["name"] in ("get_weather", "noop")
     assert msg.get("tool_calls") or isinstance(msg["content"], str)
+
+
+def test_handlers_through_llama_dispatch():
+    from build_tools.fixtures import fixture_path
+
+    handler = lcf.get_chat_completion_handler("chatml-function-calling")
+    with Llama(str(fixture_path("llama_spm")), n_ctx=2048, n_threads=1, chat_handler=handler, verbose=False) as m:
+        r = m.create_chat_completion(MESSAGES, tools=TOOLS, max_tokens=60, temperature=0,
+                                     tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        _args(r["choices"][0]["message"]["tool_calls"][0])
+        r = m.create_chat_completion(MESSAGES, max_tokens=3, temperature=0)
+        assert isinstance(r["choices"][0]["message"]["content"], str)

@@ -163,3 +163,30 @@ def test_upstream_module_names():
     assert conv.format_grammar() == json_schema_to_gbnf(schema, prop_order=["b"])
     with pytest.raises(ValueError, match="remote"):
         g.SchemaConverter(prop_order={}, allow_fetch=True, dotall=False, raw_pattern=False)
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_pydantic_models_convert_and_constrain(llm, seed):
+    pydantic = pytest.importorskip("pydantic")
+    jsonschema = pytest.importorskip("jsonschema")
+    from typing import Literal, Optional
+
+    class Tag(pydantic.BaseModel):
+        name: str = pydantic.Field(max_length=5)
+        weight: float  # number bounds are not grammar-enforced (as in llama.cpp), so none here
+
+    class Order(pydantic.BaseModel):
+        id: int = pydantic.Field(ge=1, le=99)
+        status: Literal["new", "done"]
+        tags: list[Tag] = pydantic.Field(max_length=2)
+        note: Optional[str] = pydantic.Field(default=None, max_length=4)  # noqa: UP045
+        code: str = pydantic.Field(pattern=r"^[a-z]{2}-[0-9]$")
+        pair: tuple[int, bool]
+
+    schema = Order.model_json_schema()
+    grammar = LlamaGrammar.from_json_schema(json.dumps(schema))
+    r = llm("{", max_tokens=500, temperature=1.0, seed=seed, grammar=grammar)
+    assert r["choices"][0]["finish_reason"] == "stop", r["choices"][0]["text"]
+    data = json.loads(r["choices"][0]["text"])
+    jsonschema.validate(data, schema)
+    Order.model_validate(data)
