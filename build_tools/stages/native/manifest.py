@@ -50,13 +50,30 @@ class LibraryRecord:
 
 
 def describe_library(root: Path, rel: str) -> LibraryRecord:
+    """The record of one built library: hash, size, and its loader metadata by format.
+
+    ELF: SONAME, NEEDED, RUNPATH, RPATH. PE (Windows DLL): its file name as the SONAME, the import
+    and delay-load tables as NEEDED. Mach-O: the install name as the SONAME, load and weak dylibs as
+    NEEDED, LC_RPATH as the RUNPATH.
+    """
     path = root / rel
+    digest, size = sha256_file(path), path.stat().st_size
     if is_elf(path):
         info = read_dynamic(path)
-        return LibraryRecord(
-            rel, sha256_file(path), path.stat().st_size, info.soname, info.needed, info.runpath, info.rpath
-        )
-    return LibraryRecord(rel, sha256_file(path), path.stat().st_size)
+        return LibraryRecord(rel, digest, size, info.soname, info.needed, info.runpath, info.rpath)
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head[:2] == b"MZ" or head in (b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe"):
+        from llama_cpp._binfmt import read_dependencies  # the runtime's reader: one parser for both sides
+
+        try:
+            deps = read_dependencies(path)
+        except ValueError as exc:
+            raise ManifestError(f"{path}: cannot read its dependencies ({exc})") from None
+        if deps.format == "pe":
+            return LibraryRecord(rel, digest, size, path.name, deps.needed + deps.weak)
+        return LibraryRecord(rel, digest, size, deps.install_name, deps.needed + deps.weak, deps.rpaths)
+    return LibraryRecord(rel, digest, size)
 
 
 @dataclass(frozen=True)
