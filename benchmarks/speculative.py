@@ -8,6 +8,10 @@ One row per (case, type, draft size): our tokens/s (generation only, after the p
 context parameters, ours/tool, ours/plain, and both acceptance rates. Same model, threads and
 context size on both sides; greedy (``--temp 0``). Medians over ``--reps``; no assertions.
 
+Wall-clock rates swing by 2x on a shared machine, so the ``cpu`` columns repeat the comparison
+in CPU time (one thread on both sides): ours is the process CPU time of ``generate()``, the tool's
+is the CPU time of a run with ``-n G`` minus one with ``-n G/4`` per extra decoded token.
+
 Cases (tiny fixtures, generated on first use):
 
 - ``echo-cycle``: the qwen35 echo target (hybrid) with a prompt that repeats the cycle its greedy
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -71,7 +76,8 @@ def _tool_args(spec_type: str, m: int, draft: Path | None) -> list[str]:
     return ["--spec-draft-n-max", str(m)]  # draft-mtp
 
 
-def plain_tps(model, prompt: list[int], n_gen: int, ctx_params: dict) -> tuple[float, list[int]]:
+def plain_tps(model, prompt: list[int], n_gen: int, ctx_params: dict) -> tuple[float, list[int], float]:
+    """(wall tok/s, tokens, CPU seconds) of greedy token-at-a-time decoding after the prompt."""
     import numpy as np
 
     from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaSampler
@@ -84,7 +90,7 @@ def plain_tps(model, prompt: list[int], n_gen: int, ctx_params: dict) -> tuple[f
             ctx.decode(b)
         out: list[int] = []
         pos = len(prompt)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         while len(out) < n_gen:
             t = s.sample(ctx, -1)
             out.append(t)
@@ -94,39 +100,62 @@ def plain_tps(model, prompt: list[int], n_gen: int, ctx_params: dict) -> tuple[f
             b.add(t, pos, 0, True)
             pos += 1
             ctx.decode(b)
-        dt = time.perf_counter() - t0
-    return len(out) / dt, out
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    return len(out) / dt, out, dc
 
 
 def ours(model, prompt: list[int], n_gen: int, ctx_params: dict, cfg):
+    """(stats, tokens, CPU seconds of the generation)."""
     from llama_cpp._internals import LlamaSampler
     from llama_cpp.speculative import make_decoder
 
     with make_decoder(model, cfg, ctx_params=dict(ctx_params)) as dec, LlamaSampler() as s:
         s.add_greedy()
         dec.prefill(prompt)
+        c0 = time.process_time()
         toks = list(dec.generate(s, n_gen))
-        return dec.stats, toks
+        return dec.stats, toks, time.process_time() - c0
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def tool(tools: Path, env: dict, path: Path, prompt: str, n_gen: int, spec_type: str, m: int,
-         draft: Path | None, threads: int, n_ctx: int) -> tuple[float | None, float | None]:
+         draft: Path | None, threads: int, n_ctx: int) -> tuple[float | None, float | None, int, float]:
+    """(decode tok/s, acceptance, tokens decoded, CPU seconds of the whole run)."""
     cmd = [str(tools / "llama-speculative-simple"), "-m", str(path), "--spec-type", spec_type,
            *_tool_args(spec_type, m, draft), "--temp", "0", "-p", prompt, "-n", str(n_gen), "-c", str(n_ctx),
            "-t", str(threads), "-tb", str(threads), "--seed", "1"]
+    c0 = _children_cpu()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, env=env)
+    cpu = _children_cpu() - c0
     speed = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", proc.stderr)
     acc = re.search(r"accept\s+=\s+([\d.]+)%", proc.stderr)
     if proc.returncode != 0 or not speed:
         print(f"    llama-speculative-simple failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
-        return None, None
-    return float(speed.group(3)), (float(acc.group(1)) / 100 if acc else None)
+        return None, None, 0, cpu
+    return float(speed.group(3)), (float(acc.group(1)) / 100 if acc else None), int(speed.group(1)), cpu
+
+
+def tool_cpu_per_token(tools, env, path, text, n_gen, spec_type, m, draft, threads, n_ctx, reps) -> float:
+    """CPU seconds per generated token of the tool: (long run - short run) / token difference, so
+    loading and the prompt cancel out. CPU time, unlike wall time, is not inflated by other load."""
+    vals = []
+    for _ in range(reps):
+        _, _, n_long, c_long = tool(tools, env, path, text, n_gen, spec_type, m, draft, threads, n_ctx)
+        _, _, n_short, c_short = tool(tools, env, path, text, max(n_gen // 4, 1), spec_type, m, draft, threads,
+                                      n_ctx)
+        if n_long > n_short:
+            vals.append((c_long - c_short) / (n_long - n_short))
+    return statistics.median(vals) if vals else float("nan")
 
 
 def _cycle_text(model) -> str:
     """Text whose tokens repeat the cycle the echo target's greedy chain from ' cat' ends in."""
     start = model.tokenize(b" cat", add_special=False)[0]
-    _, chain = plain_tps(model, [start], 200, {"n_ctx": 512, "n_batch": 64, "n_ubatch": 64, "n_threads": 1,
+    _, chain, _ = plain_tps(model, [start], 200, {"n_ctx": 512, "n_batch": 64, "n_ubatch": 64, "n_threads": 1,
                                                "n_threads_batch": 1})
     seen: dict[int, int] = {}
     for i, t in enumerate(chain):
@@ -152,26 +181,32 @@ def run_case(label: str, path: Path, prompt_text: str | None, types: list[str], 
         text = prompt_text if prompt_text is not None else _cycle_text(model)
         prompt = model.tokenize(text.encode(), add_special=True, parse_special=True)
         base = [plain_tps(model, prompt, args.n_gen, ctx) for _ in range(args.reps)]
-        plain = statistics.median(t for t, _ in base)
+        plain = statistics.median(t for t, _, _ in base)
+        plain_cpu = statistics.median(len(o) / c for _, o, c in base if c > 0)
         ref = base[0][1]
-        print(f"\n{label}: {path.name}, prompt {len(prompt)} tokens, plain {plain:.1f} tok/s")
+        print(f"\n{label}: {path.name}, prompt {len(prompt)} tokens, plain {plain:.1f} tok/s wall, "
+              f"{plain_cpu:.1f} tok/s cpu")
         print(f"  {'type':<14} {'n':>3} {'ours':>9} {'tool':>9} {'ours/tool':>9} {'ours/plain':>10} "
-              f"{'accept':>7} {'tool acc':>8}  tokens")
+              f"{'ours cpu':>9} {'tool cpu':>9} {'cpu o/t':>8} {'cpu o/pl':>9} {'accept':>7} {'tool acc':>8}  tokens")
         for spec_type in types:
             for m in drafts:
                 kw = _ngram_kw(m) if spec_type in NGRAM else {}
                 cfg = SpecConfig(spec_type, draft_n_max=m if spec_type not in NGRAM else 3,
                                  draft_model_path=str(draft) if spec_type == "draft-simple" else None, **kw)
                 runs = [ours(model, prompt, args.n_gen, ctx, cfg) for _ in range(args.reps)]
-                tps = statistics.median(st.tokens_per_second for st, _ in runs)
-                st, toks = runs[0]
+                tps = statistics.median(st.tokens_per_second for st, _, _ in runs)
+                cpu_tps = statistics.median(len(t) / c for _, t, c in runs if c > 0)
+                st, toks, _ = runs[0]
                 t_runs = [tool(tools, env, path, text, args.n_gen, spec_type, m, draft, args.threads, args.n_ctx)
                           for _ in range(args.reps)]
-                t_tps = [t for t, _ in t_runs if t is not None]
+                t_tps = [r[0] for r in t_runs if r[0] is not None]
                 t_med = statistics.median(t_tps) if t_tps else float("nan")
                 t_acc = t_runs[0][1]
+                t_cpu = 1.0 / tool_cpu_per_token(tools, env, path, text, args.n_gen, spec_type, m, draft,
+                                                 args.threads, args.n_ctx, args.reps)
                 same = "same" if toks == ref[:len(toks)] else "DIFFERENT"
                 print(f"  {spec_type:<14} {m:>3} {tps:9.1f} {t_med:9.1f} {tps / t_med:9.2f} {tps / plain:10.2f} "
+                      f"{cpu_tps:9.1f} {t_cpu:9.1f} {cpu_tps / t_cpu:8.2f} {cpu_tps / plain_cpu:9.2f} "
                       f"{100 * st.acceptance_rate:6.1f}% {100 * t_acc if t_acc is not None else float('nan'):7.1f}%"
                       f"  {same}")
                 if spec_type == "ngram-cache":

@@ -96,7 +96,8 @@ class DraftModel:
         try:
             params = dict(ctx_params)
             params.update(n_ctx=target_ctx.n_ctx(), n_batch=target_ctx.n_batch(), n_ubatch=target_ctx.n_ubatch(),
-                          n_seq_max=1, n_rs_seq=self.n_max, embeddings=False)
+                          n_seq_max=1, n_rs_seq=self.n_max, embeddings=False,
+                          n_outputs_max=1, n_outputs_max_per_seq=1)  # one output row per draft decode
             params.pop("ctx_type", None)
             self.ctx = LlamaContext(self.model, **params)
             self._batch = RawBatch(self.ctx)

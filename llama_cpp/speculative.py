@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
-from ._spec_batch import RawExtBatch
+from ._spec_batch import RawExtBatch, common_prefix
 from ._spec_engine import DraftDecoder, DraftState, propose, tell_drafters
 from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
@@ -610,8 +610,11 @@ class MTPDecoder:
         self._target = target
         try:
             dparams = {k: v for k, v in params.items() if k not in ("n_rs_seq", "ctx_type", "n_ctx")}
+            # the draft outputs one row per decode (as in llama.cpp's tools): a one-row output
+            # buffer instead of n_batch rows
             dparams.update(ctx_type=LLAMA_CONTEXT_TYPE_MTP, n_ctx=target.n_ctx(), n_rs_seq=0,
-                           n_batch=target.n_batch(), n_ubatch=target.n_ubatch(), n_seq_max=1)
+                           n_batch=target.n_batch(), n_ubatch=target.n_ubatch(), n_seq_max=1,
+                           n_outputs_max=1, n_outputs_max_per_seq=1)
             self._draft = LlamaContext(model, ctx_other=target, **dparams)
             C.llama_set_embeddings_nextn(target.ptr, True, False)   # h for every verified position
             C.llama_set_embeddings_nextn(self._draft.ptr, True, True)  # h for the draft's outputs only
@@ -785,8 +788,7 @@ class MTPDecoder:
             self._reset_state()
         body = toks[:-1]
         kv = self._kv
-        lim = min(len(kv), len(body))
-        L = next((i for i in range(lim) if kv[i] != body[i]), lim)
+        L = common_prefix(kv, body)
         if L < len(kv):
             # h_{L-1} is needed again: re-evaluate token L-1 on the target; the draft keeps < L
             # (its h row pairs with token L in the draft, which already holds position L-1)
