@@ -88,7 +88,6 @@ _NOT_IMPLEMENTED = frozenset((SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAF
                               SpeculativeType.DRAFT_DSPARK))
 _IMPLEMENTED = tuple(t for t in SpeculativeType if t not in _NOT_IMPLEMENTED)
 _NGRAM_SIZE_LIMIT = 1024  # llama.cpp's bound on --spec-ngram-* sizes
-_DEFAULT_SNAPSHOTS = 16   # n_rs_seq for the draft-model and n-gram types when not given
 
 
 def _parse_type(value: Any, given: Any) -> SpeculativeType:
@@ -187,8 +186,11 @@ class SpecConfig:
     - ``draft_p_min``: stop drafting when the draft's top token has less than this probability
       (its share of the draft's top 10 candidates, as llama.cpp computes it); 0 never stops early.
     - ``n_rs_seq``: recurrent-state snapshots of the target for rollback without a checkpoint;
-      ``None`` means ``draft_n_max`` for MTP and ``min(n_max, 16)`` otherwise. Drafts longer
-      than this restore a checkpoint on rejection (hybrid/recurrent models only).
+      ``None`` means ``draft_n_max`` with MTP and 0 otherwise (llama.cpp's defaults: a verify
+      writes one snapshot per position, which for the long n-gram drafts costs more than one
+      sequence checkpoint). Drafts longer than this take a checkpoint before the verify and
+      restore it on rejection (hybrid/recurrent targets only; attention-only targets always
+      remove a rejected suffix directly).
     - ``draft_model_path`` / ``draft_n_gpu_layers``: the ``draft-simple`` model.
     - ``ngram_simple``, ``ngram_map_k``, ``ngram_map_k4v`` (:class:`NgramMapParams`),
       ``ngram_mod`` (:class:`NgramModParams`), ``ngram_cache`` (:class:`NgramCacheParams`):
@@ -296,7 +298,7 @@ class SpecConfig:
             return self.n_rs_seq
         if self.needs_nextn:
             return self.draft_n_max
-        return min(self.n_max, _DEFAULT_SNAPSHOTS)
+        return 0  # llama.cpp's need_n_rs_seq(): checkpoints, not per-position snapshots of long drafts
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,7 +65,7 @@ def test_type_lists_and_names():
     assert SpecConfig().spec_type is SpeculativeType.DRAFT_MTP
     assert SpecConfig(types=("ngram-cache", "draft-mtp")).needs_nextn
     c = SpecConfig("ngram-simple,ngram-mod", ngram_mod={"n_max": 20, "n_min": 2})
-    assert c.n_max == 48 and c.rollback_snapshots == 16
+    assert c.n_max == 48 and c.rollback_snapshots == 0 and SpecConfig(types=c.types, n_rs_seq=4).rollback_snapshots == 4
     import dataclasses
     assert dataclasses.replace(c, draft_n_max=5).types == c.types  # replace keeps the whole list
 
