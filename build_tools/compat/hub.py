@@ -61,6 +61,9 @@ def build_hub(root: Path, files: Iterable[HubFile]) -> Path:
             link.parent.mkdir(parents=True, exist_ok=True)
             if link.is_symlink() or link.exists():
                 link.unlink()
-            link.symlink_to(os.path.relpath(blob, link.parent))
+            try:
+                link.symlink_to(os.path.relpath(blob, link.parent))
+            except OSError:  # no symlinks (Windows without developer mode): huggingface_hub copies too
+                shutil.copyfile(blob, link)
         (base / "refs" / "main").write_text(rev)
     return root
