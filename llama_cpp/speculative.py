@@ -1,4 +1,19 @@
-"""Speculative decoding: configuration, statistics and the MTP (multi-token prediction) engine.
+"""Speculative decoding: configuration, statistics and the decoders, one per kind of draft.
+
+Types (llama.cpp's ``common_speculative_type`` names, :class:`SpeculativeType`):
+
+- ``draft-mtp``: :class:`MTPDecoder` below, the model's own NextN head (the first one: with
+  several heads llama.cpp chains them only for step35-style models, head ``i`` drafting step
+  ``i``; gemma4-style shared-memory heads run in one graph; neither is done here yet).
+- ``draft-simple`` (a separate draft model, :mod:`llama_cpp._spec_draft`) and the n-gram
+  types ``ngram-simple``, ``ngram-map-k``, ``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``
+  (:mod:`llama_cpp._spec_ngram`): token drafters verified by
+  :class:`~llama_cpp._spec_engine.DraftDecoder`.
+- Several types at once (``SpecConfig(spec_type=[...])``): each step verifies the first
+  non-empty draft in llama.cpp's priority order (n-gram types, draft-simple, then MTP).
+- ``draft-eagle3``, ``draft-dflash``, ``draft-dspark``: named, refused as not implemented.
+
+:func:`make_decoder` picks the decoder for a configuration; ``Llama(speculative=...)`` uses it.
 
 :class:`MTPDecoder` drafts tokens with a model's own NextN head(s) and verifies them with the
 trunk in one batch, the way llama.cpp's ``common_speculative_impl_draft_mtp`` and
