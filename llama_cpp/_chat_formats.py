@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._chat_formats_base import ChatFormatterResponse
+from ._chat_formats_types import ChatFormatterResponse
 
 logger = logging.getLogger("llama_cpp.chat")
 

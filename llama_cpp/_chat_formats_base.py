@@ -10,43 +10,20 @@ attempt, syntax error and ``raise_exception`` call surfaces as :class:`~llama_cp
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import jinja2
 import jinja2.ext
 from jinja2.exceptions import SecurityError
 
+from . import _chat_formats as _formats
 from ._chat_formats_handler import formatter_to_handler
+from ._chat_formats_types import ChatFormatterResponse, LlamaChatCompletionHandler
 from ._errors import LlamaError, TemplateError
 from ._template_budget import DEFAULT_LIMITS, BudgetedSandbox, RenderLimits
-
-
-@dataclasses.dataclass
-class ChatFormatterResponse:
-    """A rendered prompt, the format's stop string(s), an optional stopping criterion, and whether
-    the prompt already holds BOS (``added_special``; False: the tokenizer adds it)."""
-
-    prompt: str
-    stop: str | list[str] | None = None
-    stopping_criteria: Any = None
-    added_special: bool = False
-
-
-class ChatFormatter(Protocol):
-    """``formatter(messages=..., **kwargs) -> ChatFormatterResponse``."""
-
-    def __call__(self, *, messages: list[Any], **kwargs: Any) -> ChatFormatterResponse: ...
-
-
-class LlamaChatCompletionHandler(Protocol):
-    """``handler(llama=..., messages=..., **openai_params)``: a chat completion, or an iterator
-    of chunks with ``stream=True``."""
-
-    def __call__(self, *, llama: Any, messages: list[Any], **kwargs: Any) -> Any: ...
 
 
 def _raise_exception(message: str) -> None:
@@ -271,7 +248,7 @@ def _text_parts_joined(message: dict[str, Any]) -> dict[str, Any]:
 
 
 # formatters registered by name (upstream's formats and register_chat_format), beside the handlers
-_FORMATTERS: dict[str, Callable[..., Any]] = {}
+_FORMATTERS: dict[str, Callable[..., Any]] = dict(_formats.FORMATS)
 
 
 def chat_format_names() -> list[str]:

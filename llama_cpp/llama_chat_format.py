@@ -29,11 +29,7 @@ from typing import Any
 
 from . import _chat_formats as _formats
 from ._chat_formats_base import (
-    _FORMATTERS,
-    ChatFormatter,
-    ChatFormatterResponse,
     Jinja2ChatFormatter,
-    LlamaChatCompletionHandler,
     LlamaChatCompletionHandlerNotFoundException,
     LlamaChatCompletionHandlerRegistry,
     NamedChatFormatter,
@@ -49,6 +45,7 @@ from ._chat_formats_base import (
     register_chat_format,
     validate_messages,
 )
+from ._chat_formats_types import ChatFormatter, ChatFormatterResponse, LlamaChatCompletionHandler
 from ._errors import TemplateError
 
 # the templates llama-cpp-python recognises in GGUF metadata (guess_chat_format_from_gguf_metadata)
@@ -79,7 +76,6 @@ def _register_builtins() -> None:
     from . import _chat_formats_tools as tools
 
     reg = LlamaChatCompletionHandlerRegistry()
-    _FORMATTERS.update(_formats.FORMATS)
     for name, fn in _formats.FORMATS.items():
         reg.register_chat_completion_handler(name, chat_formatter_to_chat_completion_handler(fn), overwrite=True)
     reg.register_chat_completion_handler("functionary", tools.functionary_chat_handler, overwrite=True)
