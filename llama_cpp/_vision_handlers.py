@@ -183,11 +183,8 @@ class Llava15ChatHandler(MTMDChatHandler):
     def __init__(self, clip_model_path: str | os.PathLike[str], verbose: bool = True, *,
                  n_threads: int | None = None, use_gpu: bool = True, media_marker: str | None = None,
                  media_dirs: Sequence[str | os.PathLike[str]] | None = None) -> None:
-        if not os.path.exists(clip_model_path):
-            raise ValueError(f"clip model path does not exist: {os.fspath(clip_model_path)!r}")
-        super().__init__(clip_model_path, n_threads=n_threads, use_gpu=use_gpu, media_marker=media_marker,
-                         verbose=verbose, media_dirs=media_dirs)
-        self.verbose = verbose
+        super().__init__(clip_model_path, verbose, use_gpu, n_threads=n_threads, media_marker=media_marker,
+                         media_dirs=media_dirs)
 
     def _engine(self, llama: Any) -> MultimodalChatEngine:
         model = llama.model

@@ -507,10 +507,13 @@ class MTMDChatHandler:
     the Llama's own prompt cache stays consistent). For MTP image chat use :class:`MultimodalChat`.
     """
 
-    def __init__(self, clip_model_path: str | os.PathLike[str], *, n_threads: int | None = None,
-                 use_gpu: bool = True, media_marker: str | None = None, verbose: bool = False,
+    def __init__(self, clip_model_path: str | os.PathLike[str], verbose: bool = False, use_gpu: bool = True, *,
+                 n_threads: int | None = None, media_marker: str | None = None,
                  media_dirs: Sequence[str | os.PathLike[str]] | None = None) -> None:
+        if not os.path.exists(clip_model_path):
+            raise MultimodalError(f"clip model path does not exist: {os.fspath(clip_model_path)!r}")
         self.clip_model_path = Path(clip_model_path)
+        self.verbose = verbose
         self.media_dirs = media_dirs
         self.n_threads = n_threads
         self.use_gpu = use_gpu

@@ -87,8 +87,11 @@ def test_image_chat_through_llama(paths, name):
 
 def test_preset_errors(paths, tmp_path):
     model, mmproj, png = paths
-    with pytest.raises(ValueError, match="does not exist"):
-        lcf.Llava15ChatHandler(clip_model_path=str(tmp_path / "missing.gguf"))
+    for cls in (lcf.Llava15ChatHandler, lcf.MTMDChatHandler):
+        with pytest.raises(ValueError, match="does not exist"):
+            cls(clip_model_path=str(tmp_path / "missing.gguf"))
+    # upstream's positional (clip_model_path, verbose, use_gpu)
+    assert lcf.MTMDChatHandler(str(mmproj), False, False).use_gpu is False
     handler = lcf.Llava16ChatHandler(str(mmproj), n_threads=1)
     with Llama(str(model), n_ctx=512, n_batch=64, n_threads=1, chat_handler=handler, verbose=False) as llm:
         bad = [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]
