@@ -65,6 +65,12 @@ def test_layout_permissions_and_timestamps(built, native_build):
         meta = zf.read(f"{dist_info}/METADATA").decode()
         assert "Name: llama-cpp-python" in meta and "Requires-Dist: numpy" in meta
         assert "Requires-Python: >=3.10" in meta
+        # pip install 'llama-cpp-python[server]' pulls the server's libraries, and only then
+        assert "Provides-Extra: server" in meta and 'Requires-Dist: fastapi>=0.110; extra == "server"' in meta
+        from packaging.metadata import Metadata
+        parsed = Metadata.from_email(meta.encode(), validate=True)
+        assert "server" in {str(e) for e in parsed.provides_extra}
+        assert not [r for r in parsed.requires_dist if r.name == "fastapi" and r.marker.evaluate({"extra": ""})]
         sbom = json.loads(zf.read(f"{dist_info}/sboms/llama-cpp-python.cdx.json"))
     assert sbom["bomFormat"] == "CycloneDX" and sbom["metadata"]["component"]["name"] == "llama-cpp-python"
     comps = {c["name"]: c for c in sbom["components"]}

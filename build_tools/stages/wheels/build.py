@@ -69,6 +69,7 @@ class ProjectMetadata:
     license: str | None = None
     urls: tuple[tuple[str, str], ...] = ()
     scripts: tuple[tuple[str, str], ...] = ()
+    extras: tuple[tuple[str, tuple[str, ...]], ...] = ()  # [project.optional-dependencies], sorted
     readme: str = ""
     readme_type: str = "text/markdown"
 
@@ -112,6 +113,16 @@ def read_project(repo: Path = REPO_ROOT) -> ProjectMetadata:
             Requirement(dep)
         except InvalidRequirement as exc:
             raise WheelBuildError(f"{path}: dependency {dep!r} is invalid ({exc})") from None
+    extras = []
+    for extra, deps in sorted(project.get("optional-dependencies", {}).items()):
+        if not re.match(r"^[a-z0-9]+(-[a-z0-9]+)*$", extra) or not isinstance(deps, list):
+            raise WheelBuildError(f"{path}: optional-dependencies.{extra} must be a normalized name with a list")
+        for dep in deps:
+            try:
+                Requirement(dep)
+            except InvalidRequirement as exc:
+                raise WheelBuildError(f"{path}: optional dependency {dep!r} ({extra}) is invalid ({exc})") from None
+        extras.append((extra, tuple(deps)))
     readme, readme_type = "", "text/markdown"
     rd = project.get("readme")
     if isinstance(rd, str):
@@ -133,6 +144,7 @@ def read_project(repo: Path = REPO_ROOT) -> ProjectMetadata:
         license=license_expr,
         urls=tuple(sorted(project.get("urls", {}).items())),
         scripts=tuple(sorted(project.get("scripts", {}).items())),
+        extras=tuple(extras),
         readme=readme,
         readme_type=readme_type,
     )
@@ -156,6 +168,14 @@ def default_platform_tag() -> str:
     return re.sub(r"[-.]", "_", sysconfig.get_platform())
 
 
+def _with_extra(dep: str, extra: str) -> str:
+    """``dep`` as a Requires-Dist that applies only with ``extra`` (its own marker kept)."""
+    req = Requirement(dep)
+    marker = f'({req.marker}) and extra == "{extra}"' if req.marker else f'extra == "{extra}"'
+    req.marker = None
+    return f"{req}; {marker}"
+
+
 def render_metadata(meta: ProjectMetadata, version: str, reqs: Sequence[str],
                     license_files: Sequence[str] = ()) -> bytes:
     lines = ["Metadata-Version: 2.4", f"Name: {meta.name}", f"Version: {version}"]
@@ -173,6 +193,9 @@ def render_metadata(meta: ProjectMetadata, version: str, reqs: Sequence[str],
     if meta.requires_python:
         lines.append(f"Requires-Python: {meta.requires_python}")
     lines += [f"Requires-Dist: {r}" for r in reqs]
+    for extra, deps in meta.extras:
+        lines.append(f"Provides-Extra: {extra}")
+        lines += [f"Requires-Dist: {_with_extra(dep, extra)}" for dep in deps]
     if meta.readme:
         lines.append(f"Description-Content-Type: {meta.readme_type}")
     text = "\n".join(lines) + "\n"
