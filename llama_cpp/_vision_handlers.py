@@ -201,14 +201,20 @@ class Llava15ChatHandler(MTMDChatHandler):
     def from_pretrained(cls, repo_id: str, filename: str | None, local_dir: str | os.PathLike[str] | None = None,
                         local_dir_use_symlinks: Any = "auto", cache_dir: str | os.PathLike[str] | None = None,
                         **kwargs: Any) -> Llava15ChatHandler:
-        """The projector ``filename`` (a glob) of a Hugging Face repo, through ``huggingface_hub``."""
+        """The projector ``filename`` (a glob) of a Hugging Face repo, through ``huggingface_hub``
+        (offline, with ``HF_HUB_OFFLINE=1``, from the files already in the cache)."""
         import fnmatch
+        from pathlib import Path
 
         try:
-            from huggingface_hub import HfApi, hf_hub_download
+            from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
         except ImportError as exc:
             raise ImportError("from_pretrained needs huggingface_hub: pip install huggingface-hub") from exc
-        files = HfApi().list_repo_files(repo_id)
+        if constants.HF_HUB_OFFLINE:
+            root = Path(snapshot_download(repo_id, local_files_only=True, cache_dir=cache_dir))
+            files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+        else:
+            files = HfApi().list_repo_files(repo_id)
         matches = [f for f in files if fnmatch.fnmatch(f, filename or "*")]
         if len(matches) != 1:
             raise ValueError(f"{len(matches)} files in {repo_id} match {filename!r} (need exactly one); "

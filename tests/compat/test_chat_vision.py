@@ -105,3 +105,27 @@ def test_preset_errors(paths, tmp_path):
                 {"type": "image_url", "image_url": {"url": str(img)}}]}], max_tokens=2)
     handler.close()
     assert lcf.Llama3VisionAlpha is lcf.Llama3VisionAlphaChatHandler
+
+
+def test_from_pretrained_offline_from_the_hub_cache(paths, tmp_path):
+    pytest.importorskip("huggingface_hub")
+    import os
+    import subprocess
+    import sys
+
+    from build_tools.compat import HubFile, build_hub
+
+    _, mmproj, _ = paths
+    home = build_hub(tmp_path / "home", [HubFile("org/llava-gguf", "mmproj-model-f16.gguf", mmproj),
+                                         HubFile("org/llava-gguf", "llava-q4.gguf", mmproj)])
+    code = ("import llama_cpp.llama_chat_format as f;"
+            "h = f.Llava15ChatHandler.from_pretrained('org/llava-gguf', '*mmproj*', verbose=False);"
+            "print(type(h).__name__, h.clip_model_path.name)")
+    env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    env.pop("HF_HUB_CACHE", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["Llava15ChatHandler", "mmproj-model-f16.gguf"]
+    ambiguous = subprocess.run([sys.executable, "-c", code.replace("*mmproj*", "*.gguf")], env=env,
+                               capture_output=True, text=True, check=False)
+    assert ambiguous.returncode != 0 and "2 files in org/llava-gguf match" in ambiguous.stderr
