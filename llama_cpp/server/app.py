@@ -25,7 +25,7 @@ import anyio
 import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import _responses
@@ -161,6 +161,10 @@ class SSEResponse(StreamingResponse):
 # a request's jobs
 # ------------------------------------------------------------------------------------------------
 
+class ClientGone(Exception):
+    """The client closed its connection: its jobs are cancelled and nothing more is sent."""
+
+
 class Group:
     """The jobs (choices) of one HTTP request, with their events merged on one queue."""
 
@@ -168,21 +172,30 @@ class Group:
         loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[tuple[int, str, Any]] = asyncio.Queue()
         self.jobs = [_IndexedJob(loop, self.queue, i) for i in range(n)]
+        self._checked = time.monotonic()
 
     def cancel(self) -> None:
         for j in self.jobs:
             j.cancel()
 
     async def next(self, request: Request, timeout: float | None = None) -> tuple[int, str, Any] | None:
-        """The next event; None after ``timeout`` s; raises CancelledError when the client left."""
+        """The next event; None after ``timeout`` s; raises CancelledError once the client has left
+        (checked every ``_POLL_S`` seconds, whether events keep coming or not)."""
         waited = 0.0
         while True:
+            now = time.monotonic()
+            if now - self._checked >= _POLL_S:
+                self._checked = now
+                if await request.is_disconnected():
+                    raise ClientGone
+            try:
+                return self.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                pass
             try:
                 return await asyncio.wait_for(self.queue.get(), _POLL_S)
             except asyncio.TimeoutError:
                 waited += _POLL_S
-                if await request.is_disconnected():
-                    raise asyncio.CancelledError from None
                 if timeout is not None and waited >= timeout:
                     return None
 
@@ -313,6 +326,8 @@ def _stream(request: Request, group: Group, first: list[tuple[int, str, Any]],
                     yield sse_error(value)
                     return
             yield b"data: [DONE]\n\n"
+        except ClientGone:
+            return
         finally:
             group.cancel()  # a client that left frees its slots now
 
@@ -351,6 +366,9 @@ def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return await fn(*args, **kwargs)
+        except ClientGone:
+            log.info("client went away; its request was cancelled")
+            return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
         except APIError:
             raise
         except Exception as exc:
@@ -572,6 +590,12 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     install(app)
     _routes(app)
     app.add_middleware(BodyLimit, limit=server_settings.max_body_bytes)
+    if server_settings.allow_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        # outermost, so that preflight requests are answered before the body limit and the routes
+        app.add_middleware(CORSMiddleware, allow_origins=server_settings.allow_origins, allow_methods=["*"],
+                           allow_headers=["*"], allow_credentials="*" not in server_settings.allow_origins)
     return app
 
 

@@ -162,6 +162,8 @@ class ServerSettings(_Base):
     disable_ping_events: bool = Field(default=False, description="Do not send SSE comment pings while a "
                                       "stream is idle.")
     root_path: str = Field(default="", description="The root path when running behind a reverse proxy.")
+    allow_origins: list[str] | None = Field(default=None, description="Browser origins allowed to call the "
+                                            "API (CORS), e.g. http://localhost:3000 or *; default: none.")
     max_body_bytes: int = Field(default=32 << 20, ge=1024, description="Largest request body accepted (413).")
     max_tokens_limit: int = Field(default=8192, ge=1, description="Largest max_tokens a request may ask for.")
     max_n: int = Field(default=8, ge=1, description="Largest n (choices per request).")

@@ -125,3 +125,16 @@ def test_full_queue_answers_429_at_once(start_server, spm_path):
         # r1 closed: its slot goes to the queued request, which then runs to its end
         req2.join(120)
     assert wait_for(lambda: engine.busy == 0, 120)
+
+
+def test_non_streaming_client_that_leaves_frees_its_slot(start_server, spm_path):
+    srv = start_server([{"model": str(spm_path), "model_alias": "m", "n_parallel": 2, "n_ctx": 30000}],
+                       max_tokens_limit=29000)
+    engine = srv.engine("m")
+    before = engine.tokens_generated
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
+        httpx.post(srv.url + "/v1/completions", timeout=httpx.Timeout(60, read=0.5),
+                   json={"model": "m", "prompt": "a", "max_tokens": 29000, "temperature": 0})
+    assert wait_for(lambda: engine.stats()["active"] == 0)
+    assert engine.tokens_generated - before < 29000  # it stopped instead of generating to the end
+    assert engine.ctx.seq_pos_max(0) == -1 and engine.ctx.seq_pos_max(1) == -1

@@ -1,0 +1,221 @@
+"""Aggregate generation throughput of the server with 1, 4 and 8 concurrent clients.
+
+    python benchmarks/server.py [--gemma] [--threads N] [--n-gen G] [--requests R] [--clients 1,4,8]
+                                [--no-llama-server]
+
+Three servers on loopback, the same model, threads, batch sizes and per-request context:
+
+- ``slots``: ``python -m llama_cpp.server --n_parallel 8`` (continuous batching, this project);
+- ``serial``: the same with ``--n_parallel 0``, one request at a time (upstream's server);
+- ``llama-server``: llama.cpp's own server built from the same tree (``-np 8 --kv-unified``).
+
+Each client sends ``R`` greedy completions of ``G`` tokens back to back; the score is the sum
+of ``usage.completion_tokens`` over the wall time of the whole round (tokens/s), median over
+``--reps`` rounds. Prints a table and the ratios slots/llama-server and slots/serial; no asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+PROMPTS = ["Write a long story about a lighthouse keeper who", "List the planets of the solar system and describe",
+           "Explain how a bicycle works, step by step:", "The history of the printing press began",
+           "Here is a recipe for bread. First,", "A letter to a friend about a trip to the mountains:",
+           "The rules of chess are as follows:", "In the year 2150, the first city on Mars"]
+
+
+def native_tools(with_server: bool) -> tuple[Path, dict[str, str], Path, bool]:
+    """The tools dir, its environment, the libraries, and whether ``llama-server`` is among the tools.
+
+    ``llama-server`` is a CMake target only when the native build was configured with
+    ``LLAMA_BUILD_SERVER=ON``; without it the comparison is skipped with a note.
+    """
+    from build_tools.errors import NativeBuildError
+    from build_tools.inputs.configs import load_matrix
+    from build_tools.inputs.lock import load_lock
+    from build_tools.stages.native import build as native
+    from build_tools.stages.vendor import current_tree
+
+    lock = load_lock()
+    plan = native.plan(load_matrix().get(os.environ.get("LLAMA_CPP_TEST_CONFIG", "cpu-host")), lock,
+                       current_tree(lock))
+    nb = native.build(plan)
+    if with_server:
+        tools = tuple(dict.fromkeys((*native.REFERENCE_TOOLS, "llama-server")))
+        try:
+            tools_dir = native.build_reference_tools(nb, plan, tools=tools)
+            return tools_dir, native.tool_env(tools_dir), nb.lib_dir, True
+        except NativeBuildError as exc:
+            print(f"llama-server is not available ({str(exc).splitlines()[0]}); comparing without it")
+    tools_dir = native.build_reference_tools(nb, plan)
+    return tools_dir, native.tool_env(tools_dir), nb.lib_dir, False
+
+
+def model_path(gemma: bool) -> Path:
+    if gemma:
+        from tests.runtime.realmodels import gemma_path
+
+        return gemma_path()
+    from build_tools.fixtures import fixture_path
+
+    return fixture_path("llama_spm")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], port: int) -> None:
+        self.name = name
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError(f"{self.name} exited:\n{self.log.read().decode(errors='replace')[-3000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} did not become ready")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def ours(name: str, model: Path, args: argparse.Namespace, n_parallel: int, lib_dir: Path) -> Server:
+    port = free_port()
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "m", "--port", str(port),
+           "--n_parallel", str(n_parallel), "--n_ctx", str(args.n_ctx), "--n_batch", str(args.n_batch),
+           "--n_ubatch", str(args.n_batch), "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
+           "--max_queue", "64", "--flash_attn", "false"]
+    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(lib_dir)}
+    return Server(name, cmd, env, port)
+
+
+def llama_server(tools: Path, env: dict[str, str], model: Path, args: argparse.Namespace, n_parallel: int) -> Server:
+    port = free_port()
+    cmd = [str(tools / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+           "-np", str(n_parallel), "-c", str(args.n_ctx * n_parallel), "-b", str(args.n_batch), "-ub",
+           str(args.n_batch), "-t", str(args.threads), "-tb", str(args.threads), "-fa", "off", "--kv-unified",
+           "--no-webui", "-a", "m"]
+    return Server("llama-server", cmd, env, port)
+
+
+def round_trip(url: str, clients: int, requests: int, n_gen: int) -> tuple[float, int]:
+    """One round: ``clients`` threads each sending ``requests`` completions; (tokens/s, tokens)."""
+    import httpx
+
+    total = [0] * clients
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(clients + 1)
+
+    def client(k: int) -> None:
+        try:
+            with httpx.Client(timeout=600) as http:
+                barrier.wait()
+                for i in range(requests):
+                    prompt = PROMPTS[(k * requests + i) % len(PROMPTS)]
+                    r = http.post(url + "/v1/completions", json={"model": "m", "prompt": prompt, "max_tokens": n_gen,
+                                                                "temperature": 0, "repeat_penalty": 1.0})
+                    r.raise_for_status()
+                    total[k] += r.json()["usage"]["completion_tokens"]
+        except BaseException as exc:  # noqa: BLE001 (reported by the caller)
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    dt = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return sum(total) / dt, sum(total)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gemma", action="store_true", help="Gemma 3 270M (the realmodels package) instead of the fixture")
+    ap.add_argument("--threads", type=int, default=max((os.cpu_count() or 2), 1))
+    ap.add_argument("--n-gen", type=int, default=64)
+    ap.add_argument("--n-ctx", type=int, default=512, help="context per request (slot)")
+    ap.add_argument("--n-batch", type=int, default=512)
+    ap.add_argument("--requests", type=int, default=2, help="requests per client per round")
+    ap.add_argument("--clients", default="1,4,8")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-llama-server", action="store_true", help="skip llama.cpp's server (no tool build)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args()
+    clients = [int(c) for c in args.clients.split(",")]
+    n_parallel = max(clients)
+    tools, env, lib_dir, have_server = native_tools(with_server=not args.no_llama_server)
+    model = model_path(args.gemma)
+    print(f"model {model.name}, threads {args.threads}, {args.n_gen} tokens per request, "
+          f"{args.requests} requests per client, median of {args.reps}")
+
+    makers = [("slots", lambda: ours("slots", model, args, n_parallel, lib_dir)),
+              ("serial", lambda: ours("serial", model, args, 0, lib_dir))]
+    if have_server:
+        makers.append(("llama-server", lambda: llama_server(tools, env, model, args, n_parallel)))
+    results: dict[str, dict[int, float]] = {}
+    for name, make in makers:
+        srv = make()
+        try:
+            srv.wait_ready()
+            round_trip(srv.url, 1, 1, 8)  # warm-up
+            results[name] = {}
+            for c in clients:
+                rates = [round_trip(srv.url, c, args.requests, args.n_gen)[0] for _ in range(args.reps)]
+                results[name][c] = statistics.median(rates)
+                print(f"  {name:>12} {c} client(s): {results[name][c]:8.1f} tok/s")
+        finally:
+            srv.stop()
+
+    print("\nclients " + "".join(f"{n:>14}" for n in results) + "   slots/llama-server   slots/serial")
+    for c in clients:
+        row = "".join(f"{results[n][c]:14.1f}" for n in results)
+        vs_ref = (f"{results['slots'][c] / results['llama-server'][c]:19.2f}x" if "llama-server" in results
+                  else " " * 20)
+        print(f"{c:>7} {row} {vs_ref} {results['slots'][c] / results['serial'][c]:13.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"model": model.name, "threads": args.threads, "n_gen": args.n_gen,
+                                         "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
