@@ -58,20 +58,27 @@ from .llama_types import *  # noqa: F403 (upstream's llama module re-exports its
 log = logging.getLogger("llama_cpp")
 
 
-#: keywords of upstream's Llama (this or older releases) that mean nothing here
-_OBSOLETE_KEYWORDS = frozenset({"f16_kv", "n_parts", "low_vram", "mul_mat_q", "n_gqa", "rms_norm_eps",
+#: keywords that older upstream releases (or wrappers written for them, LangChain's ``device``) pass
+#: and that mean nothing here: a DeprecationWarning, which Python shows for the caller's own code
+_OBSOLETE_KEYWORDS = frozenset({"f16_kv", "n_parts", "low_vram", "mul_mat_q", "n_gqa", "rms_norm_eps", "device",
                                 "logits_all_fallback", "embedding_only", "cache", "cache_type", "cache_size"})
 
 
 def _unknown_keywords(kwargs: dict[str, Any], known: dict[str, Any]) -> None:
     """Upstream accepts and ignores any keyword; so do we, with a warning naming them. A near miss of a
     real parameter (``n_ctxx``) is a typo, not an old keyword: TypeError with the right name."""
-    for name in sorted(kwargs):
-        close = [] if name in _OBSOLETE_KEYWORDS else difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+    old = sorted(k for k in kwargs if k in _OBSOLETE_KEYWORDS)
+    other = sorted(k for k in kwargs if k not in _OBSOLETE_KEYWORDS)
+    for name in other:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
         if close:
             raise TypeError(f"Llama() got an unexpected keyword argument {name!r}: did you mean {close[0]!r}?")
-    warnings.warn(f"Llama() ignores the keyword argument(s) {', '.join(sorted(kwargs))}: this version does not "
-                  "use them", UserWarning, stacklevel=3)
+    if old:
+        warnings.warn(f"Llama() ignores the obsolete keyword argument(s) {', '.join(old)}: llama.cpp no longer "
+                      "has them", DeprecationWarning, stacklevel=3)
+    if other:
+        warnings.warn(f"Llama() ignores the unknown keyword argument(s) {', '.join(other)}", UserWarning,
+                      stacklevel=3)
 
 
 class VocabOnlyContext:

@@ -21,10 +21,14 @@ def llm(spm_model):
 
 
 def test_obsolete_keywords_warn_and_are_ignored(spm_model):
-    with pytest.warns(UserWarning, match="f16_kv, n_parts"):
+    with pytest.warns(DeprecationWarning, match="obsolete keyword argument.s. f16_kv, n_parts"):
         m = Llama(spm_model, n_ctx=64, n_threads=1, verbose=False, f16_kv=True, n_parts=-1)
     with m:
         assert m("Hi", max_tokens=2, temperature=0)["usage"]["completion_tokens"] >= 1
+    with pytest.warns(UserWarning, match="unknown keyword argument.s. my_wrapper_option"):
+        Llama(spm_model, vocab_only=True, verbose=False, my_wrapper_option=1).close()
+    with pytest.raises(TypeError, match="did you mean 'n_ctx'"):
+        Llama(spm_model, vocab_only=True, n_ctxx=5)
 
 
 def test_upstream_constructor_keywords(spm_model):
