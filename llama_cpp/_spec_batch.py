@@ -109,6 +109,37 @@ class RawBatch:
                                   + (": the context is full" if rc == 1 else ""))
 
 
+class SeqCheckpoint:
+    """A reusable buffer holding one sequence's state (``llama_state_seq_*_ext``), for rollback.
+
+    Saving writes straight into a buffer kept between steps and restoring reads from it: no
+    Python ``bytes`` are built (a verify step on a recurrent model takes one per draft).
+    """
+
+    def __init__(self, ctx: Any, seq_id: int = 0, flags: int = 0) -> None:
+        self._C = ctx._C
+        self._ctx = ctx.ptr
+        self._seq = int(seq_id)
+        self._flags = int(flags)
+        self._buf: Any = None
+        self._cap = 0
+        self._n = 0
+
+    def save(self) -> None:
+        C = self._C
+        size = int(C.llama_state_seq_get_size_ext(self._ctx, self._seq, self._flags))
+        if size > self._cap:
+            self._cap = max(size, self._cap * 2)
+            self._buf = (ctypes.c_uint8 * self._cap)()
+        self._n = int(C.llama_state_seq_get_data_ext(self._ctx, self._buf, size, self._seq, self._flags))
+        if self._n <= 0 and size > 0:
+            raise LlamaError("llama_state_seq_get_data_ext wrote nothing: cannot take a rollback checkpoint")
+
+    def restore(self) -> None:
+        if not int(self._C.llama_state_seq_set_data_ext(self._ctx, self._buf, self._n, self._seq, self._flags)):
+            raise LlamaError("llama_state_seq_set_data_ext could not restore the rollback checkpoint")
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token lists."""
     n = min(len(a), len(b))
@@ -118,4 +149,4 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return int(np.argmax(diff))
 
 
-__all__ = ["RawBatch", "RawExtBatch", "common_prefix"]
+__all__ = ["RawBatch", "RawExtBatch", "SeqCheckpoint", "common_prefix"]

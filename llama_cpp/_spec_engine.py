@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ._errors import ContextOverflowError, SpeculativeError
-from ._spec_batch import RawBatch, common_prefix
+from ._spec_batch import RawBatch, SeqCheckpoint, common_prefix
 from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
@@ -97,6 +97,7 @@ class DraftDecoder:
         self._owns_target = owns_target
         self._C = model._C
         self._raw = RawBatch(target)
+        self._ckpt = SeqCheckpoint(target, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
         self.n_ctx = target.n_ctx()
         self.n_batch = target.n_batch()
         self.n_vocab = int(model.n_vocab)
@@ -257,7 +258,8 @@ class DraftDecoder:
 
                 ckpt = None
                 if k > self.rollback_capacity:
-                    ckpt = tgt.state_seq_get(0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+                    ckpt = self._ckpt
+                    ckpt.save()
                     st.checkpoints += 1
                 id_last = self._id_last
                 self._decode([id_last] + draft, P, outputs=True)
@@ -280,7 +282,7 @@ class DraftDecoder:
                 n_keep = len(out)  # the memory keeps [id_last] + out[:-1] at P..P+n_keep-1
                 if n_keep < k + 1:
                     if ckpt is not None:
-                        tgt.state_seq_set(ckpt, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+                        ckpt.restore()
                         if not tgt.seq_rm(0, P, -1):
                             raise SpeculativeError("could not clear the verify batch after restoring a checkpoint")
                         self._decode([id_last] + out[:-1], P, outputs=False)

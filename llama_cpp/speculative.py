@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
-from ._spec_batch import RawExtBatch, common_prefix
+from ._spec_batch import RawExtBatch, SeqCheckpoint, common_prefix
 from ._spec_engine import DraftDecoder, DraftState, propose, tell_drafters
 from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
@@ -639,6 +639,7 @@ class MTPDecoder:
             self._dbatch = LlamaBatchExt(self._draft)
             n_embd = int(model.n_embd_out())
             self._traw = RawExtBatch(self._tbatch, target, n_embd)
+            self._ckpt = SeqCheckpoint(target, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
             self._draw = RawExtBatch(self._dbatch, self._draft, n_embd)
             # the other types of a combined configuration, asked before the MTP head (llama.cpp's order)
             self._extra = build_drafters(model, config, target)
@@ -914,7 +915,8 @@ class MTPDecoder:
 
                 ckpt = None
                 if k > self.rollback_capacity:
-                    ckpt = tgt.state_seq_get(0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+                    ckpt = self._ckpt
+                    ckpt.save()
                     st.checkpoints += 1
                 h_prev = self._pending_h
                 id_last = self._id_last
@@ -939,7 +941,7 @@ class MTPDecoder:
                 n_keep = len(out)
                 if n_keep < k + 1:
                     if ckpt is not None:
-                        tgt.state_seq_set(ckpt, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+                        ckpt.restore()
                         if not tgt.seq_rm(0, P, -1):
                             raise SpeculativeError("could not clear the verify batch after restoring a checkpoint")
                         rows = self._decode_target([id_last] + out[:-1], P, outputs=False)
