@@ -135,6 +135,10 @@ class SeqCheckpoint:
         if self._n <= 0 and size > 0:
             raise LlamaError("llama_state_seq_get_data_ext wrote nothing: cannot take a rollback checkpoint")
 
+    def data(self) -> bytes:
+        """The saved state as bytes (for a snapshot that outlives the next save)."""
+        return ctypes.string_at(self._buf, self._n) if self._n else b""
+
     def restore(self) -> None:
         if not int(self._C.llama_state_seq_set_data_ext(self._ctx, self._buf, self._n, self._seq, self._flags)):
             raise LlamaError("llama_state_seq_set_data_ext could not restore the rollback checkpoint")

@@ -324,7 +324,9 @@ class DraftDecoder:
         tgt = self._live()
         if self._dirty:
             raise SpeculativeError("the target context was changed outside the decoder: prefill() first")
-        return DraftState(target=tgt.state_seq_get(0), kv_tokens=tuple(self._kv), id_last=self._id_last)
+        full = SeqCheckpoint(tgt, 0, 0)
+        full.save()
+        return DraftState(target=full.data(), kv_tokens=tuple(self._kv), id_last=self._id_last)
 
     def load_state(self, state: DraftState) -> None:
         tgt = self._live()

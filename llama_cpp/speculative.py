@@ -997,7 +997,12 @@ class MTPDecoder:
         tgt, dft = self._live()
         if self._dirty:
             raise SpeculativeError("the target context was changed outside the decoder: prefill() first")
-        return MTPState(target=tgt.state_seq_get(0), draft=dft.state_seq_get(0), kv_tokens=tuple(self._kv),
+        states = []
+        for ctx in (tgt, dft):
+            full = SeqCheckpoint(ctx, 0, 0)
+            full.save()
+            states.append(full.data())
+        return MTPState(target=states[0], draft=states[1], kv_tokens=tuple(self._kv),
                         id_last=self._id_last, pending_h=self._pending_h.astype(np.float32).tobytes(),
                         n_draft_past=self._n_dft)
 
