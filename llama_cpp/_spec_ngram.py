@@ -104,10 +104,11 @@ class _MapValue:
 
 
 class _MapKey:
-    __slots__ = ("idx", "stat_idx", "num", "values")
+    __slots__ = ("idx", "stat_idx", "num", "values", "tokens")
 
-    def __init__(self, idx: int, m: int) -> None:
+    def __init__(self, idx: int, m: int, tokens: tuple[int, ...] = ()) -> None:
         self.idx = idx
+        self.tokens = tokens
         self.stat_idx = 0
         self.num = 0
         self.values = [_MapValue(0, 0, m) for _ in range(_MAP_VALUES)]
@@ -125,6 +126,7 @@ class NgramMap:
 
     def reset(self) -> None:
         self.keys: list[_MapKey] = []
+        self._index: dict[tuple[int, ...], int] = {}  # key tokens -> offset in ``keys``
         self.slots: dict[int, int] = {}  # hash slot -> index of an n-gram in the history (0: none)
         self.slots_last = 0              # highest history index entered into ``slots``
         self.size_last_begin = 0
@@ -159,6 +161,7 @@ class NgramMap:
                         continue
                 kept.append(key)
             self.keys = kept
+            self._index = {key.tokens: off for off, key in enumerate(kept)}
         self.idx_last_check = size
         self.size_last_begin = size
 
@@ -196,9 +199,11 @@ class NgramMap:
 
         if match == 0:
             return []
-        off = next((i for i, k in enumerate(self.keys) if inp[k.idx:k.idx + n] == key), len(self.keys))
+        tkey = tuple(key)
+        off = self._index.get(tkey, len(self.keys))  # keys are unique by content (llama.cpp scans them)
         if off == len(self.keys):
-            self.keys.append(_MapKey(match, m))
+            self.keys.append(_MapKey(match, m, tkey))
+            self._index[tkey] = off
         entry = self.keys[off]
         entry.num = min(entry.num + 1, _MAP_COUNT_MAX)
 
@@ -209,8 +214,9 @@ class NgramMap:
 
         if entry.num < self.min_hits:
             return []
+        first = key[0]
         for i in range(entry.stat_idx, match + 1):
-            if inp[i:i + n] != key:
+            if inp[i] != first or inp[i:i + n] != key:
                 continue
             vb = i + n
             slot = -1
