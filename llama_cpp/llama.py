@@ -381,7 +381,10 @@ class Llama:
     @n_tokens.setter
     def n_tokens(self, n: int) -> None:
         """Keep only the first ``n`` evaluated tokens (upstream code rewinds with ``llm.n_tokens = k``)."""
-        n = int(n)
+        with self._guard.call():
+            self._rewind(int(n))
+
+    def _rewind(self, n: int) -> None:
         if not 0 <= n <= len(self._input_ids):
             raise ValueError(f"n_tokens must be in [0, {len(self._input_ids)}] (the tokens evaluated), got {n}")
         if n == len(self._input_ids):
