@@ -285,9 +285,15 @@ class DraftDecoder:
                         ckpt.restore()
                         if not tgt.seq_rm(0, P, -1):
                             raise SpeculativeError("could not clear the verify batch after restoring a checkpoint")
-                        self._decode([id_last] + out[:-1], P, outputs=False)
                         st.rollbacks_checkpoint += 1
                         st.replayed_tokens += n_keep
+                        if not is_eog(out[-1]) and produced + n_keep < max_tokens:
+                            # the replay decodes the token just drawn too, so its row gives the next
+                            # token for free (as llama-speculative-simple's re-verified draft does)
+                            self._raw.decode([id_last] + out, P, "last")
+                            out.append(sample(-1))
+                        else:
+                            self._decode([id_last] + out[:-1], P, outputs=False)
                     elif tgt.seq_rm(0, P + n_keep, -1):
                         st.rollbacks_partial += 1
                     else:
@@ -301,8 +307,8 @@ class DraftDecoder:
                 self._id_last = out[-1]
                 st.t_rollback += clock() - t2
 
-                produced += n_keep
-                st.generated += n_keep
+                produced += len(out)
+                st.generated += len(out)
                 st.t_generate += clock() - t_start
                 t_start = None
                 for t in out:
