@@ -116,3 +116,27 @@ def test_ngram_or_draft_model_with_mtp_equals_plain(mtp_targets, draft_path, for
         got, _ = spec_generate(model, prompt, N_GEN, config(types, draft_n_max=3,
                                                             draft_model_path=str(draft_path("noisy"))), dist_sampler(4))
         assert got == seeded
+
+
+@pytest.mark.parametrize("spec_type", ("ngram-simple", "draft-simple"))
+def test_generation_budget_and_continuation_on_checkpoint_replays(targets, references, draft_path, spec_type):
+    """Every max_tokens from 1 up, then continuing the history: the replay's extra token never
+    overshoots the budget, and a continued generation equals a fresh one."""
+    from llama_cpp.speculative import make_decoder
+
+    from .util import CTX, greedy_sampler
+
+    model = targets["random"]
+    prompt, ref = references["random", PROMPTS[0]]
+    cfg = config(spec_type, 4, draft_model_path=str(draft_path("noisy")))
+    with make_decoder(model, cfg, ctx_params=dict(CTX)) as dec:
+        for n in range(1, 12):
+            dec.prefill(prompt)
+            got = list(dec.generate(greedy_sampler(), n))
+            assert got == ref[:n], (spec_type, n)
+        dec.prefill(prompt)
+        first = list(dec.generate(greedy_sampler(), 7))
+        dec.prefill(prompt + first)
+        rest = list(dec.generate(greedy_sampler(), N_GEN - 7))
+        assert first + rest == ref
+        assert dec.stats.rollbacks_checkpoint > 0
