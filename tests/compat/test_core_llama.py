@@ -204,3 +204,12 @@ def test_recurrent_flags_and_prefix_edits(recurrent_model):
         a = m("The quick brown fox", max_tokens=4, temperature=0)["choices"][0]["text"]
         m("The slow brown fox", max_tokens=4, temperature=0)  # an edit inside the history: memory rebuilt
         assert m("The quick brown fox", max_tokens=4, temperature=0)["choices"][0]["text"] == a
+
+
+def test_logits_all_keeps_every_row(spm_model):
+    with Llama(spm_model, n_ctx=64, n_threads=1, verbose=False, logits_all=True) as m:
+        toks = m.tokenize(b"one two three")
+        m.eval(toks)
+        assert m.scores.shape == (len(toks), m.n_vocab())
+        assert len(m.eval_logits) == len(toks)
+        assert m.sample(temp=0, idx=0) == int(np.argmax(m.scores[0]))
