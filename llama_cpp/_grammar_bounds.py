@@ -3,7 +3,9 @@
 llama.cpp copies a repeated element ``n`` times (nested repetitions multiply), so one hostile
 ``{0,1000000000}`` exhausts memory inside the native parser. This scanner skips literals, character
 classes and comments, multiplies bounds through nested groups, and raises GrammarError naming the
-rule and the fix.
+rule and the fix. Nesting depth and the number of rules are bounded too: llama.cpp's parser
+recurses once per ``(`` and its stack walk once per rule reference, with no limit of its own, so a
+400 KB grammar of nested parentheses would overflow the C stack.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import re
 from ._errors import GrammarError
 
 MAX_REPETITION_EXPANSION = 100_000
+MAX_NESTING = 256  # parenthesised groups inside each other
+MAX_RULES = 8192   # JSON-schema grammars have tens to hundreds
 
 _BOUND = re.compile(r"\{\s*(\d+)\s*(?:(,)\s*(\d*)\s*)?\}")
 _RULE = re.compile(r"([A-Za-z0-9_-]+)\s*::=")
@@ -47,12 +51,16 @@ def check_repetitions(grammar: str) -> None:
     """Raise GrammarError if a bound is inverted or the grammar's repetitions expand past the limit."""
     rule = "?"
     stack = [0]
+    rules = 0
     i, n = 0, len(grammar)
     while i < n:
         c = grammar[i]
         rule_match = _RULE.match(grammar, i) if (i == 0 or grammar[i - 1] in "\n\r") else None
         if rule_match:
             rule, i = rule_match.group(1), rule_match.end()
+            rules += 1
+            if rules > MAX_RULES:
+                raise GrammarError(f"the grammar defines more than {MAX_RULES} rules; merge rules or split the task")
             continue
         if c == "#":
             end = grammar.find("\n", i)
@@ -60,6 +68,9 @@ def check_repetitions(grammar: str) -> None:
             continue
         if c == "(":
             stack.append(0)
+            if len(stack) - 1 > MAX_NESTING:
+                raise GrammarError(f"rule {rule!r}: groups nest more than {MAX_NESTING} deep; flatten the "
+                                   "grammar with named rules")
             i += 1
             continue
         if c.isspace() or c in "|*+?":

@@ -56,6 +56,13 @@ class MediaPolicy:
         self._check_pixels(data, where)
         return data
 
+    def check_bytes(self, data: bytes, where: str = "image") -> bytes:
+        """Encoded image bytes given directly: the same size and pixel limits as a URL's."""
+        if len(data) > self.max_bytes:
+            raise MultimodalError(f"{where}: the image is {len(data)} bytes, over the media size limit ({self.max_bytes})")
+        self._check_pixels(data, where)
+        return data
+
     def _data_url(self, url: str, where: str) -> bytes:
         header, sep, payload = url.partition(",")
         if not sep:

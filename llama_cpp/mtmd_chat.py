@@ -76,6 +76,25 @@ def image_from_url(url: Any, where: str = "image_url", policy: MediaPolicy = _NO
     return Image(policy.resolve(url, where))
 
 
+def image_from_part(src: Any, where: str, policy: MediaPolicy = _NO_LOCAL_FILES) -> Image:
+    """The image of an ``image``/``input_image`` part. An :class:`Image` or pixel array built by the
+    calling program is used as given; a string or path is a URL or a local file, resolved under
+    ``policy`` like ``image_url`` (a request cannot name an arbitrary file); bytes get the same
+    size and pixel limits."""
+    if isinstance(src, Image):
+        return src
+    if isinstance(src, np.ndarray):
+        return Image(src)
+    if isinstance(src, (str, dict)):
+        return image_from_url(src, where, policy)
+    if isinstance(src, os.PathLike):
+        return image_from_url(os.fspath(src), where, policy)
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return Image(policy.check_bytes(bytes(src), where))
+    raise MultimodalError(f"{where}: an image part needs a data: URL, an allowed path, image bytes or an Image, "
+                          f"got {type(src).__name__}")
+
+
 def _audio_part(part: dict, where: str) -> Audio:
     spec = part.get("input_audio")
     if not isinstance(spec, dict) or "data" not in spec:
@@ -135,8 +154,7 @@ def flatten_messages(messages: Sequence[dict], marker: str, policy: MediaPolicy 
                     media.append(image_from_url(part.get("image_url"), where, policy))
                     pieces.append(marker)
                 elif kind in ("image", "input_image"):
-                    src = part.get("image", part.get("image_url"))
-                    media.append(src if isinstance(src, Image) else Image(src))
+                    media.append(image_from_part(part.get("image", part.get("image_url")), where, policy))
                     pieces.append(marker)
                 elif kind == "input_audio":
                     media.append(_audio_part(part, where))

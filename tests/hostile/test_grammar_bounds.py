@@ -13,6 +13,9 @@ from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
     ('root ::= "a"{0,1000000000}', "expands to 1000000000"),
     ('root ::= ("a"{1000}){1000}', "expand past"),
     ('root ::= item\nitem ::= [a-z]{200000}', "rule 'item'"),
+    ('root ::= ' + "(" * 200_000 + '"a"' + ")" * 200_000, "nest more than 256 deep"),
+    ("root ::= r0\n" + "".join(f"r{k} ::= r{k + 1}\n" for k in range(10_000)) + 'r10000 ::= "a"\n',
+     "more than 8192 rules"),
 ])
 def test_gbnf_bounds(grammar: str, match: str) -> None:
     with pytest.raises(GrammarError, match=match):
@@ -42,3 +45,7 @@ def test_reasonable_schema_converts() -> None:
     gbnf = json_schema_to_gbnf({"type": "object", "properties": {
         "name": {"type": "string", "maxLength": 64}, "tags": {"type": "array", "maxItems": 8}}})
     LlamaGrammar.from_string(gbnf)
+
+
+def test_deep_but_bounded_nesting_still_parses() -> None:
+    LlamaGrammar.from_string("root ::= " + "(" * 200 + '"a"' + ")" * 200)

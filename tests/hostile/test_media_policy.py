@@ -82,3 +82,30 @@ def test_unknown_format_refused() -> None:
     url = "data:image/x-portable-pixmap;base64," + base64.b64encode(b"P6 100000 100000 255\n").decode()
     with pytest.raises(MultimodalError, match="not a PNG"):
         MediaPolicy().resolve(url)
+
+
+@pytest.mark.parametrize("part", [
+    {"type": "image", "image": "/dev/zero"},
+    {"type": "input_image", "image_url": "/etc/passwd"},
+    {"type": "image", "image": Path("/dev/zero")},
+    {"type": "input_image", "image_url": {"url": "file:///dev/zero"}},
+])
+def test_image_parts_go_through_the_policy_like_image_url(part) -> None:
+    from llama_cpp.mtmd_chat import flatten_messages
+
+    with pytest.raises(MultimodalError, match="local image paths are refused"):
+        flatten_messages([{"role": "user", "content": [part, {"type": "text", "text": "describe"}]}], "<m>")
+
+
+def test_image_part_bytes_get_the_limits_and_inside_paths_work(media: Path) -> None:
+    from llama_cpp.mtmd import Image
+    from llama_cpp.mtmd_chat import flatten_messages
+
+    policy = MediaPolicy.with_dirs([media], max_pixels=16)
+    ok = flatten_messages([{"role": "user", "content": [{"type": "image", "image": str(media / "ok.png")}]}],
+                          "<m>", MediaPolicy.with_dirs([media]))[1]
+    assert len(ok) == 1 and isinstance(ok[0], Image)
+    with pytest.raises(MultimodalError, match="over the limit of 16 pixels"):
+        flatten_messages([{"role": "user", "content": [{"type": "image", "image": png_bytes(8, 4)}]}], "<m>", policy)
+    with pytest.raises(MultimodalError, match="not a PNG"):
+        flatten_messages([{"role": "user", "content": [{"type": "image", "image": b"\0" * 64}]}], "<m>", policy)
