@@ -86,6 +86,19 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def compat(session: nox.Session) -> None:
+    """llama-cpp-python 0.3.36's own tests, unchanged, against this package installed as a wheel
+    (cpu-host libraries; models its tests download are served by generated stand-ins, offline)."""
+    session.install("-r", TEST_REQS)
+    session.run("python", "-m", "build_tools", "vendor")
+    session.run("python", "-m", "build_tools", "native", "cpu-host")
+    dist = Path(session.create_tmp()) / "compat-dist"
+    session.run("python", "-m", "build_tools", "wheels", "cpu-host", "--single", "--no-repair", "--dist", str(dist))
+    session.install("--no-deps", "--force-reinstall", *map(str, sorted((dist / "cpu-host").glob("*.whl"))))
+    session.run("python", "-m", "build_tools", "compat", *session.posargs, env={"LLAMA_CPP_LIB_PATH": ""})
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks against llama.cpp's own tools: nox -s bench -- benchmarks/SCRIPT.py [args]."""
     if not session.posargs:
