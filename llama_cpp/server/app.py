@@ -400,6 +400,7 @@ def _routes(app: FastAPI) -> None:
     async def create_completion(request: Request, body: CreateCompletionRequest) -> Any:
         _check_limits(request, body.n, body.max_tokens)
         served = await _served(request, body.model)
+        _engine(served)  # a vocab-only model says so before its prompt is looked at
         llama = served.llama
         plist = prompts.prompt_list(body.prompt)
         s = _server_settings(request)
@@ -430,6 +431,7 @@ def _routes(app: FastAPI) -> None:
         max_tokens = body.max_tokens if body.max_tokens is not None else body.max_completion_tokens
         _check_limits(request, body.n, max_tokens)
         served = await _served(request, body.model)
+        _engine(served)  # a vocab-only model says so before its prompt is looked at
         llama = served.llama
         s = _server_settings(request)
         created = int(time.time())
