@@ -102,6 +102,14 @@ class GenRequest:
     model_name: str = ""
 
 
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.nonzero(np.asarray(a[:n]) != np.asarray(b[:n]))[0]
+    return int(diff[0]) if diff.size else n
+
+
 def completion_chunk(req: GenRequest, data: bytes, reason: str | None, lps: Any) -> dict[str, Any]:
     """A ``text_completion`` chunk, shaped as :func:`llama_cpp._generation.completion_chunks` makes them."""
     return {"id": req.completion_id, "object": "text_completion", "created": req.created, "model": req.model_name,
@@ -111,7 +119,7 @@ def completion_chunk(req: GenRequest, data: bytes, reason: str | None, lps: Any)
 
 class _Slot:
     __slots__ = ("seq", "job", "req", "chain", "grammar", "pick", "text", "lp", "pending", "n_fed", "pos",
-                 "next_tok", "produced", "n_gen", "t_start", "t_first")
+                 "next_tok", "produced", "n_gen", "t_start", "t_first", "kv", "n_cached")
 
     def __init__(self, seq: int, job: Job, req: GenRequest) -> None:
         self.seq = seq
@@ -130,6 +138,8 @@ class _Slot:
         self.n_gen = 0
         self.t_start = time.perf_counter()
         self.t_first = 0.0
+        self.kv: list[int] = []  # the tokens this sequence holds in the KV cache, in order
+        self.n_cached = 0  # prompt tokens reused from the previous request on this sequence
 
     @property
     def prefilling(self) -> bool:
@@ -141,7 +151,8 @@ class SlotEngine:
 
     serial = False
 
-    def __init__(self, llama: Llama, n_slots: int, n_ctx_slot: int, max_queue: int) -> None:
+    def __init__(self, llama: Llama, n_slots: int, n_ctx_slot: int, max_queue: int,
+                 cache_prompt: bool = True) -> None:
         self.llama = llama
         self.model = llama.model
         self.ctx = llama.ctx
@@ -158,6 +169,9 @@ class SlotEngine:
         self._waiting: collections.deque[tuple[Job, GenRequest]] = collections.deque()
         self._active: list[_Slot] = []
         self._free_seqs = list(range(n_slots - 1, -1, -1))
+        self.cache_prompt = cache_prompt
+        # what each free sequence still holds in the KV cache (its last request's tokens)
+        self.cached: list[list[int]] = [[] for _ in range(n_slots)]
         self._accepting = True
         self._stop = False
         self.steps = 0
@@ -238,7 +252,7 @@ class SlotEngine:
                     job, req = self._waiting.popleft()
                     if job.cancelled.is_set():
                         continue
-                    admitted.append(_Slot(self._free_seqs.pop(), job, req))
+                    admitted.append(_Slot(self._take_seq(req.prompt_tokens), job, req))
             for s in admitted:
                 self._start(s)
             for s in [s for s in self._active if s.job.cancelled.is_set()]:
@@ -251,6 +265,18 @@ class SlotEngine:
                     for s in list(self._active):
                         s.job.put("error", exc)
                         self._release(s)
+                    self.ctx.memory_clear(True)
+                    self.cached = [[] for _ in range(self.n_slots)]
+
+    def _take_seq(self, prompt: list[int]) -> int:
+        """The free sequence whose cached tokens share the longest prefix with ``prompt`` (caller holds the lock)."""
+        best, best_len = len(self._free_seqs) - 1, -1
+        if self.cache_prompt:
+            for k, seq in enumerate(self._free_seqs):
+                n = _common_prefix(self.cached[seq], prompt)
+                if n > best_len:
+                    best, best_len = k, n
+        return self._free_seqs.pop(best)
 
     def _start(self, s: _Slot) -> None:
         req = s.req
@@ -263,7 +289,7 @@ class SlotEngine:
             s.lp = _Logprobs(self.model, req.logprobs)
             if req.echo:
                 s.text = TextStream(req.stop, self.model.detokenize(req.prompt_tokens))
-            self.ctx.seq_rm(s.seq, -1, -1)
+            self._reuse_prefix(s)
         except Exception as exc:
             s.job.put("error", exc)
             self._release(s, active=False)
@@ -271,6 +297,21 @@ class SlotEngine:
         with self._cv:
             self._active.append(s)
         s.job.put("started")
+
+    def _reuse_prefix(self, s: _Slot) -> None:
+        """Keep the part of the sequence's KV that the new prompt starts with (at least its last token is
+        evaluated again, for its logits); memory that cannot drop a suffix (recurrent) starts over."""
+        prompt = s.req.prompt_tokens
+        cached = self.cached[s.seq]
+        keep = min(_common_prefix(cached, prompt), len(prompt) - 1) if self.cache_prompt else 0
+        if keep < len(cached):
+            if keep == 0 or not self.ctx.seq_rm(s.seq, keep, -1):
+                self.ctx.seq_rm(s.seq, -1, -1)
+                keep = 0
+        self.cached[s.seq] = []
+        s.n_fed = keep
+        s.kv = list(prompt)
+        s.n_cached = keep
 
     def _step(self) -> None:
         batch = self._batch
@@ -287,6 +328,7 @@ class SlotEngine:
                 nseq_arr[n] = 1
                 logit_arr[n] = 1
                 outputs.append((s, n))
+                s.kv.append(s.next_tok)
                 s.pos += 1
                 s.next_tok = None
                 n += 1
@@ -348,20 +390,27 @@ class SlotEngine:
         gen_s = now - s.t_first if s.t_first else 0.0
         final["timings"] = {"prompt_ms": 1000 * ((s.t_first or now) - s.t_start), "predicted_ms": 1000 * gen_s,
                             "predicted_n": s.n_gen, "slot": s.seq}
+        final["usage"]["prompt_tokens_cached"] = s.n_cached
         s.job.put("chunk", final)
         s.job.put("end")
-        self._release(s)
+        self._release(s, keep_cache=True)
 
     def _finish_cancelled(self, s: _Slot) -> None:
         s.job.put("error", Cancelled("the request was cancelled"))
         self._release(s)
 
-    def _release(self, s: _Slot, active: bool = True) -> None:
-        """Free the slot now: its sequence leaves the KV cache, its samplers are closed."""
-        try:
-            self.ctx.seq_rm(s.seq, -1, -1)
-        except Exception:  # the context is gone (shutdown): nothing left to free
-            log.debug("seq_rm failed for slot %d", s.seq, exc_info=True)
+    def _release(self, s: _Slot, active: bool = True, keep_cache: bool = False) -> None:
+        """Free the slot now and close its samplers. A finished request's tokens stay in the KV cache
+        for a later prompt that starts with them (``cache_prompt``); a cancelled or failed one's
+        sequence is removed at once."""
+        if keep_cache and self.cache_prompt:
+            self.cached[s.seq] = s.kv[:s.pos]
+        else:
+            self.cached[s.seq] = []
+            try:
+                self.ctx.seq_rm(s.seq, -1, -1)
+            except Exception:  # the context is gone (shutdown): nothing left to free
+                log.debug("seq_rm failed for slot %d", s.seq, exc_info=True)
         for smp in (s.chain, s.grammar):
             if smp is not None:
                 smp.close()

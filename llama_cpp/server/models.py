@@ -117,7 +117,7 @@ class ServedModel:
                 engine = SerialEngine(llama, s.max_queue)
             else:
                 self.n_ctx_slot = llama.n_ctx() // s.n_parallel
-                engine = SlotEngine(llama, s.n_parallel, self.n_ctx_slot, s.max_queue)
+                engine = SlotEngine(llama, s.n_parallel, self.n_ctx_slot, s.max_queue, cache_prompt=s.cache_prompt)
         except BaseException:
             llama.close()
             raise

@@ -103,6 +103,8 @@ class ModelSettings(_Base):
     n_parallel: int = Field(default=1, ge=0, le=64, description="Requests generated at once on one context "
                             "(slots); the KV cache holds n_ctx tokens per slot. 0: one request at a time "
                             "through Llama itself.")
+    cache_prompt: bool = Field(default=True, description="Keep a finished request's tokens in its slot's KV "
+                               "cache, so that a later prompt starting with them skips that prefix.")
     max_queue: int = Field(default=32, ge=0, description="Requests that may wait for a slot; beyond that "
                            "the server answers 429 at once.")
     verbose: bool = Field(default=True, description="Accepted for compatibility; logs go to logging.")

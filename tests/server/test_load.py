@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from .test_slots import wait_for
+from .test_slots import assert_kv_matches_bookkeeping, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -73,8 +73,7 @@ def test_200_requests_from_16_clients(start_server, spm_path):
     assert set(statuses) <= {200, 429}, sorted(set(statuses))
     assert statuses.count(200) >= 4
     assert wait_for(lambda: engine.busy == 0, 60)
-    for seq in range(engine.n_slots):
-        assert engine.ctx.seq_pos_max(seq) == -1
+    assert_kv_matches_bookkeeping(engine)
     gc.collect()
     assert wait_for(lambda: open_fds() <= fds0, 10), (fds0, open_fds())
     assert threading.active_count() <= threads0

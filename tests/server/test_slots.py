@@ -16,6 +16,12 @@ PROMPTS = ["hello there", "The capital of", "a", "once upon a time in a land far
            "b c d", "small", "What is the name of the", "x y"]
 
 
+def assert_kv_matches_bookkeeping(engine) -> None:
+    """Each free sequence holds exactly the tokens the engine thinks it caches."""
+    for seq in range(engine.n_slots):
+        assert engine.ctx.seq_pos_max(seq) + 1 == len(engine.cached[seq]), seq
+
+
 def wait_for(cond, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -99,8 +105,8 @@ def test_disconnect_frees_the_slot(parallel):
             assert next(line for line in lines if line.startswith("data:"))
         # the response is closed mid-stream: its slot is freed (sequence removed) at once
     assert wait_for(lambda: engine.stats()["active"] == 0)
-    for seq in range(engine.n_slots):
-        assert engine.ctx.seq_pos_max(seq) == -1  # nothing left in the KV cache
+    assert_kv_matches_bookkeeping(engine)
+    assert not any(cached for cached in engine.cached if len(cached) > 100)  # the cancelled one left nothing
     r = parallel.client().completions.create(model="spm", prompt="a", max_tokens=20, temperature=0)
     assert r.usage.completion_tokens == 20
 
@@ -138,3 +144,18 @@ def test_non_streaming_client_that_leaves_frees_its_slot(start_server, spm_path)
     assert wait_for(lambda: engine.stats()["active"] == 0)
     assert engine.tokens_generated - before < 29000  # it stopped instead of generating to the end
     assert engine.ctx.seq_pos_max(0) == -1 and engine.ctx.seq_pos_max(1) == -1
+
+
+def test_a_cached_prefix_is_reused_with_the_same_output(parallel, spm_path):
+    engine = parallel.engine("spm")
+    first = "a story about a cat and a dog who lived in a small house by the"
+    c = parallel.client()
+    a = c.completions.create(model="spm", prompt=first, max_tokens=10, temperature=0)
+    follow = first + a.choices[0].text + " and then"
+    b = c.completions.create(model="spm", prompt=follow, max_tokens=10, temperature=0)
+    with Llama(spm_path, n_ctx=256, verbose=False, **THREADS) as solo:
+        want = solo.create_completion(follow, max_tokens=10, temperature=0, repeat_penalty=1.1)
+        n_first = len(solo.tokenize(first.encode()))
+    assert b.choices[0].text == want["choices"][0]["text"]
+    assert b.model_dump()["usage"]["prompt_tokens_cached"] >= n_first
+    assert_kv_matches_bookkeeping(engine)
