@@ -84,6 +84,7 @@ def load_draft_model(target: Any, path: str | os.PathLike[str], **model_kwargs: 
 class DraftModel:
     """The ``draft-simple`` drafter over its own model and context (owned by it)."""
 
+    kind = "draft-simple"
     takes_limit = True  # draft() takes the step's token budget
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,

@@ -277,7 +277,7 @@ class DraftDecoder:
                     break
                 t2 = clock()
                 st.t_verify += t2 - t1
-                st._count_draft(k, n_acc)
+                st._count_draft(k, n_acc, getattr(src, "kind", None))
 
                 n_keep = len(out)  # the memory keeps [id_last] + out[:-1] at P..P+n_keep-1
                 if n_keep < k + 1:

@@ -51,6 +51,8 @@ def _find_backwards(tokens: Sequence[int], key: Sequence[int], hi: int, lo: int)
 class NgramSimple:
     """``ngram-simple``: copy what followed the latest earlier occurrence of the current n-gram."""
 
+    kind = "ngram-simple"
+
     def __init__(self, size_n: int, size_m: int) -> None:
         self.size_n, self.size_m = int(size_n), int(size_m)
         self.n_max = self.size_m
@@ -121,6 +123,7 @@ class NgramMap:
         self.size_n, self.size_m = int(size_n), int(size_m)
         self.min_hits = int(min_hits)
         self.key_only = bool(key_only)
+        self.kind = "ngram-map-k" if self.key_only else "ngram-map-k4v"
         self.n_max = self.size_m
         self.reset()
 
@@ -260,6 +263,8 @@ _MOD_FILL_RESET = 0.25
 
 class NgramMod:
     """``ngram-mod``: a hash table (collisions overwrite) from ``n_match``-grams to the next token."""
+
+    kind = "ngram-mod"
 
     def __init__(self, n_match: int, n_max: int, n_min: int) -> None:
         self.n, self.n_max_tokens, self.n_min = int(n_match), int(n_max), int(n_min)
@@ -424,6 +429,8 @@ def _pick_static(cache: NgramCounts, gram: tuple[int, ...]) -> int | None:
 
 class NgramCache:
     """``ngram-cache``: continuation counts of the context's 1..4-grams (plus optional file caches)."""
+
+    kind = "ngram-cache"
 
     def __init__(self, n_draft: int = 8, static: NgramCounts | None = None,
                  dynamic: NgramCounts | None = None) -> None:

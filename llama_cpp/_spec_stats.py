@@ -11,7 +11,9 @@ class SpeculativeStats:
     """Counters of one generation (or several, until :meth:`reset`).
 
     ``steps`` counts target verify decodes; ``drafted``/``accepted`` count draft tokens;
-    ``drafted_at[j]``/``accepted_at[j]`` count them per draft position ``j``. A rollback removes
+    ``drafted_at[j]``/``accepted_at[j]`` count them per draft position ``j``, and
+    ``drafted_by``/``accepted_by`` per speculative type (several types can be combined). A rollback
+    removes
     rejected positions either by partial memory removal (``rollbacks_partial``) or by restoring
     a sequence checkpoint and replaying the accepted tokens (``rollbacks_checkpoint``).
     Times are wall seconds.
@@ -23,6 +25,8 @@ class SpeculativeStats:
     accepted: int = 0
     drafted_at: list[int] = dataclasses.field(default_factory=list)
     accepted_at: list[int] = dataclasses.field(default_factory=list)
+    drafted_by: dict[str, int] = dataclasses.field(default_factory=dict)
+    accepted_by: dict[str, int] = dataclasses.field(default_factory=dict)
     draft_steps: int = 0
     rollbacks_partial: int = 0
     rollbacks_checkpoint: int = 0
@@ -40,7 +44,10 @@ class SpeculativeStats:
         for f in dataclasses.fields(self):
             setattr(self, f.name, f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
 
-    def _count_draft(self, n_drafted: int, n_accepted: int) -> None:
+    def _count_draft(self, n_drafted: int, n_accepted: int, kind: str | None = None) -> None:
+        if kind is not None and n_drafted:
+            self.drafted_by[kind] = self.drafted_by.get(kind, 0) + n_drafted
+            self.accepted_by[kind] = self.accepted_by.get(kind, 0) + n_accepted
         while len(self.drafted_at) < n_drafted:
             self.drafted_at.append(0)
             self.accepted_at.append(0)

@@ -935,7 +935,7 @@ class MTPDecoder:
                     break
                 t2 = clock()
                 st.t_verify += t2 - t1
-                st._count_draft(k, n_acc)
+                st._count_draft(k, n_acc, getattr(src, "kind", None) if src is not None else "draft-mtp")
 
                 # target memory keeps [id_last] + out[:-1] (positions P..P+len(out)-1)
                 n_keep = len(out)

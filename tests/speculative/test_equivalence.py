@@ -55,8 +55,10 @@ def test_combined_types_equal_plain(targets, references, draft_path, target, typ
     cfg = config(types, 4, draft_model_path=str(draft_path("noisy")))
     for p in PROMPTS:
         prompt, ref = references[target, p]
-        got, _ = spec_generate(model, prompt, N_GEN, cfg)
+        got, st = spec_generate(model, prompt, N_GEN, cfg)
         assert got == ref, (target, types, p)
+        assert set(st.drafted_by) <= {t.value for t in cfg.types}
+        assert sum(st.drafted_by.values()) == st.drafted and sum(st.accepted_by.values()) == st.accepted
 
 
 @pytest.mark.parametrize("target", ("echo", "random"))
@@ -112,6 +114,7 @@ def test_ngram_or_draft_model_with_mtp_equals_plain(mtp_targets, draft_path, for
             got, st = spec_generate(model, prompt, N_GEN, cfg)
             assert got == ref, (form, types, n, p)
             assert len(st.drafted_at) <= n
+            assert set(st.drafted_by) <= set(types) and sum(st.drafted_by.values()) == st.drafted
         seeded = plain_generate(model, prompt, N_GEN, dist_sampler(4))
         got, _ = spec_generate(model, prompt, N_GEN, config(types, draft_n_max=3,
                                                             draft_model_path=str(draft_path("noisy"))), dist_sampler(4))

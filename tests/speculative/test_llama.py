@@ -124,6 +124,22 @@ def test_eval_then_generate_stays_correct(pair):
     assert got == ref
 
 
+@pytest.mark.parametrize("form", ("echo", "noisy"))
+def test_ngram_with_mtp_through_llama(form):
+    """A combined list with draft-mtp loads the NextN layers; n-gram drafts go first."""
+    path = fixture_path("qwen35_mtp", form=form)
+    with Llama(path, **KW) as plain, \
+            Llama(path, speculative=SpecConfig(["ngram-simple", "draft-mtp"], draft_n_max=3, **SMALL), **KW) as spec:
+        for p in (PROMPT, "Once upon a time"):
+            ref = plain.create_completion(p, max_tokens=24, temperature=0)
+            got = spec.create_completion(p, max_tokens=24, temperature=0)
+            assert _text(got) == _text(ref)
+            st = spec.last_speculative_stats
+            assert set(st.drafted_by) <= {"ngram-simple", "draft-mtp"} and st.drafted > 0
+            if form == "echo" and "draft-mtp" in st.drafted_by:  # the echo MTP head is always right
+                assert st.accepted_by["draft-mtp"] == st.drafted_by["draft-mtp"]
+
+
 def test_errors_before_loading(tmp_path):
     bpe = fixture_path("llama_bpe")
     with pytest.raises(SpeculativeError, match="not a file"):
