@@ -249,23 +249,117 @@ def flash_attn_type(flash_attn: bool | int | None) -> int:
     return int(flash_attn)
 
 
+_MODEL_KEYWORD_DEFAULTS: dict[str, Any] = {
+    "n_gpu_layers": 0, "split_mode": LLAMA_SPLIT_MODE_LAYER, "main_gpu": 0, "tensor_split": None,
+    "vocab_only": False, "use_mmap": True, "use_mlock": False, "load_mode": None, "kv_overrides": None,
+    "check_tensors": False, "load_mtp": False, "progress_callback": None,
+}
+
+#: the scalar fields of ``llama_model_params`` that a caller's struct is checked on
+_MODEL_STRUCT_CHECKED = ("n_gpu_layers", "split_mode", "main_gpu", "load_mode")
+
+
+def _differs(value: Any, default: Any) -> bool:
+    if value is default:
+        return False
+    if default is None or isinstance(value, (list, tuple, dict, np.ndarray)):
+        return value is not None
+    return bool(value != default)
+
+
+def _model_path(path: str | os.PathLike[str] | None, path_model: str | os.PathLike[str] | None) -> Path:
+    if path is not None and path_model is not None:
+        raise TypeError("pass the model file once: as path or as path_model (llama-cpp-python's name), not both")
+    chosen = path if path is not None else path_model
+    if chosen is None:
+        raise TypeError("LlamaModel needs the model file: LlamaModel(path) or LlamaModel(path_model=..., params=...)")
+    return check_gguf_file(chosen)
+
+
+def _struct_copy(C: Any, struct_type: Any, params: Any, what: str) -> Any:
+    """A private copy of a caller's parameter struct (checked, then changed here, never theirs)."""
+    if not isinstance(params, struct_type):
+        raise TypeError(f"params must be a llama_cpp.{struct_type.__name__} (from llama_cpp.{what}()), "
+                        f"not {type(params).__name__}")
+    copy = struct_type()
+    ctypes.memmove(ctypes.byref(copy), ctypes.byref(params), ctypes.sizeof(struct_type))
+    return copy
+
+
 class LlamaModel(_Owned):
-    """A loaded ``llama_model`` (weights + vocabulary)."""
+    """A loaded ``llama_model`` (weights + vocabulary).
+
+    Two constructor forms: this package's ``LlamaModel(path, n_gpu_layers=..., ...)`` and
+    llama-cpp-python's ``LlamaModel(path_model=..., params=llama_model_default_params())``. A
+    caller's struct is copied, and its enum and device fields are checked like the keywords;
+    its pointer fields (``tensor_split``, ``kv_overrides``, ``progress_callback``) are the
+    caller's to keep alive during the call, as in llama-cpp-python.
+    """
 
     _kind = "model"
 
-    def __init__(self, path: str | os.PathLike[str], *, n_gpu_layers: int = 0, split_mode: int = LLAMA_SPLIT_MODE_LAYER,
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, path_model: str | os.PathLike[str] | None = None,
+                 params: Any = None, verbose: bool = True,
+                 n_gpu_layers: int = 0, split_mode: int = LLAMA_SPLIT_MODE_LAYER,
                  main_gpu: int = 0, tensor_split: Sequence[float] | None = None, vocab_only: bool = False,
                  use_mmap: bool = True, use_mlock: bool = False, load_mode: int | None = None,
                  kv_overrides: dict[str, bool | int | float | str] | None = None,
                  check_tensors: bool = False, load_mtp: bool = False,
                  progress_callback: Callable[[float], bool | None] | None = None) -> None:
         self._ref = None
-        self.path = check_gguf_file(path)
+        self._upstream_contexts: weakref.WeakSet[LlamaContext] = weakref.WeakSet()
+        self.path = _model_path(path, path_model)
+        self.path_model = os.fspath(self.path)
+        self.verbose = bool(verbose)  # llama.cpp's log goes through logging here, whatever this says
+        C = _lib()
+        keep: list[Any] = []
+        if params is not None:
+            keywords = {"n_gpu_layers": n_gpu_layers, "split_mode": split_mode, "main_gpu": main_gpu,
+                        "tensor_split": tensor_split, "vocab_only": vocab_only, "use_mmap": use_mmap,
+                        "use_mlock": use_mlock, "load_mode": load_mode, "kv_overrides": kv_overrides,
+                        "check_tensors": check_tensors, "load_mtp": load_mtp,
+                        "progress_callback": progress_callback}
+            mixed = sorted(k for k, v in keywords.items() if _differs(v, _MODEL_KEYWORD_DEFAULTS[k]))
+            if mixed:
+                raise TypeError(f"pass either params= or the keyword fields, not both (got params and {', '.join(mixed)})")
+            lp = _struct_copy(C, C.llama_model_params, params, "llama_model_default_params")
+            for name in _MODEL_STRUCT_CHECKED:
+                _checks.struct_field(C.llama_model_params, name, getattr(lp, name))
+            keep.append(params)  # its pointer fields stay valid while llama.cpp reads the copy
+            vocab_only, load_mtp = bool(lp.vocab_only), bool(lp.load_mtp)
+        else:
+            lp = self._keyword_params(C, keep, n_gpu_layers=n_gpu_layers, split_mode=split_mode,
+                                      main_gpu=main_gpu, tensor_split=tensor_split, vocab_only=vocab_only,
+                                      use_mmap=use_mmap, use_mlock=use_mlock, load_mode=load_mode,
+                                      kv_overrides=kv_overrides, check_tensors=check_tensors, load_mtp=load_mtp,
+                                      progress_callback=progress_callback)
+        self.params = params
         # llama_model_n_layer_nextn reports the file's count even when the NextN tensors were not
         # loaded, and an MTP context over such a model aborts in C: remember what was asked for.
         self.load_mtp = bool(load_mtp)
-        C = _lib()
+        _gguf_guard.guard_model_file(self.path)
+        with _logging.router().capture_problems() as problems:
+            ptr = C.llama_model_load_from_file(os.fsencode(self.path), lp)
+        del keep
+        if not ptr:
+            reason = "; ".join(problems[-4:]) or "no reason logged"
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path}: {reason} (the file is corrupt, truncated, or of an "
+                "architecture this build does not support)")
+        self._own(ptr, C.llama_model_free)
+        self._C = C
+        self.vocab_only = bool(vocab_only)
+        self._vocab = C.llama_model_get_vocab(ptr)
+        self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
+        self._metadata: dict[str, str] | None = None
+
+    @staticmethod
+    def _keyword_params(C: Any, keep: list[Any], *, n_gpu_layers: int, split_mode: int, main_gpu: int,
+                        tensor_split: Sequence[float] | None, vocab_only: bool, use_mmap: bool, use_mlock: bool,
+                        load_mode: int | None, kv_overrides: dict[str, bool | int | float | str] | None,
+                        check_tensors: bool, load_mtp: bool,
+                        progress_callback: Callable[[float], bool | None] | None) -> Any:
+        """``llama_model_params`` from this package's keywords; what the struct points at goes in ``keep``."""
         params = C.llama_model_default_params()
         params.n_gpu_layers = int(n_gpu_layers)
         params.split_mode = int(split_mode)
@@ -274,7 +368,6 @@ class LlamaModel(_Owned):
         params.check_tensors = bool(check_tensors)
         params.load_mtp = bool(load_mtp)
         params.load_mode = load_mode_from_flags(use_mmap, use_mlock) if load_mode is None else int(load_mode)
-        keep: list[Any] = []
         if tensor_split is not None:
             n_max = int(C.llama_max_devices())
             if len(tensor_split) > n_max:
@@ -297,21 +390,19 @@ class LlamaModel(_Owned):
             cb = C.llama_progress_callback(_progress)
             keep.append(cb)
             params.progress_callback = cb
-        _gguf_guard.guard_model_file(self.path)
-        with _logging.router().capture_problems() as problems:
-            ptr = C.llama_model_load_from_file(os.fsencode(self.path), params)
-        del keep
-        if not ptr:
-            reason = "; ".join(problems[-4:]) or "no reason logged"
-            raise ModelLoadError(
-                f"llama.cpp could not load {self.path}: {reason} (the file is corrupt, truncated, or of an "
-                "architecture this build does not support)")
-        self._own(ptr, C.llama_model_free)
-        self._C = C
-        self.vocab_only = bool(vocab_only)
-        self._vocab = C.llama_model_get_vocab(ptr)
-        self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
-        self._metadata: dict[str, str] | None = None
+        return params
+
+    @staticmethod
+    def default_params() -> Any:
+        """``llama_model_default_params()`` (llama-cpp-python's helper)."""
+        return _lib().llama_model_default_params()
+
+    def close(self) -> None:
+        """Free the model; contexts made in llama-cpp-python's form (``params=``) close with it, as
+        there. Contexts made with keywords keep the native model alive until they close."""
+        for ctx in list(getattr(self, "_upstream_contexts", ())):
+            ctx.close()
+        super().close()
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -443,6 +534,48 @@ class LlamaModel(_Owned):
     def is_eog(self, token: int) -> bool:
         return bool(self._C.llama_vocab_is_eog(self.vocab, int(token)))
 
+    # -- llama-cpp-python's names -------------------------------------------------------------
+    @property
+    def model(self) -> Any:
+        """The native ``llama_model`` pointer; None once closed (llama-cpp-python's attribute)."""
+        ref = self._ref
+        return None if ref is None else ref.ptr
+
+    def vocab_type(self) -> int:
+        return int(self._C.llama_vocab_type(self.vocab))
+
+    def rope_freq_scale_train(self) -> float:
+        return float(self._C.llama_model_rope_freq_scale_train(self._ptr()))
+
+    def token_get_text(self, token: int) -> str:
+        return self.token_text(token)
+
+    def token_get_score(self, token: int) -> float:
+        self.check_tokens([token])
+        return float(self._C.llama_vocab_get_score(self.vocab, int(token)))
+
+    def token_get_attr(self, token: int) -> int:
+        self.check_tokens([token])
+        return int(self._C.llama_vocab_get_attr(self.vocab, int(token)))
+
+    def token_cls(self) -> int:
+        return int(self._C.llama_vocab_bos(self.vocab))  # llama.cpp folded CLS into BOS
+
+    def token_prefix(self) -> int:
+        return int(self._C.llama_vocab_fim_pre(self.vocab))
+
+    def token_middle(self) -> int:
+        return int(self._C.llama_vocab_fim_mid(self.vocab))
+
+    def token_suffix(self) -> int:
+        return int(self._C.llama_vocab_fim_suf(self.vocab))
+
+    def add_bos_token(self) -> bool:
+        return self.add_bos()
+
+    def add_eos_token(self) -> bool:
+        return self.add_eos()
+
     def token_text(self, token: int) -> str:
         self.check_tokens([token])
         return _cstr(self._C.llama_vocab_get_text(self.vocab, int(token))) or ""
@@ -461,7 +594,14 @@ class LlamaModel(_Owned):
             raise TokenizationError(
                 f"{what} id {int(arr.flat[i])} at index {i} is outside the vocabulary [0, {n})")
 
-    def tokenize(self, text: bytes, add_special: bool = True, parse_special: bool = False) -> list[int]:
+    def tokenize(self, text: bytes, add_special: bool = True, parse_special: bool = False, *,
+                 add_bos: bool | None = None, special: bool | None = None) -> list[int]:
+        """Token ids of ``text``; ``add_bos``/``special`` are llama-cpp-python's names for
+        ``add_special``/``parse_special`` (same positions)."""
+        if add_bos is not None:
+            add_special = add_bos
+        if special is not None:
+            parse_special = special
         if isinstance(text, str):
             text = text.encode("utf-8")
         if not isinstance(text, (bytes, bytearray)):
@@ -605,21 +745,35 @@ class LlamaContext(_Owned):
 
     Keyword arguments are fields of ``llama_context_params`` (see :data:`CONTEXT_PARAM_NAMES`);
     unset fields keep llama.cpp's defaults. ``ctx_other`` takes another LlamaContext (MTP drafts).
+
+    llama-cpp-python's form ``LlamaContext(model=..., params=llama_context_default_params())``
+    works too: the struct is copied and every field of :data:`CONTEXT_PARAM_NAMES` in it is checked
+    as the keywords are. Such a context closes when its model closes, as there.
     """
 
     _kind = "context"
 
-    def __init__(self, model: LlamaModel, *, ctx_other: LlamaContext | None = None, **params: Any) -> None:
+    def __init__(self, model: LlamaModel, *, ctx_other: LlamaContext | None = None, params: Any = None,
+                 verbose: bool = True, **fields: Any) -> None:
         self._ref = None
         if model.vocab_only:
             raise ContextError("this model was opened with vocab_only=True: it has no weights to run; "
                                "reopen it without vocab_only to create a context")
         C = model._C
-        unknown = set(params) - set(CONTEXT_PARAM_NAMES)
+        unknown = set(fields) - set(CONTEXT_PARAM_NAMES)
         if unknown:
             raise TypeError(f"unknown context parameter(s): {', '.join(sorted(unknown))}")
-        cp = C.llama_context_default_params()
-        for name, value in params.items():
+        if params is not None:
+            if fields:
+                raise TypeError(f"pass either params= or the keyword fields, not both "
+                                f"(got params and {', '.join(sorted(fields))})")
+            cp = _struct_copy(C, C.llama_context_params, params, "llama_context_default_params")
+            fields = {name: getattr(cp, name) for name in CONTEXT_PARAM_NAMES}
+            self._caller_params = params  # keeps what its pointer fields (callbacks) point at alive
+        else:
+            cp = C.llama_context_default_params()
+        self.verbose = bool(verbose)
+        for name, value in fields.items():
             if value is not None:
                 if name in ("n_threads", "n_threads_batch"):
                     value = _checks.threads(name, value)
@@ -673,6 +827,54 @@ class LlamaContext(_Owned):
         self._n_embd_inp = int(C.llama_model_n_embd_inp(model.ptr))
         self.ctx_type = int(cp.ctx_type)
         self.n_pos_per_embd = model.n_pos_per_embd()
+        if params is not None:
+            getattr(model, "_upstream_contexts", set()).add(self)
+
+    # -- llama-cpp-python's names -------------------------------------------------------------
+    @property
+    def ctx(self) -> Any:
+        """The native ``llama_context`` pointer; None once closed (llama-cpp-python's attribute)."""
+        ref = self._ref
+        return None if ref is None else ref.ptr
+
+    @property
+    def memory(self) -> Any:
+        return None if self.ctx is None else self._mem
+
+    @staticmethod
+    def default_params() -> Any:
+        """``llama_context_default_params()`` (llama-cpp-python's helper)."""
+        return _lib().llama_context_default_params()
+
+    def kv_cache_clear(self) -> None:
+        self.memory_clear(True)
+
+    def kv_cache_seq_rm(self, seq_id: int, p0: int, p1: int) -> bool:
+        return self.seq_rm(seq_id, p0, p1)
+
+    def kv_cache_seq_cp(self, seq_id_src: int, seq_id_dst: int, p0: int, p1: int) -> None:
+        self.seq_cp(seq_id_src, seq_id_dst, p0, p1)
+
+    def kv_cache_seq_keep(self, seq_id: int) -> None:
+        self.seq_keep(seq_id)
+
+    def kv_cache_seq_shift(self, seq_id: int, p0: int, p1: int, shift: int) -> None:
+        self.seq_add(seq_id, p0, p1, shift)
+
+    def get_state_size(self) -> int:
+        return int(self._C.llama_state_get_size(self._ptr()))
+
+    def get_logits_ith(self, i: int) -> np.ndarray:
+        return self.logits_ith(i)
+
+    def get_embeddings_ith(self, i: int) -> np.ndarray:
+        return self.embeddings_ith(i)
+
+    def get_embeddings_seq(self, seq_id: int) -> np.ndarray:
+        return self.embeddings_seq(seq_id)
+
+    def reset_timings(self) -> None:
+        self.perf_reset()
 
     @staticmethod
     def _threadpools(n_threads: int, n_threads_batch: int) -> list[CpuThreadpool]:
@@ -1007,9 +1209,27 @@ class LlamaSampler(_Owned):
             arr[i].bias = float(b)
         return self._add("logit_bias", C.llama_sampler_init_logit_bias(int(n_vocab), len(items), arr))
 
-    def add_grammar(self, model: LlamaModel, grammar: str, root: str = "root") -> LlamaSampler:
+    def add_xtc(self, p: float, t: float, min_keep: int, seed: int) -> LlamaSampler:
+        return self._add("xtc", self._C.llama_sampler_init_xtc(
+            _checks.finite("p", p), _checks.finite("t", t), int(min_keep), int(seed) & 0xFFFFFFFF))
+
+    def add_top_n_sigma(self, n: float) -> LlamaSampler:
+        return self._add("top_n_sigma", self._C.llama_sampler_init_top_n_sigma(_checks.finite("n", n)))
+
+    def get_seed(self) -> int:
+        """The seed of the chain's seeded sampler (``LLAMA_DEFAULT_SEED`` when it has none)."""
+        return int(self._C.llama_sampler_get_seed(self._ptr()))
+
+    def add_grammar(self, model: LlamaModel, grammar: Any, root: str = "root") -> LlamaSampler:
+        """A GBNF grammar sampler; ``grammar`` is GBNF text or a :class:`~llama_cpp.LlamaGrammar`
+        (llama-cpp-python's form, whose own root rule is used)."""
         from ._errors import LlamaError as _E
 
+        if not isinstance(grammar, str):
+            text, start = getattr(grammar, "_grammar", None), getattr(grammar, "_root", None)
+            if not isinstance(text, str) or not isinstance(start, str):
+                raise TypeError(f"grammar must be GBNF text or a LlamaGrammar, not {type(grammar).__name__}")
+            grammar, root = text, start
         smpl = self._C.llama_sampler_init_grammar(model.vocab, grammar.encode("utf-8"), root.encode("utf-8"))
         if not smpl:
             raise _E("llama.cpp could not parse the GBNF grammar (its log names the failing rule)")
@@ -1079,7 +1299,7 @@ class LlamaBatch:
     :class:`ClosedError`.
     """
 
-    def __init__(self, n_tokens: int, embd: int = 0, n_seq_max: int = 1) -> None:
+    def __init__(self, n_tokens: int, embd: int = 0, n_seq_max: int = 1, *, verbose: bool = True) -> None:
         if n_tokens <= 0:
             raise ValueError(f"batch capacity must be positive, got {n_tokens}")
         if embd < 0:
@@ -1152,6 +1372,24 @@ class LlamaBatch:
         self._check_open()
         self.n_tokens = 0
 
+    def reset(self) -> None:
+        """llama-cpp-python's name for :meth:`clear`."""
+        self.clear()
+
+    def set_batch(self, batch: Sequence[int] | np.ndarray, n_past: int, logits_all: bool) -> None:
+        """Replace the contents with one sequence (id 0) at positions ``n_past...``; outputs: all
+        entries with ``logits_all``, else the last one (llama-cpp-python's method)."""
+        self.clear()
+        self.add_sequence(batch, seq_id=0, start_pos=int(n_past), logits=True if logits_all else "last")
+
+    @property
+    def batch(self) -> Any:
+        """A ``llama_batch`` over the current entries (llama-cpp-python's attribute), unchecked:
+        :meth:`LlamaContext.decode` checks them against its context."""
+        self._check_open()
+        self._fill_struct(self._struct, 0, self.n_tokens)
+        return self._struct
+
     def _seq_list(self, seq_ids: int | Sequence[int], index: int) -> list[int]:
         ids = [int(seq_ids)] if isinstance(seq_ids, (int, np.integer)) else [int(s) for s in seq_ids]
         if not ids:
@@ -1189,12 +1427,18 @@ class LlamaBatch:
         return i
 
     def add_sequence(self, tokens: Sequence[int] | np.ndarray, seq_id: int = 0, start_pos: int = 0,
-                     logits: bool | str = "last") -> tuple[int, int]:
+                     logits: bool | str = "last", *, logits_all: bool | None = None) -> tuple[int, int]:
         """Append many tokens of one sequence at consecutive positions (vectorised).
 
         ``logits``: ``"last"`` (only the last entry is an output), ``True`` (all) or ``False``.
-        Returns ``(first_index, count)``.
+        Returns ``(first_index, count)``. llama-cpp-python's ``add_sequence(tokens, seq_id,
+        logits_all)`` means positions from 0 and the last entry always an output; a bool third
+        argument, or ``logits_all=``, is read that way.
         """
+        if isinstance(start_pos, (bool, np.bool_)):
+            logits_all, start_pos = bool(start_pos), 0
+        if logits_all is not None:
+            logits = True if logits_all else "last"
         self._check_open()
         if self.token_arr is None:
             raise TypeError("this batch holds embeddings (embd > 0): use add_embd()")
