@@ -41,10 +41,14 @@ class RawExtBatch:
         self._n_embd = int(n_embd)
         self._kind = C.LLAMA_PROCESS_TYPE_DECODE
 
-    def decode(self, tokens: Sequence[int], pos0: int, outputs: bool,
+    def decode(self, tokens: Sequence[int], pos0: int, outputs: bool | str,
                rows: Sequence[np.ndarray] | None = None) -> None:
-        """Decode ``tokens`` at positions ``pos0..``; ``rows[j]`` (float32, contiguous) goes with token ``j``."""
+        """Decode ``tokens`` at positions ``pos0..``; ``rows[j]`` (float32, contiguous) goes with token ``j``.
+
+        ``outputs``: True (logits for every entry), ``"last"`` (for the last one) or False.
+        """
         C, b, pos, embd = self._C, self._b, self._pos, self._embd
+        out_all, out_last = outputs is True, len(tokens) - 1 if outputs == "last" else -1
         add, set_pos = C.llama_batch_ext_add_token, C.llama_batch_ext_set_pos
         set_out, set_row = C.llama_batch_ext_set_output_logits, C.llama_batch_ext_set_embd_token
         C.llama_batch_ext_clear(b)
@@ -54,7 +58,7 @@ class RawExtBatch:
                 raise LlamaError(f"llama_batch_ext_add_token returned {idx} for token {t} at entry {j}")
             pos[0] = pos0 + j
             set_pos(b, idx, pos)
-            if outputs:
+            if out_all or j == out_last:
                 set_out(b, idx, True)
             if rows is not None:
                 r = rows[j]

@@ -944,9 +944,16 @@ class MTPDecoder:
                         ckpt.restore()
                         if not tgt.seq_rm(0, P, -1):
                             raise SpeculativeError("could not clear the verify batch after restoring a checkpoint")
-                        rows = self._decode_target([id_last] + out[:-1], P, outputs=False)
                         st.rollbacks_checkpoint += 1
                         st.replayed_tokens += n_keep
+                        if not is_eog(out[-1]) and produced + n_keep < max_tokens:
+                            # replay the token just drawn too: its row gives the next token for free
+                            self._traw.decode([id_last] + out, P, "last")
+                            rows = self._target_rows(n_keep + 1)
+                            out.append(sample(-1))
+                            n_keep += 1
+                        else:
+                            rows = self._decode_target([id_last] + out[:-1], P, outputs=False)
                     elif tgt.seq_rm(0, P + n_keep, -1):
                         st.rollbacks_partial += 1
                     else:

@@ -126,3 +126,17 @@ def test_context_full_stops_generation(mtp_models):
         got = list(dec.generate(greedy_sampler(), n_ctx + 50))
     assert len(prompt) + len(got) == n_ctx + 1  # the last token is sampled but never decoded
     assert got == plain_generate(m, prompt, len(got))
+
+
+def test_checkpoint_replay_keeps_every_budget(mtp_models):
+    """n_rs_seq=0: every rejection restores a checkpoint; the replay also yields the next token,
+    never past max_tokens, and the output stays plain greedy's."""
+    from .util import PROMPTS, plain_generate, spec_generate
+
+    m = mtp_models["noisy"]
+    prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
+    ref = plain_generate(m, prompt, 16)
+    for n in range(1, 17):
+        got, st = spec_generate(m, prompt, n, draft_n_max=4, n_rs_seq=0)
+        assert got == ref[:n], n
+    assert st.rollbacks_checkpoint > 0 and st.steps < len(got)
