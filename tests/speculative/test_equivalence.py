@@ -143,3 +143,19 @@ def test_generation_budget_and_continuation_on_checkpoint_replays(targets, refer
         rest = list(dec.generate(greedy_sampler(), N_GEN - 7))
         assert first + rest == ref
         assert dec.stats.rollbacks_checkpoint > 0
+
+
+@pytest.mark.parametrize("target", ("bpe", "echo"))
+@pytest.mark.parametrize("spec_type", ("ngram-simple", "draft-simple"))
+def test_prompt_longer_than_a_batch(targets, draft_path, target, spec_type):
+    """Prefill and the draft model's catch-up are split into n_batch chunks."""
+    from .util import CTX
+
+    model = targets[target]
+    prompt = model.tokenize((" ".join([PROMPTS[0], PROMPTS[1]] * 3)).encode(), add_special=True)
+    small = dict(CTX, n_batch=32, n_ubatch=32)
+    assert len(prompt) > 2 * small["n_batch"]
+    ref = plain_generate(model, prompt, N_GEN)
+    got, _ = spec_generate(model, prompt, N_GEN, config(spec_type, 4, draft_model_path=str(draft_path("noisy"))),
+                           ctx=small)
+    assert got == ref
