@@ -44,6 +44,10 @@ LLM_MODEL = {"n_ctx": N_CTX, "n_batch": 8, "rope_freq_base": 10000.0, "rope_freq
              "last_n_tokens_size": 64}
 
 SYSTEM = "You answer in one short line."
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                   "required": ["city"]}}}
 QUESTION = "Say hello."
 
 
@@ -237,11 +241,7 @@ def test_chatllamacpp_forced_tool_call_parses(spm_model) -> None:
     # room for the whole JSON object: a cut-off one is (rightly) an invalid tool call
     tool_chat = _chat(spm_model, max_tokens=128, model_kwargs={
         "chat_handler": get_chat_completion_handler("chatml-function-calling")})
-    weather = {"type": "function", "function": {
-        "name": "get_weather", "description": "Weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
-                       "required": ["city"]}}}
-    bound = tool_chat.bind_tools([weather], tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    bound = tool_chat.bind_tools([WEATHER], tool_choice={"type": "function", "function": {"name": "get_weather"}})
     msg = bound.invoke([("human", "What is the weather in Paris?")])
     assert msg.tool_calls, f"no tool call parsed from {msg!r}"
     call = msg.tool_calls[0]
@@ -249,6 +249,66 @@ def test_chatllamacpp_forced_tool_call_parses(spm_model) -> None:
     assert set(call["args"]) == {"city"} and isinstance(call["args"]["city"], str)
     raw = msg.additional_kwargs["tool_calls"][0]["function"]["arguments"]
     assert json.loads(raw) == call["args"]
+
+
+def test_chatllamacpp_forced_tool_call_with_the_models_template(spm_model) -> None:
+    """Without a function-calling handler, a named ``tool_choice`` goes through the model's own chat
+    template with a grammar built from the tool's parameters (llama-cpp-python's Jinja path)."""
+    tool_chat = _chat(spm_model, max_tokens=128)
+    # tool_choice=True: LangChain sends the one tool's full definition as the choice
+    msg = tool_chat.bind_tools([WEATHER], tool_choice=True).invoke("What is the weather in Paris?")
+    assert [c["name"] for c in msg.tool_calls] == ["get_weather"], msg
+    assert set(msg.tool_calls[0]["args"]) == {"city"}
+    assert len(msg.tool_calls[0]["args"]["city"]) <= 12
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
+    "bind_tools(tool_choice='get_weather') sends the bare tool name; Llama._select_tool raises "
+    "'unsupported tool_choice' (upstream ignores a string choice; the fix: a string naming a tool in "
+    "tools selects it)"))
+def test_chatllamacpp_tool_choice_by_name(spm_model) -> None:
+    msg = _chat(spm_model, max_tokens=128).bind_tools([WEATHER], tool_choice="get_weather").invoke(
+        "What is the weather in Paris?")
+    assert [c["name"] for c in msg.tool_calls] == ["get_weather"]
+
+
+def test_chatllamacpp_with_structured_output_validates(spm_model) -> None:
+    from pydantic import BaseModel, Field
+
+    class Person(BaseModel):
+        """A person."""
+
+        name: str = Field(max_length=10)
+        age: int = Field(ge=0, le=120)
+
+    person = _chat(spm_model, max_tokens=128).with_structured_output(Person).invoke("Describe someone.")
+    assert isinstance(person, Person)
+    assert 0 <= person.age <= 120 and len(person.name) <= 10
+
+
+def test_chatllamacpp_upstream_chat_format_keyword(spm_model, reference) -> None:
+    """``model_kwargs={"chat_format": ...}`` reaches ``Llama(chat_format=...)``."""
+    chatml = _chat(spm_model, streaming=False, model_kwargs={"chat_format": "chatml"})
+    want = reference_llama(spm_model, chat_format="chatml", **LLM_MODEL).create_chat_completion(
+        messages=[{"role": "user", "content": QUESTION}], max_tokens=MAX_TOKENS, stop=[], **CHAT_SAMPLING)
+    assert chatml.invoke([("human", QUESTION)]).content == want["choices"][0]["message"]["content"]
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
+    "Llama(chat_format='chatml-function-calling') refuses a handler-only name; upstream resolves it to "
+    "the handler (llama.py __init__: chat_handler = chat_handler_for_format(chat_format) when no handler is given)"))
+def test_chatllamacpp_function_calling_chat_format(spm_model) -> None:
+    tool_chat = _chat(spm_model, max_tokens=128, model_kwargs={"chat_format": "chatml-function-calling"})
+    assert tool_chat.client.chat_handler is not None
+
+
+def test_llamacpp_async_invoke(llm, expected) -> None:
+    import asyncio
+
+    async def both() -> list[str]:
+        return [await llm.ainvoke(PROMPT), "".join([c async for c in llm.astream(PROMPT)])]
+
+    assert asyncio.run(both()) == [expected, expected]
 
 
 def lc_chat_messages() -> Any:
