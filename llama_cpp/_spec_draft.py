@@ -150,10 +150,17 @@ class DraftModel:
         k_max = self.n_max if n_max is None else min(self.n_max, int(n_max))
         if k_max <= 0:
             return []
+        try:
+            return self._draft(prompt, int(id_last), k_max)
+        except BaseException:
+            self.reset()  # a failed decode leaves the memory unknown: start over next time
+            raise
+
+    def _draft(self, prompt: list[int], id_last: int, k_max: int) -> list[int]:
         L = self._sync(prompt)
-        new = list(prompt[L:]) + [int(id_last)]
-        if self._n_vocab_draft < self.n_vocab_target and max(new) >= self._n_vocab_draft:
-            return []  # the history holds a token the draft's (smaller) vocabulary lacks
+        new = list(prompt[L:]) + [id_last]
+        if min(new) < 0 or (self._n_vocab_draft < self.n_vocab_target and max(new) >= self._n_vocab_draft):
+            return []  # media positions, or a token the draft's (smaller) vocabulary lacks
         self._decode(new, L)
         out: list[int] = []
         ctx, k = self.ctx, self._topk
