@@ -126,6 +126,10 @@ class TokenHooks:
             if out.shape != (self.n_vocab,):
                 raise CallbackError(f"logits_processor {_name(f)} returned an array of shape {out.shape}; "
                                     f"it must keep the shape ({self.n_vocab},)")
+            # -inf bans a token; NaN or +inf would make llama.cpp's sampling undefined
+            if np.isnan(out).any() or np.isposinf(out).any():
+                raise CallbackError(f"logits_processor {_name(f)} returned NaN or +inf scores: return finite "
+                                    "scores (-inf bans a token)")
             scores = out
         return scores
 

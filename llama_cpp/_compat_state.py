@@ -22,6 +22,7 @@ class LlamaState:
     llama_state_size: int
     seed: int
     speculative: Any = None  # the MTP decoder's MTPState (Llama(speculative=...)); never written to disk
+    fingerprint: str | None = None  # the model it was saved from; a state of another model is refused
 
     @property
     def tokens(self) -> list[int]:

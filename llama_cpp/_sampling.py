@@ -14,13 +14,14 @@ grammar and the chain see it. Without them sampling stays one native call per to
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _checks
-from ._errors import CallbackError, GrammarError, LlamaError, TokenizationError
+from ._errors import CallbackError, GrammarError, LlamaError, ParameterError, TokenizationError
 from ._internals import LlamaContext, LlamaModel, LlamaSampler, TokenCandidates
 from .llama_cpp import LLAMA_DEFAULT_SEED
 from .llama_grammar import LlamaGrammar
@@ -47,6 +48,21 @@ def suppressed_tokens(model: LlamaModel) -> dict[int, float]:
     return {int(ptr[i]): float("-inf") for i in range(n.value)}
 
 
+_FLOAT_MAX = 3.4028234663852886e38
+
+
+def _bias_value(tok: int, v: Any) -> float:
+    """A bias as a C float: -inf (or anything below float's range) bans the token; NaN and +inf
+    would make llama.cpp's sampling undefined, so they are refused."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ParameterError(f"logit_bias[{tok}] = {v!r} is not a number") from None
+    if math.isnan(f) or f > _FLOAT_MAX:
+        raise ParameterError(f"logit_bias[{tok}] = {v!r}: use a finite bias, or -inf to ban the token")
+    return f
+
+
 def _bias(model: LlamaModel, logit_bias: Mapping[Any, float] | None) -> dict[int, float]:
     bias: dict[int, float] = {}
     for k, v in (logit_bias or {}).items():
@@ -56,7 +72,7 @@ def _bias(model: LlamaModel, logit_bias: Mapping[Any, float] | None) -> dict[int
             raise TokenizationError(f"logit_bias key {k!r} is not a token id") from None
         if not 0 <= tok < model.n_vocab:
             raise TokenizationError(f"logit_bias key {tok} is outside the vocabulary [0, {model.n_vocab})")
-        bias[tok] = float(v)
+        bias[tok] = _bias_value(tok, v)
     for tok, v in suppressed_tokens(model).items():
         bias.setdefault(tok, v)
     return bias

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import logging
 import os
 import random
@@ -17,6 +18,7 @@ import uuid
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -767,7 +769,10 @@ class Llama:
             return
         cached = [int(t) for t in np.asarray(item.input_ids)[: item.n_tokens]]
         if longest_token_prefix(cached, prompt_tokens) > longest_token_prefix(self._input_ids, prompt_tokens):
-            self.load_state(item)
+            try:
+                self.load_state(item)
+            except LlamaError as exc:  # another model's or another context's entry: evaluate afresh
+                log.warning("prompt cache entry not used: %s", exc)
 
     @serialized()
     def create_completion(
@@ -1100,7 +1105,20 @@ class Llama:
         if self._spec is not None and self._input_ids and self._spec.kv_tokens == self._input_ids:
             spec = self._spec.save_state()
         return LlamaState(input_ids=self.input_ids.copy(), scores=scores, n_tokens=len(self._input_ids),
-                          llama_state=data, llama_state_size=len(data), seed=self._seed, speculative=spec)
+                          llama_state=data, llama_state_size=len(data), seed=self._seed, speculative=spec,
+                          fingerprint=self._state_fingerprint())
+
+    def _state_fingerprint(self) -> str:
+        """What a saved state must have been saved from: the model's description, parameter
+        count, size, vocabulary and file (two models of the same shape are told apart by name)."""
+        fp = getattr(self, "_fingerprint", None)
+        if fp is None:
+            m = self._need_model()
+            path = Path(self.model_path)
+            size = path.stat().st_size if path.is_file() else -1
+            raw = f"{m.desc()}|{m.n_params()}|{m.size()}|{m.n_vocab}|{path.name}|{size}"
+            fp = self._fingerprint = hashlib.sha256(raw.encode()).hexdigest()[:32]
+        return fp
 
     @serialized()
     def load_state(self, state: LlamaState) -> None:
@@ -1118,6 +1136,9 @@ class Llama:
             self._seed = state.seed
             self._fresh = False
             return
+        if getattr(state, "fingerprint", None) and state.fingerprint != self._state_fingerprint():
+            raise ContextError("this state was saved from another model (or another file of it): load it into "
+                               "a Llama of the model that saved it")
         tokens = [int(t) for t in np.asarray(state.input_ids)[: int(state.n_tokens)]]
         self._model.check_tokens(tokens, "state token")
         if len(tokens) > ctx.n_ctx():
@@ -1126,7 +1147,13 @@ class Llama:
         self._fresh = False
         if self._spec is not None:
             self._spec.invalidate()
-        ctx.state_set(bytes(state.llama_state))
+        try:
+            ctx.state_set(bytes(state.llama_state))
+        except LlamaError:
+            # llama.cpp cleared the memory before refusing: the history must say so too
+            ctx.memory_clear(True)
+            self._input_ids = []
+            raise
         self._input_ids = tokens
         self._seed = int(state.seed)
         if tokens and not (self._is_recurrent or self._is_hybrid):

@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import zipfile
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -136,7 +137,7 @@ class LlamaDiskCache(BaseLlamaCache):
         try:
             with np.load(path, allow_pickle=False) as z:
                 return tuple(int(t) for t in z["key"])
-        except (OSError, ValueError, KeyError) as exc:  # another process's entry vanished, or junk
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # vanished, or junk
             log.debug("skipping unreadable cache entry %s: %s", path, exc)
             return None
 
@@ -166,11 +167,12 @@ class LlamaDiskCache(BaseLlamaCache):
             with np.load(path, allow_pickle=False) as z:
                 scores = z["scores"] if bool(z["has_scores"]) else None
                 data = z["llama_state"].tobytes()
+                fingerprint = str(z["fingerprint"]) if "fingerprint" in z.files else ""
                 state = LlamaState(input_ids=z["input_ids"].astype(np.intc), scores=scores,
                                    n_tokens=int(z["n_tokens"]), llama_state=data, llama_state_size=len(data),
-                                   seed=int(z["seed"]))
+                                   seed=int(z["seed"]), fingerprint=fingerprint or None)
             os.utime(path)  # most recently used
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
             raise KeyError(f"cache entry {path.name} could not be read: {exc}") from exc
         return state
 
@@ -186,6 +188,7 @@ class LlamaDiskCache(BaseLlamaCache):
             "has_scores": np.bool_(scores is not None),
             "scores": np.asarray(scores if scores is not None else np.zeros((0,)), dtype=np.float32),
             "llama_state": np.frombuffer(bytes(value.llama_state), dtype=np.uint8),
+            "fingerprint": np.asarray(value.fingerprint or ""),
         }
         fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".tmp-", suffix=self.SUFFIX + ".part")
         try:

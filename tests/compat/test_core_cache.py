@@ -171,3 +171,38 @@ def test_save_load_state_matches_fresh(model_path):
         dst.load_state(state)
         assert dst.n_tokens == len(toks) and dst.input_ids.tolist() == toks
         assert dst.create_completion(toks, max_tokens=5, temperature=0)["choices"][0]["text"] == expected
+
+
+def test_a_state_of_another_model_is_refused_and_leaves_no_stale_history(spm_model, hybrid_model, tmp_path):
+    with make(spm_model) as a:
+        a(PROMPT, max_tokens=3, temperature=0)
+        state = a.save_state()
+    assert state.fingerprint
+    with make(hybrid_model) as b:
+        expected = b(PROMPT, max_tokens=4, temperature=0)["choices"][0]["text"]
+        with pytest.raises(llama_cpp.LlamaError, match="another model"):
+            b.load_state(state)
+        assert b(PROMPT, max_tokens=4, temperature=0)["choices"][0]["text"] == expected
+        # without the fingerprint llama.cpp itself refuses the bytes: memory and history are cleared together
+        state.fingerprint = None
+        with pytest.raises(llama_cpp.LlamaError):
+            b.load_state(state)
+        assert b.n_tokens == 0
+        assert b(PROMPT, max_tokens=4, temperature=0)["choices"][0]["text"] == expected
+
+
+def test_a_shared_disk_cache_never_serves_another_models_state(spm_model, tmp_path):
+    import shutil
+
+    twin = tmp_path / "twin.gguf"
+    shutil.copyfile(spm_model, twin)  # same shapes and tokens: llama.cpp would accept its state
+    with make(spm_model) as writer:
+        writer.set_cache(LlamaDiskCache(tmp_path / "cache"))
+        writer(PROMPT, max_tokens=3, temperature=0)
+    with make(twin) as reader:
+        reader.set_cache(LlamaDiskCache(tmp_path / "cache"))
+        calls = counting_load_state(reader)
+        with make(twin) as fresh:
+            expected = fresh(PROMPT, max_tokens=3, temperature=0)["choices"][0]["text"]
+        assert reader(PROMPT, max_tokens=3, temperature=0)["choices"][0]["text"] == expected
+        assert len(calls) == 1 and calls[0].fingerprint != reader._state_fingerprint()  # offered, refused

@@ -172,3 +172,31 @@ def test_sample_with_processor(llm):
     llm.reset()
     llm.eval(toks)
     assert llm.sample(temp=0, logits_processor=force(7)) == 7
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e300, "big"])
+def test_logit_bias_that_c_cannot_take_is_refused(llm, value):
+    from llama_cpp._errors import ParameterError
+
+    with pytest.raises(ParameterError, match=r"logit_bias\[15\]"):
+        llm.create_completion(PROMPT, max_tokens=2, temperature=0.8, logit_bias={15: value})
+
+
+def test_logit_bias_minus_inf_bans_the_token(llm):
+    llm.reset()
+    first = int(next(iter(llm.generate(llm.tokenize(PROMPT.encode()), temp=0.0))))
+    llm.reset()
+    greedy = text_of(llm.create_completion(PROMPT, max_tokens=1, temperature=0))
+    assert greedy == llm.detokenize([first]).decode()
+    banned = text_of(llm.create_completion(PROMPT, max_tokens=1, temperature=0, logit_bias={first: float("-inf")}))
+    assert banned != greedy
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_processor_returning_nan_or_plus_inf_is_an_error(llm, bad):
+    def poison(input_ids, scores):
+        scores[3] = bad
+        return scores
+
+    with pytest.raises(CallbackError, match="NaN or \\+inf"):
+        llm.create_completion(PROMPT, max_tokens=2, temperature=0.8, logits_processor=poison)
