@@ -1285,6 +1285,34 @@ class TokenCandidates:
         return int(a.data[a.selected].id)
 
 
+class LlamaTokenDataArray(TokenCandidates):
+    """llama-cpp-python's name and attributes for :class:`TokenCandidates`: ``candidates`` (the
+    ``llama_token_data_array``), ``candidates_data`` (its NumPy view) and ``copy_logits``."""
+
+    def __init__(self, *, n_vocab: int) -> None:
+        n = int(n_vocab)
+        if n <= 0:
+            raise ValueError(f"n_vocab must be positive, got {n_vocab}")
+        super().__init__(n)
+        self.candidates = self.array
+        self.candidates_data = self.view
+        self.default_candidates_data_id = self._ids
+
+    def copy_logits(self, logits: np.ndarray) -> None:
+        row = np.asarray(logits, dtype=np.float32)
+        if row.shape != (self.n_vocab,):
+            raise ValueError(f"logits must have shape ({self.n_vocab},), got {row.shape}")
+        self.fill(row)
+
+
+def normalize_embedding(embedding: Sequence[float]) -> list[float]:
+    """``embedding`` scaled to unit L2 norm (an all-zero row stays zero), as a list
+    (llama-cpp-python's helper, over :func:`llama_cpp._normalize.normalize_embeddings`)."""
+    from ._normalize import normalize_embeddings
+
+    return normalize_embeddings(np.asarray(embedding, dtype=np.float64), 2).tolist()
+
+
 # --------------------------------------------------------------------------------------------
 # batches
 # --------------------------------------------------------------------------------------------
