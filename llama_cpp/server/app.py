@@ -206,11 +206,8 @@ class _IndexedJob(Job):
         self._queue = queue
         self.index = index
 
-    def put(self, kind: str, value: Any = None) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, (self.index, kind, value))
-        except RuntimeError:
-            self.cancelled.set()
+    def _deliver(self, kind: str, value: Any) -> None:
+        self._queue.put_nowait((self.index, kind, value))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -73,9 +73,13 @@ class Job:
 
     def put(self, kind: str, value: Any = None) -> None:
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, (kind, value))
+            self._loop.call_soon_threadsafe(self._deliver, kind, value)
         except RuntimeError:  # the loop is closed: nobody is listening any more
             self.cancelled.set()
+
+    def _deliver(self, kind: str, value: Any) -> None:
+        """Runs in the job's event loop."""
+        self._queue.put_nowait((kind, value))
 
     async def get(self, timeout: float | None = None) -> tuple[str, Any]:
         if timeout is None:
@@ -84,6 +88,36 @@ class Job:
 
     def cancel(self) -> None:
         self.cancelled.set()
+
+
+class Outbox:
+    """Events of one engine step, handed to each event loop in one call (one wake-up per step, not
+    one per token and request)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Job, str, Any]] = []
+
+    def put(self, job: Job, kind: str, value: Any = None) -> None:
+        self.items.append((job, kind, value))
+
+    def flush(self) -> None:
+        if not self.items:
+            return
+        by_loop: dict[Any, list[tuple[Job, str, Any]]] = {}
+        for item in self.items:
+            by_loop.setdefault(item[0]._loop, []).append(item)
+        self.items = []
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver_all, items)
+            except RuntimeError:  # that loop is closed: nobody is listening any more
+                for job, _, _ in items:
+                    job.cancelled.set()
+
+
+def _deliver_all(items: list[tuple[Job, str, Any]]) -> None:
+    for job, kind, value in items:
+        job._deliver(kind, value)
 
 
 @dataclasses.dataclass
@@ -176,6 +210,9 @@ class SlotEngine:
         self._stop = False
         self.steps = 0
         self.tokens_generated = 0
+        self._out = Outbox()
+        self._is_eog: dict[int, bool] = {}
+        self._pieces: dict[int, bytes] = {}
         self._thread = threading.Thread(target=self._run, name="llama-slots", daemon=True)
         self._thread.start()
 
@@ -246,6 +283,7 @@ class SlotEngine:
                 if self._stop:
                     for s in list(self._active):
                         self._finish_cancelled(s)
+                    self._out.flush()
                     return
                 admitted = []
                 while self._waiting and self._free_seqs:
@@ -263,10 +301,11 @@ class SlotEngine:
                 except Exception as exc:  # a failed decode ends every running request, not the server
                     log.exception("decode step failed")
                     for s in list(self._active):
-                        s.job.put("error", exc)
+                        self._out.put(s.job, "error", exc)
                         self._release(s)
                     self.ctx.memory_clear(True)
                     self.cached = [[] for _ in range(self.n_slots)]
+            self._out.flush()
 
     def _take_seq(self, prompt: list[int]) -> int:
         """The free sequence whose cached tokens share the longest prefix with ``prompt`` (caller holds the lock)."""
@@ -291,12 +330,12 @@ class SlotEngine:
                 s.text = TextStream(req.stop, self.model.detokenize(req.prompt_tokens))
             self._reuse_prefix(s)
         except Exception as exc:
-            s.job.put("error", exc)
+            self._out.put(s.job, "error", exc)
             self._release(s, active=False)
             return
         with self._cv:
             self._active.append(s)
-        s.job.put("started")
+        self._out.put(s.job, "started")
 
     def _reuse_prefix(self, s: _Slot) -> None:
         """Keep the part of the sequence's KV that the new prompt starts with (at least its last token is
@@ -363,17 +402,24 @@ class SlotEngine:
         self.tokens_generated += 1
         if s.produced == 1:
             s.t_first = time.perf_counter()
-        if self.model.is_eog(tok):
+        # per-token lookups from Python dicts: each native call would hand the GIL to the event loop
+        eog = self._is_eog.get(tok)
+        if eog is None:
+            eog = self._is_eog[tok] = bool(self.model.is_eog(tok))
+        if eog:
             self._finish(s, "stop")
             return
         s.n_gen += 1
         s.pending.append((tok, row, len(s.text.text)))
-        out = s.text.push(self.model.token_to_piece(tok))
+        piece = self._pieces.get(tok)
+        if piece is None:
+            piece = self._pieces[tok] = self.model.token_to_piece(tok)
+        out = s.text.push(piece)
         if s.text.stopped:
             self._finish(s, "stop")
             return
         if out:
-            s.job.put("chunk", completion_chunk(req, out, None, s.lp.block(s.pending)))
+            self._out.put(s.job, "chunk", completion_chunk(req, out, None, s.lp.block(s.pending)))
             s.pending = []
         if s.produced >= req.max_tokens or s.pos >= self.n_ctx_slot:
             self._finish(s, "length")
@@ -391,12 +437,12 @@ class SlotEngine:
         final["timings"] = {"prompt_ms": 1000 * ((s.t_first or now) - s.t_start), "predicted_ms": 1000 * gen_s,
                             "predicted_n": s.n_gen, "slot": s.seq}
         final["usage"]["prompt_tokens_cached"] = s.n_cached
-        s.job.put("chunk", final)
-        s.job.put("end")
+        self._out.put(s.job, "chunk", final)
+        self._out.put(s.job, "end")
         self._release(s, keep_cache=True)
 
     def _finish_cancelled(self, s: _Slot) -> None:
-        s.job.put("error", Cancelled("the request was cancelled"))
+        self._out.put(s.job, "error", Cancelled("the request was cancelled"))
         self._release(s)
 
     def _release(self, s: _Slot, active: bool = True, keep_cache: bool = False) -> None:
