@@ -266,10 +266,13 @@ class Llama:
 
         self._n_ctx = self.n_ctx()
         self._token_eos, self._token_nl = self._model.token_eos(), self._model.token_nl()
+        if chat_handler is None and chat_format is not None:
+            # names that are handlers, not prompt formats: chatml-function-calling, functionary*
+            chat_handler = _chat.chat_handler_for_format(chat_format)
         self.chat_handler = chat_handler
         self.chat_format = chat_format
         self._formatter: _chat.Jinja2ChatFormatter | None = None
-        if chat_format is not None:
+        if chat_format is not None and chat_handler is None:
             try:
                 _chat.get_chat_formatter(chat_format)  # a typo fails now, not at the first chat
             except ValueError:
@@ -988,6 +991,12 @@ class Llama:
                 extra["stopping_criteria"] = stopping_criteria
             if logprobs is not None:
                 extra.update(logprobs=logprobs, top_logprobs=top_logprobs)
+            if tfs_z != 1.0:
+                extra["tfs_z"] = tfs_z
+            if mirostat_mode:
+                extra.update(mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
+            if special_in_content:
+                extra["special_in_content"] = True
             return self.chat_handler(
                 llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
                 tool_choice=tool_choice, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,

@@ -205,3 +205,15 @@ def test_handlers_through_llama_dispatch():
         _args(r["choices"][0]["message"]["tool_calls"][0])
         r = m.create_chat_completion(MESSAGES, max_tokens=3, temperature=0)
         assert isinstance(r["choices"][0]["message"]["content"], str)
+
+
+def test_handler_only_chat_format_names_work_in_the_constructor(spm_model):
+    from llama_cpp import Llama
+    from llama_cpp import llama_chat_format as chat
+
+    with Llama(spm_model, n_ctx=256, n_threads=1, verbose=False, chat_format="chatml-function-calling") as llm:
+        assert llm.chat_handler is chat.chat_handler_for_format("chatml-function-calling")
+        out = llm.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=4, temperature=0)
+        assert out["choices"][0]["message"]["role"] == "assistant"
+    with pytest.raises(ValueError):
+        Llama(spm_model, n_ctx=64, verbose=False, chat_format="no-such-format")
