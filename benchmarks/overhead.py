@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model = a.model or default_model(a.gemma)
     n = a.n_gen
-    res: dict[str, list[float]] = {"completion": [], "generate": [], "ctypes": [], "c_decode": []}
+    res: dict[str, list[float]] = {"completion": [], "generate": [], "ctypes": [], "c_decode": [], "processor": []}
     with Llama(model, n_ctx=n + 64, n_batch=64, n_ubatch=64, n_threads=a.threads, n_threads_batch=a.threads,
                verbose=False) as llm:
         prompt = llm.tokenize(b"hello there")
@@ -57,6 +57,15 @@ def main(argv: list[str] | None = None) -> int:
             for _ in stream:
                 pass
             res["completion"].append((time.perf_counter() - t) / n)
+
+            # the same stream with an identity logits_processor: the NumPy round trip per token
+            llm.reset()
+            stream = llm(prompt, max_tokens=n + 1, temperature=0, stream=True, logits_processor=lambda ids, s: s)
+            next(stream)
+            t = time.perf_counter()
+            for _ in stream:
+                pass
+            res["processor"].append((time.perf_counter() - t) / n)
 
             llm.reset()
             it = llm.generate(prompt, temp=0)
@@ -96,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, label in (("ctypes", "bare ctypes loop"), ("generate", "Llama.generate"),
                        ("completion", "create_completion(stream=True)")):
         print(f"  {label:36s} {med[key]:9.1f}   overhead {med[key] - c:7.1f} us ({(med[key] - c) / med[key]:5.1%})")
+    print(f"  identity logits_processor (stream)   {med['processor']:9.1f}   cost {med['processor'] - med['completion']:7.1f} us"
+          " per token over the plain stream")
     print(f"  boundary checks per token            {checks_cost(llm_path=model) * 1e6:9.2f}")
     return 0
 
