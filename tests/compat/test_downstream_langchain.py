@@ -294,12 +294,20 @@ def test_chatllamacpp_upstream_chat_format_keyword(spm_model, reference) -> None
     assert chatml.invoke([("human", QUESTION)]).content == want["choices"][0]["message"]["content"]
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "Llama(chat_format='chatml-function-calling') refuses a handler-only name; upstream resolves it to "
-    "the handler (llama.py __init__: chat_handler = chat_handler_for_format(chat_format) when no handler is given)"))
 def test_chatllamacpp_function_calling_chat_format(spm_model) -> None:
-    tool_chat = _chat(spm_model, max_tokens=128, model_kwargs={"chat_format": "chatml-function-calling"})
-    assert tool_chat.client.chat_handler is not None
+    """``model_kwargs={"chat_format": "chatml-function-calling"}`` (a handler-only name) gives the
+    same forced tool call as passing that handler explicitly."""
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    question = [("human", "What is the weather in Paris?")]
+    by_format = _chat(spm_model, max_tokens=128, model_kwargs={"chat_format": "chatml-function-calling"})
+    from llama_cpp.llama_chat_format import get_chat_completion_handler
+
+    by_handler = _chat(spm_model, max_tokens=128, model_kwargs={
+        "chat_handler": get_chat_completion_handler("chatml-function-calling")})
+    got = by_format.bind_tools([WEATHER], tool_choice=choice).invoke(question)
+    want = by_handler.bind_tools([WEATHER], tool_choice=choice).invoke(question)
+    assert got.tool_calls and [c["name"] for c in got.tool_calls] == ["get_weather"]
+    assert [c["args"] for c in got.tool_calls] == [c["args"] for c in want.tool_calls]
 
 
 def test_llamacpp_async_invoke(llm, expected) -> None:
