@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from ._errors import SpeculativeError
-from ._spec_batch import RawBatch, common_prefix
+from ._spec_batch import RawBatch, SeqCheckpoint, common_prefix
+from .llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 log = logging.getLogger("llama_cpp.speculative")
 
@@ -105,6 +106,12 @@ class DraftModel:
         except BaseException:
             self.close()
             raise
+        # a recurrent draft whose memory cannot drop a suffix (no n_rs_seq snapshots for its
+        # architecture) rolls back to a checkpoint taken at the synced history each step
+        self._ckpt = None
+        self._ckpt_len = -1
+        if (self.model.is_recurrent() or self.model.is_hybrid()) and int(self.model._C.llama_n_rs_seq(self.ctx.ptr)) == 0:
+            self._ckpt = SeqCheckpoint(self.ctx, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
         self.n_vocab_target = int(target_model.n_vocab)
         self._n_vocab_draft = int(self.model.n_vocab)
         self._topk = min(_TOP_K, self.model.n_vocab)
@@ -121,6 +128,7 @@ class DraftModel:
         if self.ctx is not None:
             self.ctx.memory_clear(True)
         self._kv = []
+        self._ckpt_len = -1
 
     def begin(self, prompt: Sequence[int]) -> None:
         pass
@@ -135,10 +143,17 @@ class DraftModel:
         if L < len(kv):
             if L > 0 and self.ctx.seq_rm(0, L, -1):
                 del kv[L:]
+            elif 0 <= self._ckpt_len <= L and self._ckpt is not None:
+                self._ckpt.restore()
+                if not self.ctx.seq_rm(0, self._ckpt_len, -1):
+                    raise SpeculativeError("the draft context could not clear its memory after a checkpoint restore")
+                del kv[self._ckpt_len:]
+                L = self._ckpt_len
             else:
                 self.ctx.memory_clear(True)
                 kv.clear()
                 L = 0
+        self._ckpt_len = -1
         return L
 
     def _decode(self, tokens: Sequence[int], pos0: int) -> None:
@@ -161,7 +176,14 @@ class DraftModel:
         new = list(prompt[L:]) + [id_last]
         if min(new) < 0 or (self._n_vocab_draft < self.n_vocab_target and max(new) >= self._n_vocab_draft):
             return []  # media positions, or a token the draft's (smaller) vocabulary lacks
-        self._decode(new, L)
+        if self._ckpt is not None:
+            if len(new) > 1:
+                self._decode(new[:-1], L)
+            self._ckpt.save()  # the memory holds the whole history: a prefix of every later one
+            self._ckpt_len = len(self._kv)
+            self._decode(new[-1:], len(self._kv))
+        else:
+            self._decode(new, L)
         out: list[int] = []
         ctx, k = self.ctx, self._topk
         while True:
