@@ -29,9 +29,9 @@ Findings on the tiny fixtures (one thread, CPU-time columns; see REPORT-E for ta
   the attention target over 201 tokens the accepted counts equal the tool's for every n-gram type
   and size; drafted counts are equal (map-k, map-k4v, cache) or within one draft (simple, mod),
   which matches how each side cuts its last drafts to the ``-n`` budget.
-- MTP runs at 0.76-0.86x the tool at 100 % acceptance and 1.07-1.18x at partial acceptance. The
-  remaining gap is Python per drafted token (about ten ctypes calls and an argmax over the
-  logits, where the tool samples top-k in the graph).
+- MTP runs at 0.88-1.0x the tool at 100 % acceptance and 1.06-1.16x at partial acceptance. What
+  remains is Python per drafted token (about ten ctypes calls and an argmax over the logits,
+  where the tool samples top-k in the graph).
 - On these models a decode is mostly fixed overhead, so a step of k + 2 decodes (k drafts, the
   verify, the catch-up) cannot beat one decode per token: MTP is slower than plain decoding here
   in the tool too. Speed-ups need models whose decode cost grows with the model.
