@@ -11,7 +11,8 @@ Three servers on loopback, the same model, threads, batch sizes and per-request 
 
 Each client sends ``R`` greedy completions of ``G`` tokens back to back; the score is the sum
 of ``usage.completion_tokens`` over the wall time of the whole round (tokens/s), median over
-``--reps`` rounds. Prints a table and the ratios slots/llama-server and slots/serial; no asserts.
+``--reps`` rounds. All servers run at once and the rounds alternate between them (an idle
+server uses no CPU), so a busy machine slows each alike. Prints a table and the ratios slots/llama-server and slots/serial; no asserts.
 """
 
 from __future__ import annotations
@@ -193,17 +194,22 @@ def main() -> None:
     if have_server:
         makers.append(("llama-server", lambda: llama_server(tools, env, model, args, n_parallel)))
     results: dict[str, dict[int, float]] = {}
-    for name, make in makers:
-        srv = make()
-        try:
+    servers = [make() for _, make in makers]
+    try:
+        for srv in servers:
             srv.wait_ready()
             round_trip(srv.url, 1, 1, 8)  # warm-up
-            results[name] = {}
-            for c in clients:
-                rates = [round_trip(srv.url, c, args.requests, args.n_gen)[0] for _ in range(args.reps)]
-                results[name][c] = statistics.median(rates)
-                print(f"  {name:>12} {c} client(s): {results[name][c]:8.1f} tok/s")
-        finally:
+        # rounds interleave the servers (idle ones use no CPU), so load from elsewhere hits all alike
+        rates: dict[str, dict[int, list[float]]] = {srv.name: {c: [] for c in clients} for srv in servers}
+        for c in clients:
+            for _ in range(args.reps):
+                for srv in servers:
+                    rates[srv.name][c].append(round_trip(srv.url, c, args.requests, args.n_gen)[0])
+            for srv in servers:
+                results.setdefault(srv.name, {})[c] = statistics.median(rates[srv.name][c])
+                print(f"  {srv.name:>12} {c} client(s): {results[srv.name][c]:8.1f} tok/s", flush=True)
+    finally:
+        for srv in servers:
             srv.stop()
 
     print("\nclients " + "".join(f"{n:>14}" for n in results) + "   slots/llama-server   slots/serial")

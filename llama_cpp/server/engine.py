@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .. import _sampling
+from .._errors import DecodeError
 from .._generation import TextStream, _Logprobs
 from ..llama import Llama
 from ..llama_grammar import LlamaGrammar
@@ -199,6 +200,10 @@ class SlotEngine:
         from .._internals import LlamaBatch
 
         self._batch = LlamaBatch(self.n_batch, 0, 1)
+        # one struct over the batch's buffers, decoded with a raw llama_decode each step: the tokens
+        # come from the samplers and from prompts checked against the vocabulary before they queue
+        self._struct = self._batch.validated_view(self.ctx, 0, 0)
+        self._decode = self.model._C.llama_decode
         self._cv = threading.Condition()
         self._waiting: collections.deque[tuple[Job, GenRequest]] = collections.deque()
         self._active: list[_Slot] = []
@@ -271,6 +276,7 @@ class SlotEngine:
     def close(self) -> None:
         if self._thread.is_alive():
             self.drain(0)
+        self._struct = None
         self._batch.close()
         self.llama.close()
 
@@ -389,7 +395,11 @@ class SlotEngine:
                     outputs.append((s, first + k - 1))
         if batch.n_tokens == 0:
             return
-        self.ctx.decode(batch)
+        self._struct.n_tokens = batch.n_tokens
+        rc = int(self._decode(self.ctx.ptr, self._struct))
+        if rc != 0:
+            raise DecodeError(f"llama_decode returned {rc} for a batch of {batch.n_tokens} tokens "
+                              f"({len(self._active)} requests)")
         self.steps += 1
         for s, i in outputs:
             tok, row = s.pick(self.ctx, i)
