@@ -1216,6 +1216,43 @@ class LlamaSampler(_Owned):
     def add_top_n_sigma(self, n: float) -> LlamaSampler:
         return self._add("top_n_sigma", self._C.llama_sampler_init_top_n_sigma(_checks.finite("n", n)))
 
+    def add_softmax(self) -> LlamaSampler:
+        """Nothing to add: llama.cpp's dist sampler works from logits (llama-cpp-python deprecated this too)."""
+        import warnings
+
+        warnings.warn("add_softmax is deprecated and does nothing: the dist sampler samples from logits",
+                      DeprecationWarning, stacklevel=2)
+        return self
+
+    def add_dry(self, model: LlamaModel, dry_multiplier: float, dry_base: float, dry_allowed_length: int,
+                dry_penalty_last_n: int, seq_breakers: Sequence[str]) -> LlamaSampler:
+        """The DRY repetition sampler; ``seq_breakers`` are strings that end a repeated sequence."""
+        breakers = [b.encode("utf-8") if isinstance(b, str) else b for b in seq_breakers]
+        for i, b in enumerate(breakers):
+            if not isinstance(b, bytes) or not b or b"\0" in b:
+                raise ValueError(f"seq_breakers[{i}] must be a non-empty string without NUL, got {seq_breakers[i]!r}")
+        arr = (ctypes.c_char_p * max(len(breakers), 1))(*breakers)
+        last_n = _checks.in_range("dry_penalty_last_n", dry_penalty_last_n, -1, 2 ** 31 - 1)
+        return self._add("dry", self._C.llama_sampler_init_dry(
+            model.vocab, _checks.finite("dry_multiplier", dry_multiplier), _checks.finite("dry_base", dry_base),
+            _checks.in_range("dry_allowed_length", dry_allowed_length, 0, 2 ** 31 - 1), last_n,
+            arr, len(breakers)))
+
+    def add_infill(self, model: LlamaModel) -> LlamaSampler:
+        return self._add("infill", self._C.llama_sampler_init_infill(model.vocab))
+
+    def clone(self) -> LlamaSampler:
+        """An independent copy of the chain and its samplers' state (``llama_sampler_clone``)."""
+        ptr = self._C.llama_sampler_clone(self._ptr())
+        if not ptr:
+            raise LlamaError("llama_sampler_clone failed")
+        twin = LlamaSampler.__new__(LlamaSampler)
+        twin._ref = None
+        twin._own(ptr, self._C.llama_sampler_free)
+        twin._C = self._C
+        twin.names = list(self.names)
+        return twin
+
     def get_seed(self) -> int:
         """The seed of the chain's seeded sampler (``LLAMA_DEFAULT_SEED`` when it has none)."""
         return int(self._C.llama_sampler_get_seed(self._ptr()))
