@@ -51,3 +51,63 @@ def test_matches_llama_speculative_simple(targets, target_path, draft_path, run_
             theirs = _generated_text(proc.stdout, p)
             # the tool may overshoot -n by up to one draft; compare over our tokens
             assert theirs.startswith(mine), (target, spec_type, m, p, theirs[:200], mine[:200])
+
+
+def _tool_counts(stderr: bytes) -> tuple[int, int, int]:
+    import re
+
+    err = stderr.decode(errors="replace")
+    get = lambda key: int(re.search(key + r"\s*=\s*(\d+)", err).group(1))  # noqa: E731
+    return get("n_predict"), get("n_drafted"), get("n_accept")
+
+
+def _simulate_tool(model, drafters, prompt: list[int], greedy: list[int], n_predict: int, n_ctx: int):
+    """llama-speculative-simple's loop over a known greedy continuation: (n_predict, n_drafted, n_accept)."""
+    hist, id_last = list(prompt[:-1]), prompt[-1]
+    for d in drafters:
+        d.begin(hist)
+    done = drafted = accepted = 0
+    while True:
+        budget = max(min(n_ctx - len(hist) - 2, n_predict - done - 1), 0)  # 0: no limit, as in the tool
+        draft, src = [], None
+        for d in drafters:
+            got = d.draft(hist, id_last)
+            if got:
+                draft, src = list(got), d
+                break
+        if budget > 0:
+            draft = draft[:budget]
+        acc = 0
+        while acc < len(draft) and draft[acc] == greedy[done + acc]:
+            acc += 1
+        if src is not None:
+            src.accept(acc)
+        ids = greedy[done:done + acc + 1]
+        drafted, accepted, done = drafted + len(draft), accepted + acc, done + len(ids)
+        for t in ids:
+            hist.append(id_last)
+            id_last = t
+        if done > n_predict:
+            return done, drafted, accepted
+
+
+@pytest.mark.parametrize("spec_type", ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"))
+@pytest.mark.parametrize("m", (4, 8))
+def test_ngram_drafts_count_as_llama_cpp(targets, target_path, run_tool, spec_type, m):
+    """Driven by the tool's own loop (its draft budget included), our drafters draft and have
+    accepted exactly as many tokens as llama.cpp's on the attention target (no checkpoints)."""
+    from llama_cpp.speculative import build_drafters
+
+    from .util import plain_generate
+
+    model = targets["bpe"]
+    n = 96
+    text = PROMPTS[0] + " " + PROMPTS[0]
+    prompt = model.tokenize(text.encode(), add_special=True, parse_special=True)
+    greedy = plain_generate(model, prompt, n + 16)
+    cfg = config(spec_type, m) if spec_type != "ngram-cache" else config(spec_type)
+    mine = _simulate_tool(model, build_drafters(model, cfg, None), prompt, greedy, n, 512)
+    proc = run_tool("llama-speculative-simple", "-m", target_path("bpe"), "--spec-type", spec_type,
+                    *_tool_args(spec_type, m, ""), "--temp", "0", "-p", text, "-n", n, "-c", 512,
+                    "-t", 1, "-tb", 1, "--seed", 1)
+    assert mine == _tool_counts(proc.stderr), (spec_type, m)
