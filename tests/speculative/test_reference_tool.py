@@ -71,7 +71,10 @@ def _simulate_tool(model, drafters, prompt: list[int], greedy: list[int], n_pred
         budget = max(min(n_ctx - len(hist) - 2, n_predict - done - 1), 0)  # 0: no limit, as in the tool
         draft, src = [], None
         for d in drafters:
-            got = d.draft(hist, id_last)
+            if getattr(d, "takes_limit", False):
+                got = d.draft(hist, id_last, budget if budget > 0 else None)
+            else:
+                got = d.draft(hist, id_last)
             if got:
                 draft, src = list(got), d
                 break
@@ -91,23 +94,27 @@ def _simulate_tool(model, drafters, prompt: list[int], greedy: list[int], n_pred
             return done, drafted, accepted
 
 
-@pytest.mark.parametrize("spec_type", ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"))
+@pytest.mark.parametrize("spec_type", ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+                                       "draft-simple"))
 @pytest.mark.parametrize("m", (4, 8))
-def test_ngram_drafts_count_as_llama_cpp(targets, target_path, run_tool, spec_type, m):
-    """Driven by the tool's own loop (its draft budget included), our drafters draft and have
-    accepted exactly as many tokens as llama.cpp's on the attention target (no checkpoints)."""
-    from llama_cpp.speculative import build_drafters
+def test_drafts_count_as_llama_cpp(targets, target_path, draft_path, run_tool, spec_type, m):
+    """Driven by the tool's own loop (its draft budget included), our drafters (n-gram and draft
+    model) draft and have accepted exactly as many tokens as llama.cpp's on the attention target
+    (no checkpoints there)."""
+    from llama_cpp.speculative import build_drafters, make_decoder
 
-    from .util import plain_generate
+    from .util import CTX, plain_generate
 
     model = targets["bpe"]
     n = 96
     text = PROMPTS[0] + " " + PROMPTS[0]
     prompt = model.tokenize(text.encode(), add_special=True, parse_special=True)
     greedy = plain_generate(model, prompt, n + 16)
-    cfg = config(spec_type, m) if spec_type != "ngram-cache" else config(spec_type)
-    mine = _simulate_tool(model, build_drafters(model, cfg, None), prompt, greedy, n, 512)
+    draft = str(draft_path("echo"))
+    cfg = config(spec_type, m, draft_model_path=draft) if spec_type != "ngram-cache" else config(spec_type)
+    with make_decoder(model, cfg, ctx_params=dict(CTX)) as dec:  # the target context the draft model mirrors
+        mine = _simulate_tool(model, build_drafters(model, cfg, dec.target), prompt, greedy, n, 512)
     proc = run_tool("llama-speculative-simple", "-m", target_path("bpe"), "--spec-type", spec_type,
-                    *_tool_args(spec_type, m, ""), "--temp", "0", "-p", text, "-n", n, "-c", 512,
+                    *_tool_args(spec_type, m, draft), "--temp", "0", "-p", text, "-n", n, "-c", 512,
                     "-t", 1, "-tb", 1, "--seed", 1)
     assert mine == _tool_counts(proc.stderr), (spec_type, m)
