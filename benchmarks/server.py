@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -182,6 +183,7 @@ def main() -> None:
     ap.add_argument("--no-llama-server", action="store_true", help="skip llama.cpp's server (no tool build)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers (finally) when terminated
     clients = [int(c) for c in args.clients.split(",")]
     n_parallel = max(clients)
     tools, env, lib_dir, have_server = native_tools(with_server=not args.no_llama_server)
