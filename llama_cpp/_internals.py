@@ -97,6 +97,24 @@ def _cstr(value: Any) -> str | None:
     return str(value)
 
 
+class CallableInt(int):
+    """An int that also answers a call with itself: ``model.n_vocab`` here, ``model.n_vocab()`` in
+    llama-cpp-python's ``_internals``."""
+
+    __slots__ = ()
+
+    def __call__(self) -> int:
+        return int(self)
+
+
+class CallableDict(dict):
+    """A dict that also answers a call with a copy of itself: ``model.metadata`` here,
+    ``model.metadata()`` in llama-cpp-python's ``_internals``."""
+
+    def __call__(self) -> dict[str, str]:
+        return dict(self)
+
+
 class _NativeRef:
     """Shared ownership of one native pointer.
 
@@ -350,7 +368,7 @@ class LlamaModel(_Owned):
         self._C = C
         self.vocab_only = bool(vocab_only)
         self._vocab = C.llama_model_get_vocab(ptr)
-        self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
+        self.n_vocab = CallableInt(C.llama_vocab_n_tokens(self._vocab))
         self._metadata: dict[str, str] | None = None
 
     @staticmethod
@@ -504,7 +522,7 @@ class LlamaModel(_Owned):
                     C.llama_model_meta_val_str_by_index(ptr, i, buf, buf_size)
                 out[key] = buf.value.decode("utf-8", errors="replace")
             self._metadata = out
-        return dict(self._metadata)
+        return CallableDict(self._metadata)
 
     # -- vocabulary ---------------------------------------------------------------------------
     def token_bos(self) -> int:
