@@ -35,6 +35,7 @@ from ._errors import (
     DecodeError,
     LlamaError,
     ModelLoadError,
+    ModelNotFoundError,
     TokenizationError,
 )
 from .llama_cpp import (
@@ -206,7 +207,8 @@ def check_gguf_file(path: str | os.PathLike[str]) -> Path:
     """Reject a missing, non-regular, short or non-GGUF file before llama.cpp opens it."""
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"model file not found: {p}")
+        # a FileNotFoundError, and the ValueError llama-cpp-python raises here
+        raise ModelNotFoundError(f"model file not found: {p}")
     if not p.is_file():
         raise ModelLoadError(f"model path is not a regular file: {p}")
     size = p.stat().st_size
