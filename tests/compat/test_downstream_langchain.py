@@ -128,6 +128,16 @@ def test_llamacpp_generate_reports_each_prompt(llm, reference, expected) -> None
                      completion_text(reference, other, max_tokens=MAX_TOKENS, stop=[], **LLM_SAMPLING)]
 
 
+def test_llamacpp_in_a_prompt_template_chain(llm, reference) -> None:
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.prompts import PromptTemplate
+
+    chain = PromptTemplate.from_template("Question: {q}\nAnswer:") | llm | StrOutputParser()
+    want = completion_text(reference, "Question: Why?\nAnswer:", max_tokens=MAX_TOKENS, stop=[], **LLM_SAMPLING)
+    assert chain.invoke({"q": "Why?"}) == want
+    assert chain.batch([{"q": "Why?"}, {"q": "Why?"}]) == [want, want]
+
+
 def test_llamacpp_get_num_tokens_is_our_tokenizer(llm, reference) -> None:
     text = "Hello world, the quick brown fox"
     assert llm.get_num_tokens(text) == len(reference.tokenize(text.encode("utf-8")))
