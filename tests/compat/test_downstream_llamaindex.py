@@ -110,6 +110,15 @@ def test_llama2_prompt_helpers(spm_model, reference) -> None:
     assert llm.chat(_messages()).message.content == completion_text(reference, chat_prompt, **GENERATE)
 
 
+def test_predict_formats_the_template_then_completes(llm, reference) -> None:
+    from llama_index.core.prompts import PromptTemplate
+
+    template = PromptTemplate("Question: {q}\nAnswer:")
+    want = completion_text(reference, "Question: Why?\nAnswer:", **GENERATE)
+    assert llm.predict(template, q="Why?") == want
+    assert "".join(llm.stream(template, q="Why?")) == want
+
+
 def test_model_kwargs_reach_llama(spm_model) -> None:
     llm = _llm(spm_model, model_kwargs={"n_batch": 32, "seed": 7})
     assert llm._model.n_batch == 32
