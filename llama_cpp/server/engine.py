@@ -228,7 +228,9 @@ class SlotEngine:
             if not self._accepting:
                 raise ShuttingDown("the server is shutting down")
             if len(self._active) + len(self._waiting) >= self.n_slots + self.max_queue:
-                raise QueueFull(retry_after=1)
+                self._purge()
+                if len(self._active) + len(self._waiting) >= self.n_slots + self.max_queue:
+                    raise QueueFull(retry_after=1)
             self._waiting.append((job, req))
             self._cv.notify()
 
@@ -238,9 +240,15 @@ class SlotEngine:
             if not self._accepting:
                 raise ShuttingDown("the server is shutting down")
             if len(self._active) + len(self._waiting) + len(items) > self.n_slots + self.max_queue:
-                raise QueueFull(retry_after=1)
+                self._purge()
+                if len(self._active) + len(self._waiting) + len(items) > self.n_slots + self.max_queue:
+                    raise QueueFull(retry_after=1)
             self._waiting.extend(items)
             self._cv.notify()
+
+    def _purge(self) -> None:
+        """Drop queued requests whose clients already left (caller holds the lock)."""
+        self._waiting = collections.deque(w for w in self._waiting if not w[0].cancelled.is_set())
 
     def wake(self) -> None:
         with self._cv:
