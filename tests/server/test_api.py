@@ -158,3 +158,20 @@ def test_tokenize_extras(server, solo):
     assert n["count"] == len(toks["tokens"])
     text = httpx.post(server.url + "/extras/detokenize", json={"model": "spm", "tokens": toks["tokens"]}).json()
     assert text["text"].strip() == "hello there"
+
+
+def test_openapi_page(server):
+    spec = httpx.get(server.url + "/openapi.json").json()
+    assert {"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/extras/tokenize"} <= set(spec["paths"])
+    assert httpx.get(server.url + "/docs").status_code == 200
+
+
+def test_streamed_choices_keep_their_index(server):
+    chunks = list(server.client().chat.completions.create(model="spm", messages=MESSAGES, max_tokens=6,
+                                                          temperature=0, n=2, stream=True))
+    texts = {0: "", 1: ""}
+    for ch in chunks:
+        for c in ch.choices:
+            texts[c.index] += c.delta.content or ""
+    assert texts[0] and texts[0] == texts[1]
+    assert sorted(c.index for ch in chunks for c in ch.choices if c.finish_reason) == [0, 1]
