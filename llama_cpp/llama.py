@@ -1058,6 +1058,12 @@ class Llama:
             if len(tools) != 1:
                 raise ValueError("tool_choice='required' with several tools is not supported: name the tool")
             return tools[0]
+        if isinstance(choice, str):  # a bare tool name (LangChain's bind_tools(tool_choice="name"))
+            for t in tools:
+                if t.get("function", {}).get("name") == choice:
+                    return t
+            names = [t.get("function", {}).get("name") for t in tools]
+            raise ValueError(f"tool_choice {choice!r} is neither 'none', 'auto', 'required' nor one of the tools {names}")
         raise ValueError(f"unsupported tool_choice {choice!r}")
 
     # ------------------------------------------------------------------------------------------

@@ -272,10 +272,6 @@ def test_chatllamacpp_forced_tool_call_with_the_models_template(spm_model) -> No
     assert len(msg.tool_calls[0]["args"]["city"]) <= 12
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "bind_tools(tool_choice='get_weather') sends the bare tool name; Llama._select_tool raises "
-    "'unsupported tool_choice' (upstream ignores a string choice; the fix: a string naming a tool in "
-    "tools selects it)"))
 def test_chatllamacpp_tool_choice_by_name(spm_model) -> None:
     msg = _chat(spm_model, max_tokens=128).bind_tools([WEATHER], tool_choice="get_weather").invoke(
         "What is the weather in Paris?")
