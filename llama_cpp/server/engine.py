@@ -284,6 +284,11 @@ class SlotEngine:
     def close(self) -> None:
         if self._thread.is_alive():
             self.drain(0)
+        if self._thread.is_alive():
+            # still inside a decode after the join timeout: freeing the context now would pull it
+            # out from under llama_decode; leaking it until exit is the safe choice
+            log.error("the scheduler thread did not stop; its context is left allocated")
+            return
         self._struct = None
         self._batch.close()
         self.llama.close()
@@ -305,20 +310,25 @@ class SlotEngine:
                     if job.cancelled.is_set():
                         continue
                     admitted.append(_Slot(self._take_seq(req.prompt_tokens), job, req))
-            for s in admitted:
-                self._start(s)
-            for s in [s for s in self._active if s.job.cancelled.is_set()]:
-                self._finish_cancelled(s)
-            if self._active:
-                try:
+            try:
+                for s in admitted:
+                    self._start(s)
+                for s in [s for s in self._active if s.job.cancelled.is_set()]:
+                    self._finish_cancelled(s)
+                if self._active:
                     self._step()
-                except Exception as exc:  # a failed decode ends every running request, not the server
-                    log.exception("decode step failed")
-                    for s in list(self._active):
-                        self._out.put(s.job, "error", exc)
+            except Exception as exc:  # a failed decode ends every running request, never the scheduler
+                log.exception("decode step failed")
+                for s in list(self._active):
+                    self._out.put(s.job, "error", exc)
+                    try:
                         self._release(s)
-                    self.ctx.memory_clear(True)
-                    self.cached = [[] for _ in range(self.n_slots)]
+                    except Exception:  # noqa: BLE001 - the memory is cleared below anyway
+                        with self._cv:
+                            if s in self._active:
+                                self._active.remove(s)
+                self.ctx.memory_clear(True)
+                self.cached = [[] for _ in range(self.n_slots)]
             self._out.flush()
 
     def _take_seq(self, prompt: list[int]) -> int:
@@ -410,8 +420,14 @@ class SlotEngine:
                               f"({len(self._active)} requests)")
         self.steps += 1
         for s, i in outputs:
-            tok, row = s.pick(self.ctx, i)
-            self._accept(s, tok, None if row is None else np.array(row))
+            try:
+                tok, row = s.pick(self.ctx, i)
+                self._accept(s, tok, None if row is None else np.array(row))
+            except Exception as exc:  # this request's sampler, grammar or hook: it alone ends
+                log.warning("request in slot %d failed: %s", s.seq, exc)
+                self._out.put(s.job, "error", exc)
+                if s in self._active:
+                    self._release(s)
 
     def _accept(self, s: _Slot, tok: int, row: np.ndarray | None) -> None:
         """One sampled token of slot ``s``: text, chunks, and whether the slot goes on."""

@@ -134,6 +134,9 @@ class ModelSettings(_Base):
             raise ValueError("embedding and clip_model_path cannot both be set on one model")
         if self.draft_n_min > self.draft_n_max:
             raise ValueError(f"draft_n_min={self.draft_n_min} exceeds draft_n_max={self.draft_n_max}")
+        if self.n_parallel > self.n_batch:
+            raise ValueError(f"n_parallel={self.n_parallel} exceeds n_batch={self.n_batch}: every step decodes one "
+                             "token of each slot, so n_batch must hold them all")
         return self
 
     @property

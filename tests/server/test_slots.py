@@ -163,3 +163,40 @@ def test_a_cached_prefix_is_reused_with_the_same_output(parallel, spm_path):
     assert b.choices[0].text == want["choices"][0]["text"]
     assert b.model_dump()["usage"]["prompt_tokens_cached"] >= n_first
     assert_kv_matches_bookkeeping(engine)
+
+
+def test_one_requests_failure_does_not_end_the_others(parallel, spm_path, monkeypatch):
+    """A sampler, grammar or hook that fails in one slot ends that request only."""
+    with Llama(spm_path, n_ctx=256, verbose=False, **THREADS) as solo:
+        want = solo.create_completion("hello there", max_tokens=40, temperature=0,
+                                      repeat_penalty=1.1)["choices"][0]["text"]
+        boom_tokens = solo.tokenize(b"once upon a time")
+    engine = parallel.engine("spm")
+    real = engine._accept
+
+    def flaky(s, tok, row):
+        if s.req.prompt_tokens == boom_tokens and s.produced >= 2:
+            raise RuntimeError("injected sampler failure")
+        return real(s, tok, row)
+
+    monkeypatch.setattr(engine, "_accept", flaky)
+    out: dict[str, object] = {}
+
+    def run(key: str, prompt: str) -> None:
+        try:
+            stream = parallel.client().completions.create(model="spm", prompt=prompt, max_tokens=40,
+                                                          temperature=0, stream=True)
+            out[key] = "".join(ch.choices[0].text for ch in stream)
+        except Exception as exc:  # noqa: BLE001 - the failing one is expected to raise
+            out[key] = exc
+
+    jobs = [threading.Thread(target=run, args=("ok", "hello there")),
+            threading.Thread(target=run, args=("boom", "once upon a time"))]
+    for t in jobs:
+        t.start()
+    for t in jobs:
+        t.join(60)
+    assert out["ok"] == want
+    assert isinstance(out["boom"], Exception), out["boom"]
+    assert wait_for(lambda: not engine._active)
+    assert_kv_matches_bookkeeping(engine)
