@@ -178,7 +178,11 @@ def test_hf_tokenizer_needs_transformers(monkeypatch):
 
 
 def test_openai_v1_needs_openai(llm, monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "openai", None)
+    import sys
+
+    # hide openai and any of its submodules another test imported (they would be found directly)
+    for name in [n for n in sys.modules if n == "openai" or n.startswith("openai.")] + ["openai"]:
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ImportError, match="pip install openai"):
         llm.create_chat_completion_openai_v1(messages=[{"role": "user", "content": "hi"}])
 
