@@ -317,8 +317,8 @@ def _load_backends(directory: Path, ggml: ctypes.CDLL) -> list[BackendStatus]:
             else:
                 reg = backend_load(os.fsencode(str(path)))
                 if not reg:
-                    statuses.append(BackendStatus(
-                        display, path, False, "ggml_backend_load failed (see the llama_cpp.native log)"))
+                    statuses.append(BackendStatus(display, path, False, _LOAD_FAILED.get(
+                        fam, "ggml_backend_load failed (see the llama_cpp.native log)")))
                 else:
                     from_files.add(reg)
                     rname = (reg_name(reg) or display.encode()).decode("utf-8", "replace")
@@ -341,6 +341,15 @@ def _load_backends(directory: Path, ggml: ctypes.CDLL) -> list[BackendStatus]:
             reason = reasons[0] if reasons else (fam_status[0].reason if fam_status else "no file")
             log.warning("%s backend not loaded: %s", _DISPLAY.get(fam, fam), reason)
     return statuses
+
+
+# Why a backend whose file loaded may still refuse to register, by family.
+_LOAD_FAILED = {
+    "vulkan": "the Vulkan loader found no driver or device (no ICD: install the GPU's Vulkan driver, e.g. "
+              "mesa-vulkan-drivers; see the llama_cpp.native log)",
+    "cuda": "the CUDA backend found no usable device (driver too old for this build, or no GPU; see the "
+            "llama_cpp.native log)",
+}
 
 
 def loaded_status(family: str, name: str, path: Path | None, devices: list[DeviceInfo]) -> BackendStatus:

@@ -79,13 +79,16 @@ class VulkanSpec:
     dnf: tuple[str, ...] = ()
     smoke_apt: tuple[str, ...] = ()  # a software Vulkan device for the smoke tests (not in the key)
     smoke_dnf: tuple[str, ...] = ()
+    headers_deb: str | None = None  # a Debian pool path: newer Vulkan headers than the distribution's
+    headers_sha256: str | None = None
 
     def packages(self, manager: str, *, smoke: bool = False) -> tuple[str, ...]:
         return getattr(self, f"smoke_{manager}" if smoke else manager, ())
 
     def to_json(self) -> dict[str, Any]:
         return {"apt": list(self.apt), "dnf": list(self.dnf), "smoke_apt": list(self.smoke_apt),
-                "smoke_dnf": list(self.smoke_dnf)}
+                "smoke_dnf": list(self.smoke_dnf), "headers_deb": self.headers_deb,
+                "headers_sha256": self.headers_sha256}
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,7 @@ _CONFIG_KEYS = {
     "name", "extends", "backend", "variant", "description", "cpu_variants", "local_version",
     "cmake", "wheel_size_budget_mb", "cuda", "release", "vulkan",
 }
-_VULKAN_KEYS = {"apt", "dnf", "smoke_apt", "smoke_dnf"}
+_VULKAN_KEYS = {"apt", "dnf", "smoke_apt", "smoke_dnf", "headers_deb", "headers_sha256"}
 _DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9.+\-]*$")
 _CUDA_KEYS = {"version", "architectures", "toolkit", "packages", "runtime_requires", "fa_quants", "no_vmm"}
 
@@ -225,7 +228,7 @@ def _parse_vulkan(raw: Any, where: str) -> VulkanSpec:
         raise ConfigError(f"{where}: expected a table")
     _check_keys(raw, _VULKAN_KEYS, where)
     lists = {}
-    for key in sorted(_VULKAN_KEYS):
+    for key in ("apt", "dnf", "smoke_apt", "smoke_dnf"):
         items = _typed(raw, key, list, where, [])
         for item in items:
             if not isinstance(item, str) or not _DEB_NAME.match(item):
@@ -233,7 +236,15 @@ def _parse_vulkan(raw: Any, where: str) -> VulkanSpec:
         lists[key] = tuple(items)
     if not (lists["apt"] or lists["dnf"]):
         raise ConfigError(f"{where}: name the packages that provide glslc and the Vulkan headers (apt or dnf)")
-    return VulkanSpec(**lists)
+    deb = _typed(raw, "headers_deb", str, where, None)
+    sha = _typed(raw, "headers_sha256", str, where, None)
+    if (deb is None) != (sha is None):
+        raise ConfigError(f"{where}: headers_deb and headers_sha256 go together")
+    if deb is not None and not re.match(r"^pool/[a-z0-9/._+~-]+\.deb$", deb):
+        raise ConfigError(f"{where}.headers_deb: {deb!r} is not a Debian pool path (pool/main/.../x.deb)")
+    if sha is not None and not re.match(r"^[0-9a-f]{64}$", sha):
+        raise ConfigError(f"{where}.headers_sha256: {sha!r} is not a sha256")
+    return VulkanSpec(**lists, headers_deb=deb, headers_sha256=sha)
 
 
 def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:

