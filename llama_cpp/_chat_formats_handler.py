@@ -92,12 +92,13 @@ def grammar_for_response_format(response_format: dict[str, Any] | None) -> Llama
 
 
 def prompt_tokens(llama: Any, prompt: str, messages: Sequence[Any], *, added_special: bool,
-                  special_in_content: bool = False) -> list[int]:
-    """The tokens of a rendered prompt, message content parsed without special tokens."""
+                  special_in_content: bool = False, render: Callable[[list[Any]], str] | None = None) -> list[int]:
+    """The tokens of a rendered prompt, message content parsed without special tokens (``render``:
+    how ``messages`` became ``prompt``, for exact content spans)."""
     model = getattr(llama, "model", None)
     if model is not None and hasattr(model, "token_bos"):
         return tokenize_chat_prompt(model, prompt, message_texts(messages), add_special=not added_special,
-                                    special_in_content=special_in_content)
+                                    special_in_content=special_in_content, render=render, messages=messages)
     return list(llama.tokenize(prompt.encode("utf-8"), add_bos=not added_special, special=True))
 
 
@@ -204,8 +205,12 @@ def formatter_to_handler(formatter: Callable[..., Any]) -> Callable[..., Any]:
         sampling = {k: kwargs.pop(k) for k in list(kwargs) if k in SAMPLING_KEYS}
         result = formatter(messages=messages, functions=functions, function_call=function_call, tools=tools,
                            tool_choice=tool_choice, **kwargs)
+        def render(ms: list[Any]) -> str:
+            return formatter(messages=ms, functions=functions, function_call=function_call, tools=tools,
+                             tool_choice=tool_choice, **kwargs).prompt
+
         tokens = prompt_tokens(llama, result.prompt, messages, added_special=result.added_special,
-                               special_in_content=special_in_content)
+                               special_in_content=special_in_content, render=render)
         stops = stop_list(stop, result.stop)
         criteria = stopping_criteria if stopping_criteria is not None else getattr(result, "stopping_criteria", None)
         if response_format is not None:

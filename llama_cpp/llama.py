@@ -1031,7 +1031,8 @@ class Llama:
         # Message content is text: special-token text in it (a forged turn marker) stays text.
         prompt_tokens = tokenize_chat_prompt(m, result.prompt, message_texts(msgs),
                                              add_special=not result.added_special,
-                                             special_in_content=special_in_content)
+                                             special_in_content=special_in_content,
+                                             render=lambda ms: fmt(messages=ms, tools=tools).prompt, messages=msgs)
         stops = list(result.stop)
         if stop:
             stops += [stop] if isinstance(stop, str) else list(stop)

@@ -348,7 +348,12 @@ class MultimodalChatEngine:
     def tokenize_messages(self, messages: Sequence[dict]) -> tuple[Chunks, list[str]]:
         """The prompt's chunks (message text parsed without special tokens) and the stop strings."""
         prompt, media, stops, has_bos = self.render(messages)
-        pieces = prompt_pieces(self.model, prompt, message_texts(messages))
+        marker = self.mtmd.marker
+
+        def render(ms: list[Any]) -> str:  # the same template over messages whose texts are sentinels
+            return self._formatter(messages=flatten_messages(ms, marker, self.media_policy)[0]).prompt
+
+        pieces = prompt_pieces(self.model, prompt, message_texts(messages), render=render, messages=messages)
         if pieces is None:
             item: Any = MarkerPrompt(prompt, media)
         else:

@@ -137,8 +137,10 @@ def chat_prompt(llama: Llama, body: Any) -> ChatPrompt:
         elif kind not in (None, "text"):
             raise APIError(400, f"unsupported response_format type {kind!r}: use text, json_object or json_schema",
                            param="response_format")
+    fmt = llama._chat_formatter()
     tokens = tokenize_chat_prompt(llama.model, result.prompt, message_texts(msgs),
-                                  add_special=not result.added_special, special_in_content=False)
+                                  add_special=not result.added_special, special_in_content=False,
+                                  render=lambda ms: fmt(messages=ms, tools=tools).prompt, messages=msgs)
     if not tokens:
         raise APIError(400, "the chat renders to an empty prompt", param="messages")
     llama.model.check_tokens(tokens, "prompt token")
