@@ -380,11 +380,17 @@ def _routes(app: FastAPI) -> None:
     @_guarded
     async def health(request: Request) -> JSONResponse:
         reg = _registry(request)
-        models = {m.alias: (m.engine.stats() if m.engine is not None else {"loaded": m.loaded}) for m in reg}
         lazy = _server_settings(request).lazy_load
         ready = lazy or all(m.loaded for m in reg)
-        return JSONResponse({"status": "ok" if ready else "loading", "models": models},
-                            status_code=200 if ready else 503)
+        body: dict[str, Any] = {"status": "ok" if ready else "loading"}
+        try:
+            await authenticate(request)
+        except APIError:
+            pass  # liveness needs no key; the models (aliases may be file paths) need it
+        else:
+            body["models"] = {m.alias: (m.engine.stats() if m.engine is not None else {"loaded": m.loaded})
+                              for m in reg}
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/v1/models", dependencies=auth, tags=["OpenAI V1"])
     @_guarded

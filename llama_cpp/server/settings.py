@@ -160,8 +160,8 @@ class ServerSettings(_Base):
     port: int = Field(default=8000, ge=0, le=65535, description="Listen port.")
     ssl_keyfile: str | None = Field(default=None, description="SSL key file for HTTPS.")
     ssl_certfile: str | None = Field(default=None, description="SSL certificate file for HTTPS.")
-    api_key: str | None = Field(default=None, description="If set, every request needs "
-                                "'Authorization: Bearer <api_key>'.")
+    api_key: str | None = Field(default=None, min_length=1, description="If set, every request needs "
+                                "'Authorization: Bearer <api_key>' (an empty key is refused, not 'no key').")
     interrupt_requests: bool = Field(default=True, description="Accepted for compatibility: requests wait for "
                                      "a slot (or get 429), a running one is never interrupted by a new one.")
     disable_ping_events: bool = Field(default=False, description="Do not send SSE comment pings while a "

@@ -115,4 +115,13 @@ def test_api_key(keyed):
     assert e["code"] == "invalid_api_key"
     e = error_of(httpx.post(keyed.url + "/extras/tokenize", json={"input": "a"},
                             headers={"Authorization": "Basic s3cret-key"}), 401)
-    assert httpx.get(keyed.url + "/health").status_code == 200  # liveness needs no key
+    health = httpx.get(keyed.url + "/health")
+    assert health.status_code == 200 and "models" not in health.json()  # liveness needs no key, models do
+    assert "models" in httpx.get(keyed.url + "/health", headers={"Authorization": "Bearer s3cret-key"}).json()
+
+
+def test_an_empty_api_key_is_refused():
+    from llama_cpp.server.settings import ServerSettings
+
+    with pytest.raises(ValueError, match="api_key"):
+        ServerSettings(api_key="")
