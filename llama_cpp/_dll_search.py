@@ -106,21 +106,17 @@ def missing_windows_dependency(path: Path, search: Sequence[Path],
     a dependency that is itself one of our files is checked in turn (``ggml-cuda.dll`` →
     ``ggml-base.dll`` → ...), so the name reported is the one that is really absent.
     """
-    dirs = [*search, *(_system_dirs() if system is None else system)]
+    # Windows file names are case-insensitive: one lowercase index per folder, the first folder wins
+    found_in: dict[str, Path] = {}
+    for d in reversed([*search, *(_system_dirs() if system is None else system)]):
+        try:
+            found_in.update({e.name.lower(): e for e in Path(d).iterdir() if e.is_file()})
+        except OSError:
+            continue
     seen: set[str] = set()
 
     def locate(name: str) -> Path | None:
-        for d in dirs:
-            for cand in (d / name, d / name.lower()):
-                if cand.is_file():
-                    return cand
-            try:
-                for entry in d.iterdir():
-                    if entry.name.lower() == name.lower():
-                        return entry
-            except OSError:
-                continue
-        return None
+        return found_in.get(name.lower())
 
     def walk(p: Path) -> str | None:
         try:

@@ -73,6 +73,37 @@ class DraftState:
     id_last: int | None
 
 
+def checked_prompt(model: Any, tokens: Sequence[int], n_ctx: int) -> list[int]:
+    """``tokens`` as ints, checked against the vocabulary and ``n_ctx`` before any decode."""
+    toks = [int(t) for t in tokens]
+    if not toks:
+        raise ValueError("prefill needs at least one token")
+    model.check_tokens(toks, "prompt token")
+    if len(toks) > n_ctx:
+        raise ContextOverflowError(f"{len(toks)} tokens exceed n_ctx={n_ctx}: shorten the input or raise n_ctx")
+    return toks
+
+
+def verify_draft(sample: Callable[[int], int], draft: Sequence[int],
+                 is_eog: Callable[[int], bool]) -> tuple[list[int], int]:
+    """The tokens one verify batch yields and how many drafted ones they accept: the sampler picks
+    at each row in turn and the walk stops at the first miss (or an accepted end of generation);
+    the last token is always the target's own."""
+    out: list[int] = []
+    n_acc = 0
+    k = len(draft)
+    for i in range(k + 1):
+        t = sample(i)
+        out.append(t)
+        if i < k and t == draft[i]:
+            n_acc += 1
+            if is_eog(t):
+                break
+            continue
+        break
+    return out, n_acc
+
+
 class DraftDecoder:
     """Speculative decoding with token-level drafters over one sequence of one target context.
 
@@ -183,13 +214,7 @@ class DraftDecoder:
     def prefill(self, tokens: Sequence[int]) -> None:
         """Make the sequence ``tokens``: all but the last are evaluated, the last is pending."""
         tgt = self._live()
-        toks = [int(t) for t in tokens]
-        if not toks:
-            raise ValueError("prefill needs at least one token")
-        self.model.check_tokens(toks, "prompt token")
-        if len(toks) > self.n_ctx:
-            raise ContextOverflowError(
-                f"{len(toks)} tokens exceed n_ctx={self.n_ctx}: shorten the input or raise n_ctx")
+        toks = checked_prompt(self.model, tokens, self.n_ctx)
         t0 = time.perf_counter()
         old_hist = self.history
         if self._dirty:
@@ -264,17 +289,7 @@ class DraftDecoder:
                 id_last = self._id_last
                 self._decode([id_last] + draft, P, outputs=True)
                 st.steps += 1
-                out: list[int] = []
-                n_acc = 0
-                for i in range(k + 1):
-                    t = sample(i)
-                    out.append(t)
-                    if i < k and t == draft[i]:
-                        n_acc += 1
-                        if is_eog(t):
-                            break
-                        continue
-                    break
+                out, n_acc = verify_draft(sample, draft, is_eog)
                 t2 = clock()
                 st.t_verify += t2 - t1
                 st._count_draft(k, n_acc, getattr(src, "kind", None))
@@ -311,8 +326,7 @@ class DraftDecoder:
                 st.generated += len(out)
                 st.t_generate += clock() - t_start
                 t_start = None
-                for t in out:
-                    yield t
+                yield from out
                 t_start = clock()
                 if is_eog(out[-1]):
                     return

@@ -20,7 +20,7 @@ from typing import Any
 from ._chat_formats_base import Jinja2ChatFormatter, validate_messages
 from ._errors import MultimodalError
 from .mtmd import Audio, Image
-from .mtmd_chat import MTMDChatHandler, MultimodalChatEngine, image_from_url
+from .mtmd_chat import MTMDChatHandler, MultimodalChatEngine, content_parts, image_from_url
 
 # the templates llama-cpp-python 0.3.36 renders for each model family
 LLAVA15_TEMPLATE = (
@@ -131,12 +131,7 @@ def marker_messages(messages: Sequence[dict], marker: str, policy: Any) -> tuple
                                   "pass images as image_url parts")
         if isinstance(content, list):
             parts = []
-            for j, part in enumerate(content):
-                where = f"messages[{i}].content[{j}]"
-                if isinstance(part, str):
-                    part = {"type": "text", "text": part}
-                if not isinstance(part, dict):
-                    raise MultimodalError(f"{where}: a content part must be a dict, got {type(part).__name__}")
+            for where, part in content_parts(content, i):
                 kind = part.get("type")
                 if kind == "image_url":
                     media.append(image_from_url(part.get("image_url"), where, policy))

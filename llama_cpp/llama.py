@@ -1017,16 +1017,7 @@ class Llama:
             if grammar is None:
                 grammar = json_schema_to_gbnf(tool["function"].get("parameters") or {"type": "object"})
         if grammar is None and response_format:
-            kind = response_format.get("type")
-            if kind == "json_object":
-                schema = response_format.get("schema")
-                grammar = json_schema_to_gbnf(schema) if schema else JSON_GBNF
-            elif kind == "json_schema":
-                js = response_format.get("json_schema") or {}
-                schema = js.get("schema", js) if isinstance(js, dict) else js
-                grammar = json_schema_to_gbnf(schema)
-            elif kind not in (None, "text"):
-                raise ValueError(f"unsupported response_format type {kind!r}")
+            grammar = self._response_format_grammar(response_format)
         m = self._need_model()
         # Message content is text: special-token text in it (a forged turn marker) stays text.
         prompt_tokens = tokenize_chat_prompt(m, result.prompt, message_texts(msgs),
@@ -1046,6 +1037,20 @@ class Llama:
         if stream:
             return _responses.chat_stream(completion, tool_name)  # type: ignore[arg-type,return-value]
         return _responses.chat_response(completion, tool_name)  # type: ignore[arg-type,return-value]
+
+    @staticmethod
+    def _response_format_grammar(response_format: Any) -> str | None:
+        """The GBNF an OpenAI ``response_format`` asks for (None for plain text)."""
+        kind = response_format.get("type")
+        if kind == "json_object":
+            schema = response_format.get("schema")
+            return json_schema_to_gbnf(schema) if schema else JSON_GBNF
+        if kind == "json_schema":
+            js = response_format.get("json_schema") or {}
+            return json_schema_to_gbnf(js.get("schema", js) if isinstance(js, dict) else js)
+        if kind not in (None, "text"):
+            raise ValueError(f"unsupported response_format type {kind!r}")
+        return None
 
     @staticmethod
     def _select_tool(tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:

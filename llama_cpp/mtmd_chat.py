@@ -127,6 +127,17 @@ def media_parts(pieces: Sequence[tuple[str, bool]], media: Sequence[Image | Audi
     return parts
 
 
+def content_parts(content: Sequence[Any], i: int) -> Iterator[tuple[str, dict]]:
+    """``(where, part)`` for each part of message ``i``'s content list; a bare string is a text part."""
+    for j, part in enumerate(content):
+        where = f"messages[{i}].content[{j}]"
+        if isinstance(part, str):
+            part = {"type": "text", "text": part}
+        if not isinstance(part, dict):
+            raise MultimodalError(f"{where}: a content part must be a dict, got {type(part).__name__}")
+        yield where, part
+
+
 def flatten_messages(messages: Sequence[dict], marker: str, policy: MediaPolicy = _NO_LOCAL_FILES,
                      ) -> tuple[list[dict], list[Image | Audio]]:
     """Messages with text-only contents (media parts replaced by ``marker``) and the media in order;
@@ -137,12 +148,7 @@ def flatten_messages(messages: Sequence[dict], marker: str, policy: MediaPolicy 
         content = msg.get("content")
         if isinstance(content, list):
             pieces = []
-            for j, part in enumerate(content):
-                where = f"messages[{i}].content[{j}]"
-                if isinstance(part, str):
-                    part = {"type": "text", "text": part}
-                if not isinstance(part, dict):
-                    raise MultimodalError(f"{where}: a content part must be a dict, got {type(part).__name__}")
+            for where, part in content_parts(content, i):
                 kind = part.get("type")
                 if kind == "text":
                     text = str(part.get("text", ""))

@@ -61,7 +61,7 @@ import numpy as np
 
 from ._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
 from ._spec_batch import RawExtBatch, SeqCheckpoint, common_prefix
-from ._spec_engine import DraftDecoder, DraftState, propose, tell_drafters
+from ._spec_engine import DraftDecoder, DraftState, checked_prompt, propose, tell_drafters, verify_draft
 from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
@@ -791,13 +791,7 @@ class MTPDecoder:
         or a rollback within ``n_rs_seq``), otherwise both contexts are cleared and re-filled.
         """
         tgt, dft = self._live()
-        toks = [int(t) for t in tokens]
-        if not toks:
-            raise ValueError("prefill needs at least one token")
-        self.model.check_tokens(toks, "prompt token")
-        if len(toks) > self.n_ctx:
-            raise ContextOverflowError(
-                f"{len(toks)} tokens exceed n_ctx={self.n_ctx}: shorten the input or raise n_ctx")
+        toks = checked_prompt(self.model, tokens, self.n_ctx)
         t0 = time.perf_counter()
         old_hist = self.history
         if self._dirty:
@@ -922,17 +916,7 @@ class MTPDecoder:
                 id_last = self._id_last
                 rows = self._decode_target([id_last] + draft, P, outputs=True)
                 st.steps += 1
-                out: list[int] = []
-                n_acc = 0
-                for i in range(k + 1):
-                    t = sample(i)
-                    out.append(t)
-                    if i < k and t == draft[i]:
-                        n_acc += 1
-                        if is_eog(t):
-                            break
-                        continue
-                    break
+                out, n_acc = verify_draft(sample, draft, is_eog)
                 t2 = clock()
                 st.t_verify += t2 - t1
                 st._count_draft(k, n_acc, getattr(src, "kind", None) if src is not None else "draft-mtp")
@@ -984,8 +968,7 @@ class MTPDecoder:
                 st.generated += n_keep
                 st.t_generate += clock() - t_start
                 t_start = None
-                for t in out:
-                    yield t
+                yield from out
                 t_start = clock()
                 if is_eog(out[-1]):
                     return

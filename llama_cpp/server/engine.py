@@ -181,7 +181,54 @@ class _Slot:
         return self.n_fed < len(self.req.prompt_tokens)
 
 
-class SlotEngine:
+class _Lifecycle:
+    """Shutdown shared by both engines (their ``_cv``, ``_accepting``, ``_waiting``, ``_stop``,
+    ``_thread`` and ``busy``); each says how to cancel what runs and what to free."""
+
+    _cv: threading.Condition
+    _accepting: bool
+    _waiting: collections.deque[Any]
+    _stop: bool
+    _thread: threading.Thread
+
+    @property
+    def busy(self) -> int:
+        raise NotImplementedError
+
+    def _cancel_running(self) -> None:
+        raise NotImplementedError
+
+    def _free(self) -> None:
+        raise NotImplementedError
+
+    def drain(self, timeout: float) -> None:
+        """Stop accepting, let running and queued requests finish for ``timeout`` s, cancel the rest."""
+        with self._cv:
+            self._accepting = False
+        deadline = time.monotonic() + timeout
+        while self.busy and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with self._cv:
+            for job, _ in self._waiting:
+                job.put("error", Cancelled("the server shut down before this request started"))
+            self._waiting.clear()
+            self._cancel_running()
+            self._stop = True
+            self._cv.notify()
+        self._thread.join(timeout=30)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self.drain(0)
+        if self._thread.is_alive():
+            # still inside a decode after the join timeout: freeing the context now would pull it
+            # out from under llama_decode; leaking it until exit is the safe choice
+            log.error("the engine thread did not stop; its context is left allocated")
+            return
+        self._free()
+
+
+class SlotEngine(_Lifecycle):
     """Continuous batching of up to ``n_slots`` requests on one context (see the module docstring)."""
 
     serial = False
@@ -264,31 +311,11 @@ class SlotEngine:
             return {"engine": "slots", "slots": self.n_slots, "active": len(self._active),
                     "waiting": len(self._waiting), "n_ctx_slot": self.n_ctx_slot}
 
-    def drain(self, timeout: float) -> None:
-        """Stop accepting, let running and queued requests finish for ``timeout`` s, cancel the rest."""
-        with self._cv:
-            self._accepting = False
-        deadline = time.monotonic() + timeout
-        while self.busy and time.monotonic() < deadline:
-            time.sleep(0.02)
-        with self._cv:
-            for job, _ in self._waiting:
-                job.put("error", Cancelled("the server shut down before this request started"))
-            self._waiting.clear()
-            for s in self._active:
-                s.job.cancel()
-            self._stop = True
-            self._cv.notify()
-        self._thread.join(timeout=30)
+    def _cancel_running(self) -> None:
+        for s in self._active:
+            s.job.cancel()
 
-    def close(self) -> None:
-        if self._thread.is_alive():
-            self.drain(0)
-        if self._thread.is_alive():
-            # still inside a decode after the join timeout: freeing the context now would pull it
-            # out from under llama_decode; leaking it until exit is the safe choice
-            log.error("the scheduler thread did not stop; its context is left allocated")
-            return
+    def _free(self) -> None:
         self._struct = None
         self._batch.close()
         self.llama.close()
@@ -502,7 +529,7 @@ class SlotEngine:
             self._free_seqs.append(s.seq)
 
 
-class SerialEngine:
+class SerialEngine(_Lifecycle):
     """One request at a time through ``Llama`` in a worker thread, behind a bounded queue.
 
     A work item is ``work(llama)`` returning a result object or an iterator of chunks; a
@@ -581,25 +608,11 @@ class SerialEngine:
         except Exception as exc:
             job.put("error", exc)
 
-    def drain(self, timeout: float) -> None:
-        with self._cv:
-            self._accepting = False
-        deadline = time.monotonic() + timeout
-        while self.busy and time.monotonic() < deadline:
-            time.sleep(0.02)
-        with self._cv:
-            for job, _ in self._waiting:
-                job.put("error", Cancelled("the server shut down before this request started"))
-            self._waiting.clear()
-            self._stop = True
-            self._cv.notify()
-            if self._current is not None:
-                self._current.cancel()  # a running request sees it at its next chunk
-        self._thread.join(timeout=30)
+    def _cancel_running(self) -> None:
+        if self._current is not None:
+            self._current.cancel()  # a running request sees it at its next chunk
 
-    def close(self) -> None:
-        if self._thread.is_alive():
-            self.drain(0)
+    def _free(self) -> None:
         self.llama.close()
 
 

@@ -16,7 +16,7 @@ from .. import llama_chat_format as _chat
 from .._chat_tokens import message_texts, tokenize_chat_prompt
 from .._errors import ContextOverflowError
 from ..llama import Llama
-from ..llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+from ..llama_grammar import LlamaGrammar, json_schema_to_gbnf
 from .errors import APIError
 
 
@@ -116,7 +116,8 @@ def chat_prompt(llama: Llama, body: Any) -> ChatPrompt:
         tools = [{"type": "function", "function": f} for f in body.functions]
         if isinstance(body.function_call, dict):
             tool_choice = {"type": "function", "function": {"name": body.function_call.get("name")}}
-    result = llama._chat_formatter()(messages=msgs, tools=tools)
+    fmt = llama._chat_formatter()
+    result = fmt(messages=msgs, tools=tools)
     text: str | None = body.grammar
     tool_name = None
     if tools and tool_choice not in (None, "none", "auto"):
@@ -124,20 +125,11 @@ def chat_prompt(llama: Llama, body: Any) -> ChatPrompt:
         tool_name = tool["function"]["name"]
         if text is None:
             text = json_schema_to_gbnf(tool["function"].get("parameters") or {"type": "object"})
-    rf = body.response_format
-    if text is None and rf:
-        kind = rf.get("type")
-        if kind == "json_object":
-            schema = rf.get("schema")
-            text = json_schema_to_gbnf(schema) if schema else JSON_GBNF
-        elif kind == "json_schema":
-            js = rf.get("json_schema") or {}
-            schema = js.get("schema", js) if isinstance(js, dict) else js
-            text = json_schema_to_gbnf(schema)
-        elif kind not in (None, "text"):
-            raise APIError(400, f"unsupported response_format type {kind!r}: use text, json_object or json_schema",
-                           param="response_format")
-    fmt = llama._chat_formatter()
+    if text is None and body.response_format:
+        if body.response_format.get("type") not in (None, "text", "json_object", "json_schema"):
+            raise APIError(400, f"unsupported response_format type {body.response_format.get('type')!r}: use text, "
+                           "json_object or json_schema", param="response_format")
+        text = Llama._response_format_grammar(body.response_format)
     tokens = tokenize_chat_prompt(llama.model, result.prompt, message_texts(msgs),
                                   add_special=not result.added_special, special_in_content=False,
                                   render=lambda ms: fmt(messages=ms, tools=tools).prompt, messages=msgs)

@@ -32,15 +32,18 @@ def dist_sampler(seed: int, temp: float = 0.9):
     return s
 
 
-def plain_generate(model, prompt: list[int], n: int, sampler=None) -> list[int]:
-    """Token-at-a-time decoding without speculation (the reference)."""
+def plain_generate(model, prompt: list[int], n: int, sampler=None, ctx_params: dict | None = None) -> list[int]:
+    """Token-at-a-time decoding without speculation (the reference); the prompt in n_batch chunks."""
     from llama_cpp._internals import LlamaBatch, LlamaContext
 
+    params = ctx_params or CTX
     sampler = sampler or greedy_sampler()
-    with LlamaContext(model, **CTX) as ctx:
-        b = LlamaBatch(CTX["n_batch"], 0, 1)
-        b.add_sequence(np.asarray(prompt, dtype=np.int32), 0, 0, logits="last")
-        ctx.decode(b)
+    nb = params["n_batch"]
+    with LlamaContext(model, **params) as ctx, LlamaBatch(nb, 0, 1) as b:
+        for s in range(0, len(prompt), nb):
+            b.clear()
+            b.add_sequence(np.asarray(prompt[s:s + nb], dtype=np.int32), 0, s, logits="last")
+            ctx.decode(b)
         out: list[int] = []
         pos = len(prompt)
         for _ in range(n):
@@ -52,7 +55,6 @@ def plain_generate(model, prompt: list[int], n: int, sampler=None) -> list[int]:
             b.add(t, pos, 0, True)
             pos += 1
             ctx.decode(b)
-        b.close()
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.mtp.util import dist_sampler, greedy_sampler  # noqa: F401 (re-exported)
+from tests.mtp.util import plain_generate as _plain_generate
 
 CTX = {"n_ctx": 512, "n_batch": 128, "n_ubatch": 128, "n_threads": 1, "n_threads_batch": 1}
 N_GEN = 32
@@ -27,28 +28,8 @@ SMALL = {"ngram_simple": {"size_n": 2, "size_m": 8}, "ngram_map_k": {"size_n": 2
 
 
 def plain_generate(model, prompt: list[int], n: int, sampler=None) -> list[int]:
-    """Token-at-a-time decoding without speculation (the reference)."""
-    from llama_cpp._internals import LlamaBatch, LlamaContext
-
-    sampler = sampler or greedy_sampler()
-    nb = CTX["n_batch"]
-    with LlamaContext(model, **CTX) as ctx, LlamaBatch(nb, 0, 1) as b:
-        for s in range(0, len(prompt), nb):
-            b.clear()
-            b.add_sequence(np.asarray(prompt[s:s + nb], dtype=np.int32), 0, s, logits="last")
-            ctx.decode(b)
-        out: list[int] = []
-        pos = len(prompt)
-        for _ in range(n):
-            t = sampler.sample(ctx, -1)
-            out.append(t)
-            if model.is_eog(t) or len(out) == n:
-                break
-            b.clear()
-            b.add(t, pos, 0, True)
-            pos += 1
-            ctx.decode(b)
-    return out
+    """Token-at-a-time decoding without speculation (the reference), in this package's context."""
+    return _plain_generate(model, prompt, n, sampler, ctx_params=CTX)
 
 
 def config(spec_type, m: int | None = None, **kw):
