@@ -242,50 +242,67 @@ class TextStream:
         return out
 
 
+#: one ``logprobs`` entry: the token's piece, its text offset, its log-probability and top ones
+LogprobEntry = tuple[str, int, "float | None", "dict[str, float] | None"]
+
+
+def char_len(data: bytes) -> int:
+    """Characters in UTF-8 ``data``, counting a sequence cut at either end once (its lead byte)."""
+    return sum(1 for b in data if b & 0xC0 != 0x80)
+
+
 class _Logprobs:
-    """The ``logprobs`` block of completion chunks: per token its piece, offset and log-softmax."""
+    """The ``logprobs`` block of completion chunks: per token its piece, offset and log-softmax.
+
+    Offsets count characters of the response text, as OpenAI's and upstream's do: from the start of
+    the echoed prompt, or without ``echo`` from the end of the prompt (``len(prompt)``)."""
 
     def __init__(self, model: LlamaModel, top: int | None) -> None:
         self.enabled = top is not None and top >= 0
         self.top = int(top or 0)
         self.piece = model.token_to_piece
 
-    def block(self, entries: list[tuple[int, np.ndarray | None, int]]) -> dict[str, Any] | None:
+    def entry(self, tok: int, row: np.ndarray | None, offset: int) -> LogprobEntry:
+        piece = self.piece(tok).decode("utf-8", errors="ignore")
+        if row is None:
+            return piece, offset, None, None
+        r = row.astype(np.float64)
+        mx = r.max()
+        lse = mx + np.log(np.exp(r - mx).sum())
+        top: dict[str, float] = {}
+        k = self.top
+        if k > 0:
+            idx = np.argpartition(-r, min(k, len(r) - 1))[:k]
+            for j in idx[np.argsort(-r[idx])]:
+                top[self.piece(int(j)).decode("utf-8", errors="ignore")] = float(r[j] - lse)
+        top[piece] = float(r[tok] - lse)
+        return piece, offset, float(r[tok] - lse), top
+
+    def block(self, entries: list[tuple[int, np.ndarray | None, int]],
+              ready: Sequence[LogprobEntry] = ()) -> dict[str, Any] | None:
+        """The block for ``ready`` entries then ``(token, row, offset)`` ones; None when disabled."""
         if not self.enabled:
             return None
-        out: dict[str, Any] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
-        for tok, row, offset in entries:
-            piece = self.piece(tok).decode("utf-8", errors="ignore")
-            out["tokens"].append(piece)
-            out["text_offset"].append(offset)
-            if row is None:
-                out["token_logprobs"].append(None)
-                out["top_logprobs"].append(None)
-                continue
-            r = row.astype(np.float64)
-            mx = r.max()
-            lse = mx + np.log(np.exp(r - mx).sum())
-            out["token_logprobs"].append(float(r[tok] - lse))
-            k = self.top
-            top = {}
-            if k > 0:
-                idx = np.argpartition(-r, min(k, len(r) - 1))[:k]
-                for j in idx[np.argsort(-r[idx])]:
-                    top[self.piece(int(j)).decode("utf-8", errors="ignore")] = float(r[j] - lse)
-            top[piece] = float(r[tok] - lse)
-            out["top_logprobs"].append(top)
-        return out
+        rows = [*ready, *(self.entry(tok, row, offset) for tok, row, offset in entries)]
+        return {"tokens": [e[0] for e in rows], "text_offset": [e[1] for e in rows],
+                "token_logprobs": [e[2] for e in rows], "top_logprobs": [e[3] for e in rows]}
 
 
 def completion_chunks(model: LlamaModel, tokens: Iterable[TokenRow], *, n_prompt: int,
                       stop: str | bytes | Sequence[str | bytes] | None, logprobs: int | None,
-                      head: bytes, completion_id: str, created: int, model_name: str) -> Iterator[dict[str, Any]]:
+                      head: bytes, completion_id: str, created: int, model_name: str,
+                      offset_base: int = 0, prompt_logprobs: Sequence[LogprobEntry] = ()) -> Iterator[dict[str, Any]]:
     """``text_completion`` chunks of the generated text: one per safe piece, then a final chunk with
-    the rest, the finish reason (``stop``: EOG or a stop string; ``length``) and the usage."""
+    the rest, the finish reason (``stop``: EOG or a stop string; ``length``) and the usage.
+
+    Logprob offsets start at ``offset_base`` plus the characters of ``head`` (the echoed prompt);
+    ``prompt_logprobs`` (the echoed prompt's own entries) lead the first block."""
     stops = [stop] if isinstance(stop, (str, bytes)) else list(stop or [])
     text = TextStream(stops, head)
     lp = _Logprobs(model, logprobs)
     pending: list[tuple[int, np.ndarray | None, int]] = []
+    ready: Sequence[LogprobEntry] = prompt_logprobs
+    chars = offset_base + char_len(head)
     n_gen = 0
     finish = "length"
     token_to_piece = model.token_to_piece
@@ -300,20 +317,23 @@ def completion_chunks(model: LlamaModel, tokens: Iterable[TokenRow], *, n_prompt
             finish = "stop"
             break
         n_gen += 1
-        pending.append((tok, row, len(text.text)))  # offsets count the echoed prompt
-        out = text.push(token_to_piece(tok))
+        piece = token_to_piece(tok)
+        if lp.enabled:
+            pending.append((tok, row, chars))
+            chars += char_len(piece)
+        out = text.push(piece)
         if text.stopped:
             finish = "stop"
             break
         if out:
-            yield chunk(out, None, lp.block(pending))
-            pending = []
+            yield chunk(out, None, lp.block(pending, ready))
+            pending, ready = [], ()
     if getattr(tokens, "stopped", False):  # a stopping criterion ended it (HookedSource)
         finish = "stop"
-    final = chunk(text.rest(), finish, lp.block(pending))
+    final = chunk(text.rest(), finish, lp.block(pending, ready))
     final["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": n_gen, "total_tokens": n_prompt + n_gen}
     yield final
 
 
-__all__ = ["TextStream", "TokenRow", "TokenStep", "completion_chunks", "decode_loop", "draft_loop", "held_suffix",
+__all__ = ["LogprobEntry", "TextStream", "TokenRow", "char_len", "TokenStep", "completion_chunks", "decode_loop", "draft_loop", "held_suffix",
            "speculative_loop", "utf8_complete_len"]

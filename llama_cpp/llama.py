@@ -744,7 +744,7 @@ class Llama:
     def _completion_chunks(self, prompt_tokens: list[int], *, max_tokens: int | None, stop: Any,
                            logprobs: int | None, echo: bool, chain: LlamaSampler,
                            grammar: LlamaSampler | None, completion_id: str, created: int, model_name: str,
-                           hooks: TokenHooks | None = None) -> Iterator[dict[str, Any]]:
+                           hooks: TokenHooks | None = None, prompt_chars: int | None = None) -> Iterator[dict[str, Any]]:
         """The one generation path: streaming yields these chunks, non-streaming joins them."""
         m = self._need_model()
         ctx = self._need_ctx()
@@ -756,13 +756,41 @@ class Llama:
         want_lp = logprobs is not None and logprobs >= 0
         if self.cache is not None:
             self._cache_restore(prompt_tokens)
+        head = m.detokenize(prompt_tokens) if echo or want_lp else b""
+        prompt_lp = self._prompt_logprobs(prompt_tokens, _gen._Logprobs(m, logprobs)) if want_lp and echo else ()
         tokens = self._token_stream(prompt_tokens, max_tokens, chain, grammar, want_lp, hooks=hooks)
         yield from _gen.completion_chunks(
-            m, tokens, n_prompt=len(prompt_tokens), stop=stop, logprobs=logprobs,
-            head=m.detokenize(prompt_tokens) if echo else b"", completion_id=completion_id, created=created,
-            model_name=model_name)
+            m, tokens, n_prompt=len(prompt_tokens), stop=stop, logprobs=logprobs, head=head if echo else b"",
+            completion_id=completion_id, created=created, model_name=model_name, prompt_logprobs=prompt_lp,
+            offset_base=0 if echo or not want_lp else
+            (len(head.decode("utf-8", errors="ignore")) if prompt_chars is None else prompt_chars))
         if self.cache is not None and self._input_ids:
             self.cache[list(self._input_ids)] = self.save_state()
+
+    _PROMPT_LOGPROB_ROWS = 64  # rows per batch when scoring a prompt: bounds the logits buffer
+
+    def _prompt_logprobs(self, tokens: Sequence[int], lp: _gen._Logprobs) -> list[_gen.LogprobEntry]:
+        """Evaluate ``tokens`` afresh keeping every position's logits, and return the echoed prompt's
+        logprob entries (a leading BOS is left out; the first token has no logprob, as upstream).
+        The context then holds the prompt with its last logits, so generation evaluates nothing."""
+        ctx, m = self._need_ctx(), self._need_model()
+        first = 1 if len(tokens) > 1 and tokens[0] == m.token_bos() else 0
+        offsets = [len(m.detokenize(tokens[:k]).decode("utf-8", errors="ignore")) for k in range(len(tokens))]
+        entries = [lp.entry(int(tokens[first]), None, offsets[first])]
+        self._input_ids.clear()
+        self._fresh = False
+        ctx.memory_clear(True)
+        step = max(1, min(ctx.n_batch(), self._PROMPT_LOGPROB_ROWS))
+        for i in range(0, len(tokens), step):
+            chunk = [int(t) for t in tokens[i:i + step]]
+            self._decode_tokens(chunk, i, True)
+            self._input_ids.extend(chunk)
+            for j in range(len(chunk)):
+                nxt = i + j + 1  # the row of position i + j scores the token after it
+                if first < nxt < len(tokens):
+                    entries.append(lp.entry(int(tokens[nxt]), ctx.logits_ith(j - len(chunk)), offsets[nxt]))
+        self._fresh = True
+        return entries
 
     def _cache_restore(self, prompt_tokens: Sequence[int]) -> None:
         """Load the cached state sharing the most with the prompt, if it shares more than the context."""
@@ -834,7 +862,8 @@ class Llama:
         chunks = self._completion_chunks(
             prompt_tokens, max_tokens=max_tokens, stop=stop, logprobs=logprobs, echo=echo, chain=chain,
             grammar=gsampler, completion_id=f"cmpl-{uuid.uuid4()}", created=int(time.time()),
-            model_name=model or self.model_path, hooks=hooks)
+            model_name=model or self.model_path, hooks=hooks,
+            prompt_chars=len(prompt) if isinstance(prompt, str) and suffix is None else None)
 
         def closing() -> Iterator[dict[str, Any]]:
             try:

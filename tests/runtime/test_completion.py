@@ -99,14 +99,58 @@ def test_stop_sequence_cuts_text(llm):
     assert cut["choices"][0]["finish_reason"] == "stop"
 
 
-def test_echo_and_logprobs(llm):
-    r = llm("hello", max_tokens=5, temperature=0, echo=True, logprobs=3)
-    assert r["choices"][0]["text"].startswith("hello")
-    lp = r["choices"][0]["logprobs"]
-    assert len(lp["token_logprobs"]) == 5 and all(v <= 0 for v in lp["token_logprobs"])
-    # greedy picks the most likely token: its logprob is the maximum of the top list
+def test_logprobs_offsets_count_from_the_end_of_the_prompt(llm):
+    prompt = "hello there"
+    r = llm(prompt, max_tokens=6, temperature=0, logprobs=3)
+    c = r["choices"][0]
+    lp = c["logprobs"]
+    assert len(lp["tokens"]) == 6 and "".join(lp["tokens"]) == c["text"]
+    # as OpenAI and upstream: character offsets into prompt + completion
+    assert lp["text_offset"] == [len(prompt) + len("".join(lp["tokens"][:i])) for i in range(6)]
     for val, top in zip(lp["token_logprobs"], lp["top_logprobs"]):
-        assert val == pytest.approx(max(top.values()))
+        assert val <= 0 and val == pytest.approx(max(top.values()))  # greedy picks the most likely token
+
+
+def test_echo_logprobs_score_the_prompt(llm, request):
+    prompt = "hello there, the capital of"
+    plain = llm(prompt, max_tokens=5, temperature=0, logprobs=2)["choices"][0]
+    r = llm(prompt, max_tokens=5, temperature=0, echo=True, logprobs=2)["choices"][0]
+    assert r["text"] == prompt + plain["text"]
+    lp = r["logprobs"]
+    toks = llm.tokenize(prompt.encode())
+    body = toks[1:] if toks[0] == llm.token_bos() else toks
+    n = len(body)
+    assert len(lp["tokens"]) == n + 5
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    for i, (piece, off) in enumerate(zip(lp["tokens"], lp["text_offset"])):
+        assert r["text"][off:].startswith(piece.lstrip() if i == 0 else piece), (i, piece, off)
+    # the completion's entries are the non-echo ones, offsets moved by nothing (both count the prompt)
+    assert lp["tokens"][n:] == plain["logprobs"]["tokens"]
+    assert lp["text_offset"][n:] == plain["logprobs"]["text_offset"]
+    assert lp["token_logprobs"][n:] == pytest.approx(plain["logprobs"]["token_logprobs"], abs=1e-4)
+    # the prompt's entries against an independent full evaluation with every position's logits
+    with Llama(llm.model_path, n_ctx=512, n_batch=512, n_threads=1, logits_all=True, flash_attn=False,
+               verbose=False) as ref:
+        ref.eval(toks)
+        rows = ref.scores.astype(np.float64)
+    rows = rows - rows.max(axis=1, keepdims=True)
+    logsm = rows - np.log(np.exp(rows).sum(axis=1, keepdims=True))
+    first = len(toks) - n
+    for k in range(1, n):
+        pos = first + k
+        assert lp["token_logprobs"][k] == pytest.approx(logsm[pos - 1, toks[pos]], abs=2e-3), k
+        assert len(lp["top_logprobs"][k]) >= 1
+    # streaming carries the same entries, the prompt's in the first chunk
+    streamed: dict[str, list] = {"tokens": [], "text_offset": [], "token_logprobs": []}
+    chunks = list(llm(prompt, max_tokens=5, temperature=0, echo=True, logprobs=2, stream=True))
+    assert chunks[0]["choices"][0]["logprobs"]["tokens"][:n] == lp["tokens"][:n]
+    for ch in chunks:
+        block = ch["choices"][0]["logprobs"]
+        if block:
+            for key in streamed:
+                streamed[key] += block[key]
+    assert streamed["tokens"] == lp["tokens"] and streamed["text_offset"] == lp["text_offset"]
+    assert "".join(ch["choices"][0]["text"] for ch in chunks) == r["text"]
 
 
 def test_logit_bias_forces_token(llm):

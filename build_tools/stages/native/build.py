@@ -121,7 +121,7 @@ def cmake_defines(config: BuildConfig, lock: SourceLock) -> dict[str, str]:
         "LLAMA_BUILD_TOOLS": "ON",
         "LLAMA_BUILD_EXAMPLES": "ON",
         "LLAMA_BUILD_TESTS": "OFF",
-        "LLAMA_BUILD_SERVER": "OFF",
+        "LLAMA_BUILD_SERVER": "ON",  # configured only: benchmarks/server.py builds llama-server on demand
         "LLAMA_BUILD_APP": "OFF",
         "LLAMA_BUILD_MTMD": "ON",
         "LLAMA_USE_PREBUILT_UI": "OFF",
