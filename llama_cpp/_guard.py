@@ -98,6 +98,26 @@ class GuardedStream(Generic[T]):
             finally:
                 g._depth -= 1
 
+    def send(self, value: Any) -> T:
+        """``generator.send(value)`` under the lock (streams over generators only)."""
+        g = self._guard
+        with g.lock:
+            if self.closed_by_owner:
+                raise ClosedError(f"this stream's {g.what} was closed; create a new one to continue")
+            if self._items is None:
+                raise StopIteration
+            send = getattr(self._items, "send", None)
+            if send is None:
+                raise TypeError("this stream does not take values: use next()")
+            g._depth += 1
+            try:
+                return send(value)
+            except BaseException:
+                self._release()
+                raise
+            finally:
+                g._depth -= 1
+
     def close(self) -> None:
         """Stop the stream early and free the object for the next call (idempotent)."""
         with self._guard.lock:

@@ -17,7 +17,7 @@ import time
 import uuid
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -647,19 +647,21 @@ class Llama:
     # ------------------------------------------------------------------------------------------
     def _token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
                       grammar: LlamaSampler | None, want_logprobs: bool, reuse_prefix: bool = True,
-                      hooks: TokenHooks | None = None) -> Iterator[_gen.TokenRow]:
+                      hooks: TokenHooks | None = None, prime: bool = True) -> Iterator[_gen.TokenRow]:
         """Evaluate the prompt now and return the ``(token, logits_row_or_None)`` source: tokens until
-        EOG (yielded last) or ``max_tokens``. Called from inside the generators that consume it."""
+        EOG (yielded last) or ``max_tokens``. Called from inside the generators that consume it.
+        ``prime=False``: the chain's penalties have already seen the prompt."""
         self._need_ctx()
         model = self._model
         want_row = want_logprobs or (hooks is not None and bool(hooks.criteria))
         pick = _sampling.token_picker(model, chain, grammar, want_row, hooks)
         source: Iterator[_gen.TokenRow]
         if self._spec is not None:
-            source = self._spec_token_stream(prompt_tokens, max_tokens, chain, pick, reuse_prefix)
+            source = self._spec_token_stream(prompt_tokens, max_tokens, chain, pick, reuse_prefix, prime)
         else:
             self._prepare(prompt_tokens, reuse_prefix)
-            _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size)
+            if prime:
+                _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size)
             if self.draft_model is not None and not (self._is_recurrent or self._is_hybrid):
                 source = self._draft_token_stream(pick, max_tokens)
             else:
@@ -686,7 +688,7 @@ class Llama:
             self._fresh = False  # the last batch's logits may be a rejected draft's
 
     def _spec_token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
-                           pick: _sampling.Pick, reuse_prefix: bool) -> Iterator[_gen.TokenRow]:
+                           pick: _sampling.Pick, reuse_prefix: bool, prime: bool = True) -> Iterator[_gen.TokenRow]:
         """``_token_stream`` through the MTP decoder: the same tokens, several per target decode."""
         dec = self._spec
         assert dec is not None
@@ -696,7 +698,8 @@ class Llama:
         self._fresh = False
         dec.prefill(prompt_tokens)
         self._input_ids = dec.kv_tokens
-        _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size)
+        if prime:
+            _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size)
         try:
             yield from _gen.speculative_loop(dec, pick, max_tokens)
         finally:
@@ -892,7 +895,9 @@ class Llama:
 
         The longest prefix of ``tokens`` already in the context is reused (an exact match with its
         logits evaluates nothing); ``reset=False`` continues after the tokens already evaluated.
-        ``logits_processor``/``stopping_criteria`` as in :meth:`create_completion`.
+        ``logits_processor``/``stopping_criteria`` as in :meth:`create_completion`. As upstream,
+        ``send(more_tokens)`` instead of ``next()`` appends ``more_tokens`` after the token just
+        yielded and returns the token sampled after them (the penalties see them; a grammar does not).
         """
         tokens = [int(t) for t in tokens]
         if not reset:
@@ -910,17 +915,47 @@ class Llama:
             chain.close()
             raise
 
-        def token_ids() -> Iterator[int]:
+        def token_ids() -> Generator[int, Sequence[int] | None, None]:
+            history, h, prime = list(tokens), hooks, True
             try:
-                room = self.n_ctx() - len(tokens)
-                for tok, _ in self._token_stream(tokens, room, chain, g, False, reuse_prefix=True, hooks=hooks):
-                    yield tok
+                while True:
+                    stream = self._token_stream(history, self.n_ctx() - len(history), chain, g, False,
+                                                reuse_prefix=True, hooks=h, prime=prime)
+                    more: list[int] = []
+                    for tok, _ in stream:
+                        history.append(tok)
+                        sent = yield tok
+                        if sent is not None and len(sent):
+                            more = self._sent_tokens(sent, len(history))
+                            break
+                    close = getattr(stream, "close", None)
+                    if close is not None:
+                        close()
+                    if not more:
+                        return
+                    # the token just yielded was not decoded yet: it is evaluated with ``more``
+                    _sampling.prime_penalties(chain, more, self.last_n_tokens_size)
+                    history += more
+                    h = TokenHooks.build(history, self._n_vocab, logits_processor, stopping_criteria)
+                    prime = False
             finally:
                 chain.close()
                 if g is not None:
                     g.close()
 
         return self._guard.stream(token_ids())
+
+    def _sent_tokens(self, sent: Sequence[int], n_history: int) -> list[int]:
+        """Tokens sent into :meth:`generate`, checked before they reach the context."""
+        if isinstance(sent, (str, bytes)) or not isinstance(sent, Sequence | np.ndarray):
+            raise TypeError(f"generate().send() takes a sequence of token ids, got {type(sent).__name__}")
+        more = [int(t) for t in sent]
+        self._model.check_tokens(more, "sent token")
+        if n_history + len(more) >= self.n_ctx():
+            raise ContextOverflowError(
+                f"{n_history} tokens so far + {len(more)} sent leave no room in n_ctx={self.n_ctx()}: "
+                "send fewer tokens or create Llama(n_ctx=...) larger")
+        return more
 
     @serialized()
     def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,

@@ -63,6 +63,44 @@ def test_greedy_tokens_match_generate(llm):
     assert llm.detokenize(out, prev_tokens=toks).decode() == text
 
 
+def _take(gen, n):
+    out = []
+    for t in gen:
+        out.append(t)
+        if len(out) == n:
+            break
+    return out
+
+
+def test_generate_send_appends_tokens_as_upstream(llm):
+    """send(tokens) continues as if the prompt had been prompt + yielded + sent (greedy)."""
+    toks = llm.tokenize(b"hello there", special=True)
+    extra = llm.tokenize(b" the capital of", add_bos=False)
+    gen = llm.generate(toks, temp=0, repeat_penalty=1.1)
+    first = next(gen)
+    after = [gen.send(extra)] + _take(gen, 5)
+    gen.close()
+    llm.reset()
+    ref = _take(llm.generate(toks + [first] + extra, temp=0, repeat_penalty=1.1), 6)
+    assert after == ref
+    # an empty send is next()
+    gen = llm.generate(toks, temp=0)
+    got = [next(gen), gen.send([]), gen.send(None)]
+    gen.close()
+    assert got == _take(llm.generate(toks, temp=0), 3)
+    gen = llm.generate(toks, temp=0)
+    next(gen)
+    with pytest.raises(ValueError, match="sent token"):
+        gen.send([llm.n_vocab() + 5])
+    with pytest.raises(StopIteration):  # the failed stream is closed; the model is free again
+        next(gen)
+    gen = llm.generate(toks, temp=0)
+    next(gen)
+    with pytest.raises(ContextOverflowError):
+        gen.send(extra * 200)
+    assert len(llm("hello", max_tokens=2, temperature=0)["choices"][0]["text"]) > 0
+
+
 def test_stream_equals_non_stream(llm):
     for kwargs in ({"temperature": 0}, {"temperature": 0.9, "seed": 7}, {"temperature": 0, "stop": ["e"]}):
         llm.reset()
