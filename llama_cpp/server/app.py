@@ -221,13 +221,21 @@ async def _served(request: Request, name: str | None) -> ServedModel:
     return served
 
 
-def _check_limits(request: Request, n: int, max_tokens: int | None) -> None:
+def _check_limits(request: Request, n: int, max_tokens: int | None, stop: str | list[str] | None = None) -> None:
     s = _server_settings(request)
     if n > s.max_n:
         raise APIError(400, f"n={n} exceeds this server's limit of {s.max_n} choices", code="invalid_value", param="n")
     if max_tokens is not None and max_tokens > s.max_tokens_limit:
         raise APIError(400, f"max_tokens={max_tokens} exceeds this server's limit of {s.max_tokens_limit}",
                        code="invalid_value", param="max_tokens")
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > s.max_stop:
+        raise APIError(400, f"{len(stops)} stop strings exceed this server's limit of {s.max_stop}",
+                       code="invalid_value", param="stop")
+    longest = max((len(x) for x in stops), default=0)
+    if longest > s.max_stop_chars:
+        raise APIError(400, f"a stop string of {longest} characters exceeds this server's limit of "
+                       f"{s.max_stop_chars}", code="invalid_value", param="stop")
 
 
 def _engine(served: ServedModel) -> SlotEngine | SerialEngine:
@@ -239,8 +247,12 @@ def _engine(served: ServedModel) -> SlotEngine | SerialEngine:
 
 async def _submit(request: Request, served: ServedModel, n: int,
                   make: Callable[[int], GenRequest | Callable[[Any], Any]]) -> Group:
-    group = Group(n)
     engine = _engine(served)
+    if n > engine.capacity:  # even an idle server could not take it: not worth a retry (429)
+        raise APIError(400, f"this request needs {n} generations at once; the model {served.alias!r} takes at most "
+                       f"{engine.capacity} (slots + queue): ask for fewer prompts or a smaller n",
+                       code="invalid_value", param="n")
+    group = Group(n)
     items = [(job, make(job.index)) for job in group.jobs]
     if isinstance(engine, SlotEngine):
         engine.submit_many(items)  # type: ignore[arg-type]
@@ -401,25 +413,38 @@ def _routes(app: FastAPI) -> None:
     @app.post("/v1/engines/copilot-codex/completions", dependencies=auth, include_in_schema=False)
     @_guarded
     async def create_completion(request: Request, body: CreateCompletionRequest) -> Any:
-        _check_limits(request, body.n, body.max_tokens)
+        _check_limits(request, body.n, body.max_tokens, body.stop)
         served = await _served(request, body.model)
         _engine(served)  # a vocab-only model says so before its prompt is looked at
         llama = served.llama
         plist = prompts.prompt_list(body.prompt)
         s = _server_settings(request)
-        reqs: list[GenRequest] = []
+        if len(plist) > s.max_prompts:
+            raise APIError(400, f"{len(plist)} prompts exceed this server's limit of {s.max_prompts} per request",
+                           code="invalid_value", param="prompt")
+        if body.echo and body.logprobs is not None and isinstance(served.engine, SlotEngine):
+            raise APIError(400, "echo with logprobs (scores of the prompt's tokens) is not available from parallel "
+                           f"slots; the model {served.alias!r} runs {served.engine.n_slots}: ask without echo, or "
+                           "serve the model with n_parallel=0", code="invalid_value", param="echo")
         created = int(time.time())
         model_name = body.model or served.alias
-        grammar = prompts.grammar(body.grammar)
-        for p in plist:
-            toks = prompts.completion_tokens(llama, p, body.suffix)
-            prompts.check_prompt(llama, toks, served.n_ctx_slot)
-            max_tokens = prompts.max_tokens(body.max_tokens, len(toks), served.n_ctx_slot, s.max_tokens_limit)
-            for _ in range(body.n):
-                reqs.append(GenRequest(
-                    prompt_tokens=toks, max_tokens=max_tokens, sampling=_sampling(body, llama), grammar=grammar,
-                    stop=prompts.stops(body.stop), logprobs=body.logprobs, echo=body.echo,
-                    completion_id=f"cmpl-{uuid.uuid4()}", created=created, model_name=model_name))
+
+        def requests() -> list[GenRequest]:  # tokenizing and grammar parsing: off the event loop
+            grammar = prompts.grammar(body.grammar)
+            out: list[GenRequest] = []
+            for p in plist:
+                toks = prompts.completion_tokens(llama, p, body.suffix)
+                prompts.check_prompt(llama, toks, served.n_ctx_slot)
+                max_tokens = prompts.max_tokens(body.max_tokens, len(toks), served.n_ctx_slot, s.max_tokens_limit)
+                for _ in range(body.n):
+                    out.append(GenRequest(
+                        prompt_tokens=toks, max_tokens=max_tokens, sampling=_sampling(body, llama), grammar=grammar,
+                        stop=prompts.stops(body.stop), logprobs=body.logprobs, echo=body.echo,
+                        completion_id=f"cmpl-{uuid.uuid4()}", created=created, model_name=model_name,
+                        prompt_chars=len(p) if isinstance(p, str) and body.suffix is None else None))
+            return out
+
+        reqs = await asyncio.to_thread(requests)
         group = await _submit(request, served, len(reqs), lambda i: _work(served, reqs[i]))
         if body.stream:
             first = await _first(request, group)
@@ -432,7 +457,7 @@ def _routes(app: FastAPI) -> None:
     @_guarded
     async def create_chat_completion(request: Request, body: CreateChatCompletionRequest) -> Any:
         max_tokens = body.max_tokens if body.max_tokens is not None else body.max_completion_tokens
-        _check_limits(request, body.n, max_tokens)
+        _check_limits(request, body.n, max_tokens, body.stop)
         served = await _served(request, body.model)
         _engine(served)  # a vocab-only model says so before its prompt is looked at
         llama = served.llama
@@ -442,7 +467,7 @@ def _routes(app: FastAPI) -> None:
         if llama.chat_handler is not None:  # image chat: the handler runs the whole request
             return await _handler_chat(request, served, body, max_tokens)
         prompts.refuse_media(body.messages, served.alias)
-        chat = prompts.chat_prompt(llama, body)
+        chat = await asyncio.to_thread(prompts.chat_prompt, llama, body)  # template and tokens off the loop
         prompts.check_prompt(llama, chat.tokens, served.n_ctx_slot)
         limit = prompts.max_tokens(max_tokens, len(chat.tokens), served.n_ctx_slot, s.max_tokens_limit)
         stop = chat.stops + prompts.stops(body.stop)
@@ -470,11 +495,15 @@ def _routes(app: FastAPI) -> None:
         if not inputs:
             raise APIError(400, "input is empty: give a string or a non-empty list of strings", param="input")
         limit = served.n_ctx_slot
-        for i, text in enumerate(inputs):
-            n = len(served.llama.model.tokenize(text.encode("utf-8"), add_special=True, parse_special=True))
-            if n > limit:
-                raise APIError(400, f"input[{i}] has {n} tokens; the context holds {limit}: shorten it",
-                               code="context_length_exceeded", param="input")
+
+        def check_lengths() -> None:
+            for i, text in enumerate(inputs):
+                n = len(served.llama.model.tokenize(text.encode("utf-8"), add_special=True, parse_special=True))
+                if n > limit:
+                    raise APIError(400, f"input[{i}] has {n} tokens; the context holds {limit}: shorten it",
+                                   code="context_length_exceeded", param="input")
+
+        await asyncio.to_thread(check_lengths)
         name = body.model or served.alias
         group = await _submit(request, served, 1, lambda _: (lambda llama: llama.create_embedding(inputs, model=name)))
         result = (await _collect(request, group))[0][0]
@@ -487,13 +516,14 @@ def _routes(app: FastAPI) -> None:
     @_guarded
     async def tokenize(request: Request, body: TokenizeInputRequest) -> TokenizeInputResponse:
         served = await _served(request, body.model)
-        return TokenizeInputResponse(tokens=prompts.tokenize(served.llama, body.input))
+        return TokenizeInputResponse(tokens=await asyncio.to_thread(prompts.tokenize, served.llama, body.input))
 
     @app.post("/extras/tokenize/count", dependencies=auth, tags=["Extras"])
     @_guarded
     async def count_tokens(request: Request, body: TokenizeInputRequest) -> TokenizeInputCountResponse:
         served = await _served(request, body.model)
-        return TokenizeInputCountResponse(count=len(prompts.tokenize(served.llama, body.input)))
+        return TokenizeInputCountResponse(
+            count=len(await asyncio.to_thread(prompts.tokenize, served.llama, body.input)))
 
     @app.post("/extras/detokenize", dependencies=auth, tags=["Extras"])
     @_guarded

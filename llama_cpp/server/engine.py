@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import _sampling
 from .._errors import DecodeError
-from .._generation import TextStream, _Logprobs
+from .._generation import TextStream, _Logprobs, char_len
 from ..llama import Llama
 from ..llama_grammar import LlamaGrammar
 
@@ -135,6 +135,7 @@ class GenRequest:
     completion_id: str = ""
     created: int = 0
     model_name: str = ""
+    prompt_chars: int | None = None  # the text prompt's length: logprob offsets start after it
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -154,7 +155,7 @@ def completion_chunk(req: GenRequest, data: bytes, reason: str | None, lps: Any)
 
 class _Slot:
     __slots__ = ("seq", "job", "req", "chain", "grammar", "pick", "text", "lp", "pending", "n_fed", "pos",
-                 "next_tok", "produced", "n_gen", "t_start", "t_first", "kv", "n_cached")
+                 "next_tok", "produced", "n_gen", "t_start", "t_first", "kv", "n_cached", "chars")
 
     def __init__(self, seq: int, job: Job, req: GenRequest) -> None:
         self.seq = seq
@@ -175,6 +176,7 @@ class _Slot:
         self.t_first = 0.0
         self.kv: list[int] = []  # the tokens this sequence holds in the KV cache, in order
         self.n_cached = 0  # prompt tokens reused from the previous request on this sequence
+        self.chars = 0  # characters of prompt + text before the next token (logprob offsets)
 
     @property
     def prefilling(self) -> bool:
@@ -267,6 +269,11 @@ class SlotEngine(_Lifecycle):
         self._pieces: dict[int, bytes] = {}
         self._thread = threading.Thread(target=self._run, name="llama-slots", daemon=True)
         self._thread.start()
+
+    @property
+    def capacity(self) -> int:
+        """Generations that can be running or waiting at once."""
+        return self.n_slots + self.max_queue
 
     # -- the request side ---------------------------------------------------------------------
     def submit(self, job: Job, req: GenRequest) -> None:
@@ -377,8 +384,13 @@ class SlotEngine(_Lifecycle):
             want_lp = req.logprobs is not None and req.logprobs >= 0
             s.pick = _sampling.token_picker(self.model, s.chain, s.grammar, want_lp)
             s.lp = _Logprobs(self.model, req.logprobs)
-            if req.echo:
-                s.text = TextStream(req.stop, self.model.detokenize(req.prompt_tokens))
+            if req.echo or (want_lp and req.prompt_chars is None):
+                head = self.model.detokenize(req.prompt_tokens)
+                s.chars = len(head.decode("utf-8", errors="ignore"))
+                if req.echo:
+                    s.text = TextStream(req.stop, head)
+            else:
+                s.chars = req.prompt_chars or 0
             self._reuse_prefix(s)
         except Exception as exc:
             self._out.put(s.job, "error", exc)
@@ -471,10 +483,12 @@ class SlotEngine(_Lifecycle):
             self._finish(s, "stop")
             return
         s.n_gen += 1
-        s.pending.append((tok, row, len(s.text.text)))
         piece = self._pieces.get(tok)
         if piece is None:
             piece = self._pieces[tok] = self.model.token_to_piece(tok)
+        if s.lp.enabled:
+            s.pending.append((tok, row, s.chars))
+            s.chars += char_len(piece)
         out = s.text.push(piece)
         if s.text.stopped:
             self._finish(s, "stop")
@@ -549,6 +563,11 @@ class SerialEngine(_Lifecycle):
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="llama-serial", daemon=True)
         self._thread.start()
+
+    @property
+    def capacity(self) -> int:
+        """Requests that can be running or waiting at once."""
+        return 1 + self.max_queue
 
     def submit(self, job: Job, work: Callable[[Llama], Any]) -> None:
         with self._cv:

@@ -172,6 +172,9 @@ class ServerSettings(_Base):
     max_body_bytes: int = Field(default=32 << 20, ge=1024, description="Largest request body accepted (413).")
     max_tokens_limit: int = Field(default=8192, ge=1, description="Largest max_tokens a request may ask for.")
     max_n: int = Field(default=8, ge=1, description="Largest n (choices per request).")
+    max_prompts: int = Field(default=16, ge=1, description="Most prompts in one completion request.")
+    max_stop: int = Field(default=16, ge=1, description="Most stop strings in one request.")
+    max_stop_chars: int = Field(default=512, ge=1, description="Longest stop string, in characters.")
     shutdown_timeout: float = Field(default=10.0, ge=0.0, description="Seconds running requests may take to "
                                     "finish after SIGTERM before they are cancelled.")
     lazy_load: bool = Field(default=False, description="Load each model on its first request instead of at start.")

@@ -125,3 +125,34 @@ def test_an_empty_api_key_is_refused():
 
     with pytest.raises(ValueError, match="api_key"):
         ServerSettings(api_key="")
+
+
+def test_limits_on_prompts_and_stop_strings(server):
+    e = error_of(post(server, "/v1/completions", json={"model": "spm", "prompt": ["a"] * 17, "max_tokens": 1}), 400)
+    assert e["param"] == "prompt" and "limit of 16" in e["message"]
+    e = error_of(post(server, "/v1/completions", json={"model": "spm", "prompt": "a", "stop": ["x"] * 17}), 400)
+    assert e["param"] == "stop" and "17 stop strings" in e["message"]
+    e = error_of(post(server, "/v1/chat/completions", json={
+        "model": "spm", "messages": [{"role": "user", "content": "a"}], "stop": "y" * 513}), 400)
+    assert e["param"] == "stop" and "513 characters" in e["message"]
+
+
+def test_a_request_that_can_never_fit_is_400_not_429(server):
+    # 4 slots + a queue of 8: 4 prompts x n=4 = 16 generations can never run, even on an idle server
+    e = error_of(post(server, "/v1/completions", json={"model": "spm", "prompt": ["a", "b", "c", "d"], "n": 4,
+                                                       "max_tokens": 1}), 400)
+    assert e["param"] == "n" and "at most 12" in e["message"]
+    r = post(server, "/v1/completions", json={"model": "spm", "prompt": ["a", "b", "c"], "n": 4, "max_tokens": 1})
+    assert r.status_code == 200 and len(r.json()["choices"]) == 12
+
+
+def test_logprob_offsets_count_from_the_end_of_the_prompt(server):
+    prompt = "hello there"
+    r = post(server, "/v1/completions", json={"model": "spm", "prompt": prompt, "max_tokens": 5, "temperature": 0,
+                                              "logprobs": 2}).json()["choices"][0]
+    lp = r["logprobs"]
+    assert "".join(lp["tokens"]) == r["text"]
+    assert lp["text_offset"] == [len(prompt) + len("".join(lp["tokens"][:i])) for i in range(len(lp["tokens"]))]
+    e = error_of(post(server, "/v1/completions", json={"model": "spm", "prompt": prompt, "max_tokens": 2,
+                                                       "echo": True, "logprobs": 1}), 400)
+    assert e["param"] == "echo" and "n_parallel=0" in e["message"]
