@@ -83,11 +83,13 @@ class ServedModel:
             kw["n_ctx"] = s.n_ctx * s.n_parallel
             kw["n_seq_max"] = s.n_parallel
             kw["kv_unified"] = True
-        if s.mtp:
-            from ..speculative import SpecConfig
+        spec = s.spec_config()
+        if spec is not None:
+            kw["speculative"] = spec
+        if s.draft_model is not None:
+            from ..llama_speculative import LlamaPromptLookupDecoding
 
-            kw["speculative"] = SpecConfig(spec_type=s.spec_type or "draft-mtp", draft_n_max=s.draft_n_max,
-                                           draft_n_min=s.draft_n_min, draft_p_min=s.draft_p_min)
+            kw["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=s.draft_model_num_pred_tokens)
         if s.clip_model_path:
             from ..mtmd_chat import MTMDChatHandler
 

@@ -88,12 +88,16 @@ class ModelSettings(_Base):
     hf_pretrained_model_name_or_path: str | None = Field(default=None, description="Not supported.")
     hf_model_repo_id: str | None = Field(default=None, description="Not supported.")
     # speculative decoding
-    draft_model: str | None = Field(default=None, description="Not supported (prompt-lookup decoding); "
-                                    "use spec_type=draft-mtp.")
-    draft_model_num_pred_tokens: int = Field(default=10)
-    spec_type: str | None = Field(default=None, description="Speculative decoding: 'draft-mtp' uses the "
-                                  "model's own NextN (MTP) head; such a model serves one request at a time.")
-    draft_n_max: int = Field(default=3, ge=1, description="Most tokens drafted per MTP step.")
+    draft_model: str | None = Field(default=None, description="Upstream's speculative method: "
+                                    "'prompt-lookup-decoding' (LlamaPromptLookupDecoding).")
+    draft_model_num_pred_tokens: int = Field(default=10, ge=1, description="Most tokens prompt lookup drafts.")
+    spec_type: str | None = Field(default=None, description="Speculative decoding, as llama.cpp's --spec-type "
+                                  "names it (several joined by commas): draft-mtp (the model's NextN head), "
+                                  "draft-simple (draft_model_path), ngram-simple, ngram-map-k, ngram-map-k4v, "
+                                  "ngram-mod, ngram-cache. Such a model serves one request at a time.")
+    draft_model_path: str | None = Field(default=None, description="The draft-simple model (sharing the "
+                                         "target's vocabulary).")
+    draft_n_max: int = Field(default=3, ge=1, description="Most tokens drafted per step.")
     draft_n_min: int = Field(default=0, ge=0, description="Shorter drafts are dropped.")
     draft_p_min: float = Field(default=0.0, ge=0.0, le=1.0, description="Stop drafting below this probability.")
     # KV cache quantization
@@ -122,14 +126,25 @@ class ModelSettings(_Base):
     def _unsupported(self) -> ModelSettings:
         refused = {"rpc_servers": self.rpc_servers, "hf_tokenizer_config_path": self.hf_tokenizer_config_path,
                    "hf_pretrained_model_name_or_path": self.hf_pretrained_model_name_or_path,
-                   "hf_model_repo_id": self.hf_model_repo_id, "draft_model": self.draft_model,
+                   "hf_model_repo_id": self.hf_model_repo_id,
                    "chat_template_kwargs": self.chat_template_kwargs, "cache": self.cache or None}
         bad = sorted(k for k, v in refused.items() if v is not None)
         if bad:
             raise ValueError(f"{', '.join(bad)}: not supported by this server (nothing is downloaded and upstream's "
                              "prompt cache is replaced by per-slot KV); remove the setting")
-        if self.spec_type is not None and self.spec_type.lower() not in ("draft-mtp", "draft_mtp", "none"):
-            raise ValueError(f"spec_type {self.spec_type!r}: only 'draft-mtp' (or 'none') is implemented")
+        if self.draft_model is not None and self.draft_model != "prompt-lookup-decoding":
+            raise ValueError(f"draft_model {self.draft_model!r}: the method upstream offers is "
+                             "'prompt-lookup-decoding'; for a draft model file use spec_type=draft-simple with "
+                             "draft_model_path")
+        if self.draft_model is not None and self.spec_type not in (None, "none"):
+            raise ValueError("draft_model and spec_type both set: choose one way to speculate")
+        if self.spec_type is not None or self.draft_model_path is not None:
+            from ..speculative import check_context_params
+
+            try:
+                check_context_params(self.spec_config(), {"n_batch": self.n_batch, "n_ubatch": self.n_ubatch})
+            except ValueError as exc:  # SpeculativeError is one too
+                raise ValueError(f"spec_type {self.spec_type!r}: {exc}") from exc
         if self.embedding and self.clip_model_path:
             raise ValueError("embedding and clip_model_path cannot both be set on one model")
         if self.draft_n_min > self.draft_n_max:
@@ -143,9 +158,20 @@ class ModelSettings(_Base):
     def alias(self) -> str:
         return self.model_alias or self.model
 
+    def spec_config(self) -> Any:
+        """The :class:`~llama_cpp.speculative.SpecConfig` of ``spec_type`` (None: not speculating)."""
+        if self.spec_type is None and self.draft_model_path is None:
+            return None
+        from ..speculative import SpecConfig
+
+        cfg = SpecConfig(spec_type=self.spec_type, draft_n_max=self.draft_n_max, draft_n_min=self.draft_n_min,
+                         draft_p_min=self.draft_p_min, draft_model_path=self.draft_model_path)
+        return cfg if cfg.enabled else None
+
     @property
     def mtp(self) -> bool:
-        return self.spec_type is not None and self.spec_type.lower() != "none"
+        """Whether this model speculates (any type, or upstream's prompt-lookup ``draft_model``)."""
+        return self.draft_model is not None or self.spec_config() is not None
 
     @property
     def serial(self) -> bool:

@@ -42,6 +42,61 @@ def test_mtp_greedy_equals_plain(mtp_server, prompt):
     assert h["mtp"]["engine"] == "serial" and h["plain"]["engine"] == "slots"
 
 
+@pytest.fixture(scope="module")
+def spec_server(start_server):
+    """The echo target with each kind of drafter the server takes, and without one."""
+    target = str(fixture_path("qwen35_mtp", form="echo"))
+    draft = str(fixture_path("draft_model", form="echo"))
+    return start_server([
+        {"model": target, "model_alias": "plain", "n_parallel": 2, **MTP_CTX},
+        {"model": target, "model_alias": "ngram", "spec_type": "ngram-simple,ngram-map-k", **MTP_CTX},
+        {"model": target, "model_alias": "draft", "spec_type": "draft-simple", "draft_model_path": draft,
+         "draft_n_max": 4, **MTP_CTX},
+        # upstream's prompt lookup verifies drafts by removing rejected KV entries: an attention-only target
+        {"model": str(fixture_path("llama_bpe")), "model_alias": "lookup", "draft_model": "prompt-lookup-decoding",
+         "draft_model_num_pred_tokens": 4, **MTP_CTX},
+        {"model": str(fixture_path("llama_bpe")), "model_alias": "plain-bpe", "n_parallel": 2, **MTP_CTX}])
+
+
+@pytest.mark.parametrize("alias", ["ngram", "draft", "lookup"])
+def test_every_speculative_kind_keeps_greedy_output(spec_server, alias):
+    c = spec_server.client()
+    # a 16-word block three times: its last 12 tokens (llama.cpp's default n-gram) occur earlier
+    prompt = " ".join(["one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                       "fifteen sixteen"] * 3)
+    ref = "plain-bpe" if alias == "lookup" else "plain"
+    plain = c.completions.create(model=ref, prompt=prompt, max_tokens=24, temperature=0)
+    got = c.completions.create(model=alias, prompt=prompt, max_tokens=24, temperature=0)
+    assert got.choices[0].text == plain.choices[0].text
+    streamed = list(c.completions.create(model=alias, prompt=prompt, max_tokens=24, temperature=0, stream=True))
+    assert "".join(ch.choices[0].text for ch in streamed) == plain.choices[0].text
+    chat = [{"role": "user", "content": prompt}]
+    assert (c.chat.completions.create(model=alias, messages=chat, max_tokens=12, temperature=0)
+            .choices[0].message.content ==
+            c.chat.completions.create(model=ref, messages=chat, max_tokens=12, temperature=0)
+            .choices[0].message.content)
+    if alias != "lookup":  # SpecConfig types report their statistics; upstream's draft_model has none
+        spec = got.model_dump()["usage"]["speculative"]
+        assert spec["drafted"] > 0 and 0 <= spec["accepted"] <= spec["drafted"]
+    if alias == "draft":  # the echo draft predicts the echo target exactly
+        spec = got.model_dump()["usage"]["speculative"]
+        assert spec["accepted"] == spec["drafted"]
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"spec_type": "draft-eagle3"}, "not implemented"),
+    ({"spec_type": "draft-simple"}, "draft_model_path"),
+    ({"spec_type": "ngram-bogus"}, "ngram-bogus"),
+    ({"draft_model": "my-draft.gguf"}, "prompt-lookup-decoding"),
+    ({"draft_model": "prompt-lookup-decoding", "spec_type": "ngram-simple"}, "choose one"),
+])
+def test_bad_speculative_settings_are_refused(settings, message):
+    from llama_cpp.server.settings import ModelSettings
+
+    with pytest.raises(ValueError, match=message):
+        ModelSettings(model="m.gguf", **settings)
+
+
 def _image_messages(url: str) -> list[dict]:
     return [{"role": "user", "content": [{"type": "text", "text": "what is in the picture?"},
                                          {"type": "image_url", "image_url": {"url": url}}]}]
