@@ -51,7 +51,7 @@ from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, LlamaSamp
 from ._media_policy import MediaPolicy
 from .llama_cpp import LLAMA_DEFAULT_SEED
 from .mtmd import Audio, Chunk, Chunks, Image, MarkerPrompt, MTMDContext, Text
-from .speculative import MTPDecoder, SpecConfig, SpeculativeStats, check_model_file
+from .speculative import MTPDecoder, SpecConfig, SpeculativeStats, SpeculativeType, check_model_file
 
 log = logging.getLogger("llama_cpp.mtmd_chat")
 
@@ -478,6 +478,12 @@ class MultimodalChat(MultimodalChatEngine):
         self._ctx = None
         self._mtp = None
         self.speculative = speculative if speculative is not None and speculative.enabled else None
+        if self.speculative is not None and self.speculative.types != (SpeculativeType.DRAFT_MTP,):
+            # the n-gram and draft-model engines drive a text-only context: media spans have no tokens
+            # to look up or to feed a draft model
+            raise SpeculativeError(
+                f"multimodal chat speculates with draft-mtp only, not {', '.join(t.value for t in self.speculative.types)}"
+                ": use SpecConfig(spec_type='draft-mtp') with a model that has NextN layers, or no speculation")
         if isinstance(model, LlamaModel):
             text_model = model
         else:

@@ -205,3 +205,11 @@ def test_mtp_chat_needs_nextn_model(spm_model, mmproj_vision):
 
     with pytest.raises(SpeculativeError, match="NextN"):
         MultimodalChat(spm_model, mmproj_vision, n_threads=1, speculative=SpecConfig(draft_n_max=2))
+
+
+@pytest.mark.parametrize("spec_type", ["ngram-simple", "draft-mtp,ngram-mod"])
+def test_other_speculative_types_are_refused_before_loading(spec_type, spm_model, mmproj_vision):
+    from llama_cpp import SpeculativeError
+
+    with pytest.raises(SpeculativeError, match="draft-mtp only"):
+        MultimodalChat(spm_model, mmproj_vision, n_threads=1, speculative=SpecConfig(spec_type=spec_type))
