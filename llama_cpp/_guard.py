@@ -83,35 +83,25 @@ class GuardedStream(Generic[T]):
         return self
 
     def __next__(self) -> T:
-        g = self._guard
-        with g.lock:
-            if self.closed_by_owner:
-                raise ClosedError(f"this stream's {g.what} was closed; create a new one to continue")
-            if self._items is None:
-                raise StopIteration
-            g._depth += 1
-            try:
-                return next(self._items)
-            except BaseException:
-                self._release()
-                raise
-            finally:
-                g._depth -= 1
+        return self._step(None, False)
 
     def send(self, value: Any) -> T:
         """``generator.send(value)`` under the lock (streams over generators only)."""
+        return self._step(value, True)
+
+    def _step(self, value: Any, sending: bool) -> T:
         g = self._guard
         with g.lock:
             if self.closed_by_owner:
                 raise ClosedError(f"this stream's {g.what} was closed; create a new one to continue")
-            if self._items is None:
+            items = self._items
+            if items is None:
                 raise StopIteration
-            send = getattr(self._items, "send", None)
-            if send is None:
+            if sending and not hasattr(items, "send"):
                 raise TypeError("this stream does not take values: use next()")
             g._depth += 1
             try:
-                return send(value)
+                return items.send(value) if sending else next(items)  # type: ignore[attr-defined]
             except BaseException:
                 self._release()
                 raise
