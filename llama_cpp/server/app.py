@@ -246,13 +246,15 @@ def _engine(served: ServedModel) -> SlotEngine | SerialEngine:
 
 
 async def _submit(request: Request, served: ServedModel, n: int,
-                  make: Callable[[int], GenRequest | Callable[[Any], Any]]) -> Group:
+                  make: Callable[[int], GenRequest | Callable[[Any], Any]], stream: bool = False) -> Group:
     engine = _engine(served)
     if n > engine.capacity:  # even an idle server could not take it: not worth a retry (429)
         raise APIError(400, f"this request needs {n} generations at once; the model {served.alias!r} takes at most "
                        f"{engine.capacity} (slots + queue): ask for fewer prompts or a smaller n",
                        code="invalid_value", param="n")
     group = Group(n)
+    for job in group.jobs:
+        job.interruptible, job.owner = stream, group  # upstream's interrupt_requests ends streams only
     items = [(job, make(job.index)) for job in group.jobs]
     if isinstance(engine, SlotEngine):
         engine.submit_many(items)  # type: ignore[arg-type]
@@ -445,7 +447,7 @@ def _routes(app: FastAPI) -> None:
             return out
 
         reqs = await asyncio.to_thread(requests)
-        group = await _submit(request, served, len(reqs), lambda i: _work(served, reqs[i]))
+        group = await _submit(request, served, len(reqs), lambda i: _work(served, reqs[i]), stream=body.stream)
         if body.stream:
             first = await _first(request, group)
             return _stream(request, group, first, lambda i, c: [_with_index(c, i)])
@@ -475,7 +477,7 @@ def _routes(app: FastAPI) -> None:
                            grammar=chat.grammar, stop=stop, logprobs=(body.top_logprobs or 0) if body.logprobs else None,
                            completion_id=f"cmpl-{uuid.uuid4()}", created=created, model_name=model_name)
                 for _ in range(body.n)]
-        group = await _submit(request, served, body.n, lambda i: _work(served, reqs[i]))
+        group = await _submit(request, served, body.n, lambda i: _work(served, reqs[i]), stream=body.stream)
         if body.stream:
             first = await _first(request, group)
             converters = [prompts.ChatChunks(chat.tool_name) for _ in reqs]
@@ -564,7 +566,7 @@ async def _handler_chat(request: Request, served: ServedModel, body: CreateChatC
     def make(_: int) -> Callable[[Any], Any]:
         return lambda llama: iter(llama.create_chat_completion(stream=True, **kwargs))
 
-    group = await _submit(request, served, body.n, make)
+    group = await _submit(request, served, body.n, make, stream=body.stream)
     if body.stream:
         first = await _first(request, group)
         return _stream(request, group, first, lambda i, c: [_with_index(c, i)])
@@ -604,7 +606,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         model_settings = [ModelSettings.model_validate(settings.model_dump(include=set(ModelSettings.model_fields)))]
     if server_settings is None or not model_settings:
         raise ValueError("create_app needs server_settings and model_settings together (or settings)")
-    registry = ModelRegistry(model_settings)
+    registry = ModelRegistry(model_settings, interrupt_requests=server_settings.interrupt_requests)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

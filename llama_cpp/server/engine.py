@@ -71,6 +71,8 @@ class Job:
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.cancelled = threading.Event()
         self.done = False
+        self.interruptible = False  # a stream that interrupt_requests may end early
+        self.owner: object = None  # the request this job is one choice of (its siblings never interrupt it)
 
     def put(self, kind: str, value: Any = None) -> None:
         try:
@@ -547,14 +549,17 @@ class SerialEngine(_Lifecycle):
     """One request at a time through ``Llama`` in a worker thread, behind a bounded queue.
 
     A work item is ``work(llama)`` returning a result object or an iterator of chunks; a
-    cancelled job's iterator is closed at its next chunk.
+    cancelled job's iterator is closed at its next chunk. With ``interrupt`` (upstream's
+    ``interrupt_requests``) a stream also ends, after its current chunk and without a final
+    ``finish_reason``, as soon as another request is waiting; whole responses always finish.
     """
 
     serial = True
 
-    def __init__(self, llama: Llama, max_queue: int) -> None:
+    def __init__(self, llama: Llama, max_queue: int, interrupt: bool = False) -> None:
         self.llama = llama
         self.max_queue = max_queue
+        self.interrupt = interrupt
         self._cv = threading.Condition()
         self._waiting: collections.deque[tuple[Job, Callable[[Llama], Any]]] = collections.deque()
         self._running = 0
@@ -617,6 +622,8 @@ class SerialEngine(_Lifecycle):
                             job.put("error", Cancelled("the request was cancelled"))
                             return
                         job.put("chunk", chunk)
+                        if self.interrupt and job.interruptible and self._someone_else_waits(job):
+                            break
                 finally:
                     close = getattr(out, "close", None)
                     if close is not None:
@@ -626,6 +633,11 @@ class SerialEngine(_Lifecycle):
                 job.put("result", out)
         except Exception as exc:
             job.put("error", exc)
+
+    def _someone_else_waits(self, job: Job) -> bool:
+        with self._cv:
+            return any(not j.cancelled.is_set() and (j.owner is None or j.owner is not job.owner)
+                       for j, _ in self._waiting)
 
     def _cancel_running(self) -> None:
         if self._current is not None:

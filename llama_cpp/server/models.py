@@ -45,8 +45,9 @@ def parse_kv_overrides(items: list[str] | None) -> dict[str, bool | int | float 
 class ServedModel:
     """One configured model; :meth:`load` creates its ``Llama`` and engine (thread-safe, once)."""
 
-    def __init__(self, settings: ModelSettings) -> None:
+    def __init__(self, settings: ModelSettings, interrupt_requests: bool = False) -> None:
         self.settings = settings
+        self.interrupt_requests = interrupt_requests
         self.alias = settings.alias
         self.llama: Llama | None = None
         self.engine: SlotEngine | SerialEngine | None = None
@@ -116,7 +117,7 @@ class ServedModel:
                 engine = None
             elif s.serial:
                 self.n_ctx_slot = llama.n_ctx()
-                engine = SerialEngine(llama, s.max_queue)
+                engine = SerialEngine(llama, s.max_queue, interrupt=self.interrupt_requests)
             else:
                 self.n_ctx_slot = llama.n_ctx() // s.n_parallel
                 engine = SlotEngine(llama, s.n_parallel, self.n_ctx_slot, s.max_queue, cache_prompt=s.cache_prompt)
@@ -146,14 +147,14 @@ class ServedModel:
 class ModelRegistry:
     """The configured models by name; the first is the default."""
 
-    def __init__(self, settings: list[ModelSettings]) -> None:
+    def __init__(self, settings: list[ModelSettings], interrupt_requests: bool = False) -> None:
         if not settings:
             raise ValueError("no model configured: pass --model PATH or a --config_file with models")
         self.models: dict[str, ServedModel] = {}
         for s in settings:
             if s.alias in self.models:
                 raise ValueError(f"two models share the name {s.alias!r}: give them distinct model_alias values")
-            self.models[s.alias] = ServedModel(s)
+            self.models[s.alias] = ServedModel(s, interrupt_requests)
         self.default = next(iter(self.models.values()))
 
     def __iter__(self):

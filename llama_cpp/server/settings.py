@@ -188,8 +188,9 @@ class ServerSettings(_Base):
     ssl_certfile: str | None = Field(default=None, description="SSL certificate file for HTTPS.")
     api_key: str | None = Field(default=None, min_length=1, description="If set, every request needs "
                                 "'Authorization: Bearer <api_key>' (an empty key is refused, not 'no key').")
-    interrupt_requests: bool = Field(default=True, description="Accepted for compatibility: requests wait for "
-                                     "a slot (or get 429), a running one is never interrupted by a new one.")
+    interrupt_requests: bool = Field(default=True, description="As upstream, on one-at-a-time models: a "
+                                     "running stream ends (no finish_reason) when another request waits. "
+                                     "Slot models serve new requests alongside, interrupting none.")
     disable_ping_events: bool = Field(default=False, description="Do not send SSE comment pings while a "
                                       "stream is idle.")
     root_path: str = Field(default="", description="The root path when running behind a reverse proxy.")

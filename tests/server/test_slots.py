@@ -200,3 +200,46 @@ def test_one_requests_failure_does_not_end_the_others(parallel, spm_path, monkey
     assert isinstance(out["boom"], Exception), out["boom"]
     assert wait_for(lambda: not engine._active)
     assert_kv_matches_bookkeeping(engine)
+
+
+def _stream_while_another_waits(srv, engine, max_tokens: int) -> tuple[list[dict], int]:
+    """A stream of ``max_tokens`` that a second request queues behind; (its chunks, the second's status)."""
+    import json
+
+    body = {"model": "one", "prompt": "a", "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    chunks: list[dict] = []
+    status: list[int] = []
+    with httpx.Client(timeout=120) as h1, httpx.Client(timeout=120) as h2:
+        with h1.stream("POST", srv.url + "/v1/completions", json=body) as r1:
+            assert r1.status_code == 200
+            lines = r1.iter_lines()
+            for line in lines:
+                if line.startswith("data: "):
+                    chunks.append(json.loads(line[6:]))
+                    break
+            second = threading.Thread(target=lambda: status.append(h2.post(
+                srv.url + "/v1/completions", json={**body, "max_tokens": 4, "stream": False}).status_code))
+            second.start()
+            assert wait_for(lambda: engine.stats()["waiting"] == 1 or status)
+            for line in lines:
+                if line == "data: [DONE]":
+                    break
+                if line.startswith("data: "):
+                    chunks.append(json.loads(line[6:]))
+        second.join(120)
+    return chunks, status[0]
+
+
+@pytest.mark.parametrize("interrupt", [True, False])
+def test_interrupt_requests_ends_a_serial_stream_when_another_waits(start_server, spm_path, interrupt):
+    srv = start_server([{"model": str(spm_path), "model_alias": "one", "n_parallel": 0, "n_ctx": 4096,
+                         "max_queue": 2}], max_tokens_limit=4000, interrupt_requests=interrupt)
+    engine = srv.engine("one")
+    chunks, status = _stream_while_another_waits(srv, engine, 3000 if interrupt else 200)
+    assert status == 200  # the waiting request is served either way
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"]]
+    if interrupt:
+        assert reasons == [] and len(chunks) < 3000  # cut short, as upstream: no finish_reason
+    else:
+        assert reasons in (["length"], ["stop"])  # ran to its own end
+    assert wait_for(lambda: engine.busy == 0, 120)
