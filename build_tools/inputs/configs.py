@@ -36,7 +36,8 @@ RESERVED_CMAKE = frozenset(
         "BUILD_SHARED_LIBS", "CMAKE_BUILD_TYPE", "CMAKE_INSTALL_RPATH", "CMAKE_BUILD_WITH_INSTALL_RPATH",
         "GGML_BACKEND_DL", "GGML_NATIVE", "GGML_CPU_ALL_VARIANTS", "GGML_CUDA", "LLAMA_BUILD_NUMBER",
         "LLAMA_BUILD_COMMIT", "CMAKE_CUDA_ARCHITECTURES", "CMAKE_CUDA_COMPILER", "CUDAToolkit_ROOT",
-        "GGML_VULKAN", "Vulkan_GLSLC_EXECUTABLE",
+        "GGML_VULKAN", "Vulkan_GLSLC_EXECUTABLE", "CMAKE_TOOLCHAIN_FILE", "CMAKE_SYSTEM_NAME",
+        "CMAKE_SYSTEM_PROCESSOR",
     }
 )
 
@@ -92,6 +93,25 @@ class VulkanSpec:
 
 
 @dataclass(frozen=True)
+class CrossSpec:
+    """A cross-compiled configuration's target and the packages of its compiler (their versions
+    enter the content key). The CMake toolchain file is generated from it by the native stage."""
+
+    triple: str  # the GNU target triple, also the compilers' prefix: ``aarch64-linux-gnu-gcc``
+    system_processor: str  # CMAKE_SYSTEM_PROCESSOR: what ggml's architecture detection reads
+    system_name: str = "Linux"
+    apt: tuple[str, ...] = ()
+    dnf: tuple[str, ...] = ()
+
+    def packages(self, manager: str) -> tuple[str, ...]:
+        return getattr(self, manager, ())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"triple": self.triple, "system_processor": self.system_processor,
+                "system_name": self.system_name, "apt": list(self.apt), "dnf": list(self.dnf)}
+
+
+@dataclass(frozen=True)
 class BuildConfig:
     """One native build configuration, fully resolved."""
 
@@ -106,6 +126,7 @@ class BuildConfig:
     cuda: CudaSpec | None = None
     release: bool = True
     vulkan: VulkanSpec | None = None
+    cross: CrossSpec | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -121,6 +142,7 @@ class BuildConfig:
             "cuda": self.cuda.to_json() if self.cuda else None,
             "release": self.release,
             **({"vulkan": self.vulkan.to_json()} if self.vulkan else {}),
+            **({"cross": self.cross.to_json()} if self.cross else {}),
         }
 
 
@@ -145,8 +167,13 @@ class BuildMatrix:
 _TOP_KEYS = {"schema_version", "default", "config"}
 _CONFIG_KEYS = {
     "name", "extends", "backend", "variant", "description", "cpu_variants", "local_version",
-    "cmake", "wheel_size_budget_mb", "cuda", "release", "vulkan",
+    "cmake", "wheel_size_budget_mb", "cuda", "release", "vulkan", "cross",
 }
+_CROSS_KEYS = {"triple", "system_processor", "system_name", "apt", "dnf"}
+_TRIPLE = re.compile(r"^[a-z0-9_]+(-[a-z0-9_]+){1,3}$")
+# CMAKE_SYSTEM_PROCESSOR values a cross build may name (what ggml's CMake recognises per family).
+_PROCESSORS = ("aarch64", "x86_64")
+_SYSTEMS = ("Linux", "Windows")
 _VULKAN_KEYS = {"apt", "dnf", "smoke_apt", "smoke_dnf", "headers_deb", "headers_sha256"}
 _DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9.+\-]*$")
 _CUDA_KEYS = {"version", "architectures", "toolkit", "packages", "runtime_requires", "fa_quants", "no_vmm"}
@@ -247,6 +274,31 @@ def _parse_vulkan(raw: Any, where: str) -> VulkanSpec:
     return VulkanSpec(**lists, headers_deb=deb, headers_sha256=sha)
 
 
+def _parse_cross(raw: Any, where: str) -> CrossSpec:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table")
+    _check_keys(raw, _CROSS_KEYS, where)
+    triple = _typed(raw, "triple", str, where)
+    if not _TRIPLE.match(triple):
+        raise ConfigError(f"{where}.triple: {triple!r} is not a GNU target triple like 'aarch64-linux-gnu'")
+    processor = _typed(raw, "system_processor", str, where)
+    if processor not in _PROCESSORS:
+        raise ConfigError(f"{where}.system_processor: {processor!r} is not one of {_PROCESSORS}")
+    system = _typed(raw, "system_name", str, where, "Linux")
+    if system not in _SYSTEMS:
+        raise ConfigError(f"{where}.system_name: {system!r} is not one of {_SYSTEMS}")
+    lists = {}
+    for key in ("apt", "dnf"):
+        items = _typed(raw, key, list, where, [])
+        for item in items:
+            if not isinstance(item, str) or not _DEB_NAME.match(item):
+                raise ConfigError(f"{where}.{key}: {item!r} is not a package name")
+        lists[key] = tuple(items)
+    if not (lists["apt"] or lists["dnf"]):
+        raise ConfigError(f"{where}: name the packages that provide {triple}-gcc and {triple}-g++ (apt or dnf)")
+    return CrossSpec(triple=triple, system_processor=processor, system_name=system, **lists)
+
+
 def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:
     _check_keys(raw, _CONFIG_KEYS - {"extends"}, where)
     name = _typed(raw, "name", str, where)
@@ -289,6 +341,9 @@ def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:
         raise ConfigError(f"{where}.vulkan: only allowed with backend = 'vulkan'")
     cuda = _parse_cuda(raw["cuda"], f"{where}.cuda") if "cuda" in raw else None
     vulkan = _parse_vulkan(raw["vulkan"], f"{where}.vulkan") if "vulkan" in raw else None
+    cross = _parse_cross(raw["cross"], f"{where}.cross") if "cross" in raw else None
+    if cross is not None and backend == "cuda":
+        raise ConfigError(f"{where}.cross: a CUDA build is not cross-compiled; build it on its own platform")
     return BuildConfig(
         name=name,
         backend=backend,  # type: ignore[arg-type]
@@ -301,6 +356,7 @@ def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:
         cuda=cuda,
         release=_typed(raw, "release", bool, where, True),
         vulkan=vulkan,
+        cross=cross,
     )
 
 

@@ -158,6 +158,13 @@ def plan(config: BuildConfig, lock: SourceLock, tree: VendoredTree, toolchain: T
         versions.update(kit.versions)
         extra.update(kit.cmake_defines())
         env.update(kit.env())
+    if config.cross is not None:
+        from .cross_toolchain import provision as provision_cross
+
+        cross = provision_cross(config.cross, all_variants=config.cpu_variants == "all", install=install)
+        versions.pop("libc", None)  # the host's; the target's C library is a package in [config.cross]
+        versions.update(cross.versions)
+        extra.update(cross.cmake_defines())
     if config.vulkan is not None:
         from .vulkan_toolchain import provision as provision_vulkan
 
