@@ -128,3 +128,15 @@ def test_cpu_keys_unchanged_by_the_cross_support():
     for name in ("cpu", "cpu-host", "vulkan"):
         d = native.cmake_defines(load_matrix().get(name), lock)
         assert not any(k.startswith(("CMAKE_TOOLCHAIN", "CMAKE_SYSTEM")) for k in d)
+
+
+def test_cross_wheels_are_tagged_for_the_target():
+    from build_tools.stages.wheels.build import default_platform_tag, target_platform_tag
+
+    m = load_matrix()
+    host = default_platform_tag()
+    assert target_platform_tag(m.get("cpu"), host) == host  # the host configurations keep the host's tag
+    assert target_platform_tag(m.get("cpu-aarch64"), host) == "linux_aarch64"
+    assert target_platform_tag(m.get("cpu-aarch64"), "linux_aarch64") == "linux_aarch64"
+    with pytest.raises(ConfigError, match="does not match cpu-aarch64's cross target"):
+        target_platform_tag(m.get("cpu-aarch64"), "win_amd64")

@@ -8,6 +8,7 @@ Input: a :class:`~build_tools.stages.native.build.NativeBuild` and :class:`Wheel
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ def run(nb: NativeBuild, config: BuildConfig, options: WheelOptions, *, repair_t
         force: bool = False) -> WheelsResult:
     """The stage: reuse the recorded wheels when their content key matches, else build (and repair) them."""
     started = time.monotonic()
+    if config.cross is not None:  # only here: the other configurations' wheel keys stay as they were
+        options = dataclasses.replace(options, platform_tag=build.target_platform_tag(config, options.platform_tag))
     key = build.content_key(nb.manifest, nb.manifest_path.read_bytes(), options, config, repair_tags)
     if not force:
         cached = build.reusable(options.out_dir, key)

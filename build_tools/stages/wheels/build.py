@@ -31,7 +31,7 @@ from ...common.fsutil import read_json, write_json_atomic
 from ...common.hashing import sha256_file, sha256_json
 from ...common.interpreters import VERSIONS
 from ...common.paths import REPO_ROOT, VENDOR_DIR
-from ...errors import MissingInputError, WheelBuildError
+from ...errors import ConfigError, MissingInputError, WheelBuildError
 from ...inputs.configs import BuildConfig
 from ..native.manifest import MANIFEST_NAME, NativeManifest
 from .inwheel import Entry, source_date_epoch, write_wheel
@@ -166,6 +166,22 @@ def requirements(meta: ProjectMetadata, config: BuildConfig) -> list[str]:
 def default_platform_tag() -> str:
     """This machine's platform tag before repair (``linux_x86_64``, ``win_amd64``, ``macosx_11_0_arm64``)."""
     return re.sub(r"[-.]", "_", sysconfig.get_platform())
+
+
+_CROSS_TAGS = {("Linux", "aarch64"): "linux_aarch64", ("Linux", "x86_64"): "linux_x86_64",
+               ("Windows", "x86_64"): "win_amd64"}
+
+
+def target_platform_tag(config: BuildConfig, requested: str) -> str:
+    """The platform tag before repair for ``config``: ``requested`` (the host's by default), or, for
+    a cross build, its target's; an explicit tag that contradicts the target is refused."""
+    if config.cross is None:
+        return requested
+    target = _CROSS_TAGS[(config.cross.system_name, config.cross.system_processor)]
+    if requested not in (target, default_platform_tag()):
+        raise ConfigError(f"platform tag {requested!r} does not match {config.name}'s cross target "
+                          f"{config.cross.triple} ({target}); drop --platform-tag")
+    return target
 
 
 def _with_extra(dep: str, extra: str) -> str:
