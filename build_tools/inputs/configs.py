@@ -6,6 +6,7 @@ key, a bad value or a duplicate name is a :class:`ConfigError` naming the key.
 
 from __future__ import annotations
 
+import platform
 import re
 import sys
 from dataclasses import dataclass, field
@@ -105,6 +106,11 @@ class CrossSpec:
 
     def packages(self, manager: str) -> tuple[str, ...]:
         return getattr(self, manager, ())
+
+    def is_native(self, machine: str | None = None, system: str | None = None) -> bool:
+        """True on a machine of the target itself (an arm64 CI runner): it builds with its own compiler."""
+        machine = (machine or platform.machine()).lower().replace("arm64", "aarch64").replace("amd64", "x86_64")
+        return machine == self.system_processor and (system or platform.system()) == self.system_name
 
     def to_json(self) -> dict[str, Any]:
         return {"triple": self.triple, "system_processor": self.system_processor,

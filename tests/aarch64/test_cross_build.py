@@ -140,3 +140,8 @@ def test_cross_wheels_are_tagged_for_the_target():
     assert target_platform_tag(m.get("cpu-aarch64"), "linux_aarch64") == "linux_aarch64"
     with pytest.raises(ConfigError, match="does not match cpu-aarch64's cross target"):
         target_platform_tag(m.get("cpu-aarch64"), "win_amd64")
+
+
+def test_a_machine_of_the_target_builds_natively():
+    assert SPEC.is_native("aarch64", "Linux") and SPEC.is_native("arm64", "Linux")
+    assert not SPEC.is_native("x86_64", "Linux") and not SPEC.is_native("aarch64", "Darwin")

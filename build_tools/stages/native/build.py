@@ -158,7 +158,7 @@ def plan(config: BuildConfig, lock: SourceLock, tree: VendoredTree, toolchain: T
         versions.update(kit.versions)
         extra.update(kit.cmake_defines())
         env.update(kit.env())
-    if config.cross is not None:
+    if config.cross is not None and not config.cross.is_native():
         from .cross_toolchain import provision as provision_cross
 
         cross = provision_cross(config.cross, all_variants=config.cpu_variants == "all", install=install)
