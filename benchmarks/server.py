@@ -1,7 +1,7 @@
 """Aggregate generation throughput of the server with 1, 4 and 8 concurrent clients.
 
     python benchmarks/server.py [--gemma] [--threads N] [--n-gen G] [--requests R] [--clients 1,4,8]
-                                [--no-llama-server]
+                                [--no-llama-server] [--no-stream]
 
 Three servers on loopback, the same model, threads, batch sizes and per-request context:
 
@@ -9,8 +9,9 @@ Three servers on loopback, the same model, threads, batch sizes and per-request 
 - ``serial``: the same with ``--n_parallel 0``, one request at a time (upstream's server);
 - ``llama-server``: llama.cpp's own server built from the same tree (``-np 8 --kv-unified``).
 
-Each client sends ``R`` greedy completions of ``G`` tokens back to back; the score is the sum
-of ``usage.completion_tokens`` over the wall time of the whole round (tokens/s), median over
+Each client streams ``R`` greedy completions of ``G`` tokens back to back (``--no-stream``: whole
+responses); the score is the sum of ``usage.completion_tokens`` (the last streamed chunk's, with
+``stream_options.include_usage``) over the wall time of the whole round (tokens/s), median over
 ``--reps`` rounds. All servers run at once and the rounds alternate between them (an idle
 server uses no CPU), so a busy machine slows each alike. Prints a table and the ratios slots/llama-server and slots/serial; no asserts.
 """
@@ -107,6 +108,16 @@ class Server:
             time.sleep(0.2)
         raise RuntimeError(f"{self.name} did not become ready")
 
+    def measure(self, clients: int, requests: int, n_gen: int, stream: bool) -> float:
+        """One round's tokens/s; a failure names this server and shows its log's end."""
+        try:
+            return round_trip(self.url, clients, requests, n_gen, stream)[0]
+        except Exception as exc:
+            self.log.seek(0)
+            state = "running" if self.proc.poll() is None else f"exited with {self.proc.returncode}"
+            raise RuntimeError(f"{self.name} ({state}) failed with {clients} client(s): {exc}\n"
+                               f"{self.log.read().decode(errors='replace')[-3000:]}") from exc
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -121,7 +132,8 @@ def ours(name: str, model: Path, args: argparse.Namespace, n_parallel: int, lib_
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "m", "--port", str(port),
            "--n_parallel", str(n_parallel), "--n_ctx", str(args.n_ctx), "--n_batch", str(args.n_batch),
            "--n_ubatch", str(args.n_batch), "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
-           "--max_queue", "64", "--flash_attn", "false"]
+           "--max_queue", "64", "--flash_attn", "false",
+           "--interrupt_requests", "false"]  # upstream's default would cut the serial server's streams
     env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(lib_dir)}
     return Server(name, cmd, env, port)
 
@@ -135,7 +147,20 @@ def llama_server(tools: Path, env: dict[str, str], model: Path, args: argparse.N
     return Server("llama-server", cmd, env, port)
 
 
-def round_trip(url: str, clients: int, requests: int, n_gen: int) -> tuple[float, int]:
+def _streamed_tokens(r) -> int:
+    """``usage.completion_tokens`` of a streamed completion (its last chunk carries ``usage``)."""
+    tokens = None
+    for line in r.iter_lines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            usage = json.loads(line[6:]).get("usage")
+            if usage:
+                tokens = usage["completion_tokens"]
+    if tokens is None:
+        raise RuntimeError("the stream ended without usage")
+    return tokens
+
+
+def round_trip(url: str, clients: int, requests: int, n_gen: int, stream: bool) -> tuple[float, int]:
     """One round: ``clients`` threads each sending ``requests`` completions; (tokens/s, tokens)."""
     import httpx
 
@@ -149,10 +174,17 @@ def round_trip(url: str, clients: int, requests: int, n_gen: int) -> tuple[float
                 barrier.wait()
                 for i in range(requests):
                     prompt = PROMPTS[(k * requests + i) % len(PROMPTS)]
-                    r = http.post(url + "/v1/completions", json={"model": "m", "prompt": prompt, "max_tokens": n_gen,
-                                                                "temperature": 0, "repeat_penalty": 1.0})
-                    r.raise_for_status()
-                    total[k] += r.json()["usage"]["completion_tokens"]
+                    body = {"model": "m", "prompt": prompt, "max_tokens": n_gen, "temperature": 0,
+                            "repeat_penalty": 1.0, "stream": stream}
+                    if stream:
+                        body["stream_options"] = {"include_usage": True}
+                        with http.stream("POST", url + "/v1/completions", json=body) as r:
+                            r.raise_for_status()
+                            total[k] += _streamed_tokens(r)
+                    else:
+                        r = http.post(url + "/v1/completions", json=body)
+                        r.raise_for_status()
+                        total[k] += r.json()["usage"]["completion_tokens"]
         except BaseException as exc:  # noqa: BLE001 (reported by the caller)
             errors.append(exc)
             barrier.abort()
@@ -180,6 +212,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2, help="requests per client per round")
     ap.add_argument("--clients", default="1,4,8")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-stream", action="store_true", help="whole responses instead of streaming clients")
     ap.add_argument("--no-llama-server", action="store_true", help="skip llama.cpp's server (no tool build)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
@@ -189,7 +222,8 @@ def main() -> None:
     tools, env, lib_dir, have_server = native_tools(with_server=not args.no_llama_server)
     model = model_path(args.gemma)
     print(f"model {model.name}, threads {args.threads}, {args.n_gen} tokens per request, "
-          f"{args.requests} requests per client, median of {args.reps}")
+          f"{args.requests} requests per client, median of {args.reps}, "
+          f"{'streaming' if not args.no_stream else 'whole responses'}, load average {os.getloadavg()[0]:.2f}")
 
     makers = [("slots", lambda: ours("slots", model, args, n_parallel, lib_dir)),
               ("serial", lambda: ours("serial", model, args, 0, lib_dir))]
@@ -200,13 +234,13 @@ def main() -> None:
     try:
         for srv in servers:
             srv.wait_ready()
-            round_trip(srv.url, 1, 1, 8)  # warm-up
+            srv.measure(1, 1, 8, not args.no_stream)  # warm-up
         # rounds interleave the servers (idle ones use no CPU), so load from elsewhere hits all alike
         rates: dict[str, dict[int, list[float]]] = {srv.name: {c: [] for c in clients} for srv in servers}
         for c in clients:
             for _ in range(args.reps):
                 for srv in servers:
-                    rates[srv.name][c].append(round_trip(srv.url, c, args.requests, args.n_gen)[0])
+                    rates[srv.name][c].append(srv.measure(c, args.requests, args.n_gen, not args.no_stream))
             for srv in servers:
                 results.setdefault(srv.name, {})[c] = statistics.median(rates[srv.name][c])
                 print(f"  {srv.name:>12} {c} client(s): {results[srv.name][c]:8.1f} tok/s", flush=True)
@@ -214,6 +248,7 @@ def main() -> None:
         for srv in servers:
             srv.stop()
 
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
     print("\nclients " + "".join(f"{n:>14}" for n in results) + "   slots/llama-server   slots/serial")
     for c in clients:
         row = "".join(f"{results[n][c]:14.1f}" for n in results)
