@@ -256,17 +256,23 @@ def _parse_cuda(raw: Any, where: str) -> CudaSpec:
     )
 
 
-def _parse_vulkan(raw: Any, where: str) -> VulkanSpec:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a table")
-    _check_keys(raw, _VULKAN_KEYS, where)
+def _package_lists(raw: dict[str, Any], where: str, keys: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """System package lists of a table, each name checked."""
     lists = {}
-    for key in ("apt", "dnf", "smoke_apt", "smoke_dnf"):
+    for key in keys:
         items = _typed(raw, key, list, where, [])
         for item in items:
             if not isinstance(item, str) or not _DEB_NAME.match(item):
                 raise ConfigError(f"{where}.{key}: {item!r} is not a package name")
         lists[key] = tuple(items)
+    return lists
+
+
+def _parse_vulkan(raw: Any, where: str) -> VulkanSpec:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table")
+    _check_keys(raw, _VULKAN_KEYS, where)
+    lists = _package_lists(raw, where, ("apt", "dnf", "smoke_apt", "smoke_dnf"))
     if not (lists["apt"] or lists["dnf"]):
         raise ConfigError(f"{where}: name the packages that provide glslc and the Vulkan headers (apt or dnf)")
     deb = _typed(raw, "headers_deb", str, where, None)
@@ -293,13 +299,7 @@ def _parse_cross(raw: Any, where: str) -> CrossSpec:
     system = _typed(raw, "system_name", str, where, "Linux")
     if system not in _SYSTEMS:
         raise ConfigError(f"{where}.system_name: {system!r} is not one of {_SYSTEMS}")
-    lists = {}
-    for key in ("apt", "dnf"):
-        items = _typed(raw, key, list, where, [])
-        for item in items:
-            if not isinstance(item, str) or not _DEB_NAME.match(item):
-                raise ConfigError(f"{where}.{key}: {item!r} is not a package name")
-        lists[key] = tuple(items)
+    lists = _package_lists(raw, where, ("apt", "dnf"))
     if not (lists["apt"] or lists["dnf"]):
         raise ConfigError(f"{where}: name the packages that provide {triple}-gcc and {triple}-g++ (apt or dnf)")
     return CrossSpec(triple=triple, system_processor=processor, system_name=system, **lists)
