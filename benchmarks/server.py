@@ -160,6 +160,9 @@ def _streamed_tokens(r) -> int:
     return tokens
 
 
+RETRIES: dict[str, int] = {}  # per server URL: streams retried after a disconnect before any response
+
+
 def round_trip(url: str, clients: int, requests: int, n_gen: int, stream: bool) -> tuple[float, int]:
     """One round: ``clients`` threads each sending ``requests`` completions; (tokens/s, tokens)."""
     import httpx
@@ -178,9 +181,18 @@ def round_trip(url: str, clients: int, requests: int, n_gen: int, stream: bool) 
                             "repeat_penalty": 1.0, "stream": stream}
                     if stream:
                         body["stream_options"] = {"include_usage": True}
-                        with http.stream("POST", url + "/v1/completions", json=body) as r:
-                            r.raise_for_status()
-                            total[k] += _streamed_tokens(r)
+                        for attempt in (1, 2):
+                            try:
+                                with http.stream("POST", url + "/v1/completions", json=body) as r:
+                                    r.raise_for_status()
+                                    total[k] += _streamed_tokens(r)
+                                break
+                            except httpx.RemoteProtocolError:
+                                # llama-server has been seen closing a stream before its headers
+                                # once in a few hundred requests: retried once, counted, printed
+                                if attempt == 2:
+                                    raise
+                                RETRIES[url] = RETRIES.get(url, 0) + 1
                     else:
                         r = http.post(url + "/v1/completions", json=body)
                         r.raise_for_status()
@@ -249,6 +261,9 @@ def main() -> None:
             srv.stop()
 
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    for srv in servers:
+        if RETRIES.get(srv.url):
+            print(f"{srv.name}: {RETRIES[srv.url]} stream(s) retried after a disconnect before any response")
     print("\nclients " + "".join(f"{n:>14}" for n in results) + "   slots/llama-server   slots/serial")
     for c in clients:
         row = "".join(f"{results[n][c]:14.1f}" for n in results)
