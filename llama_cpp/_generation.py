@@ -335,5 +335,5 @@ def completion_chunks(model: LlamaModel, tokens: Iterable[TokenRow], *, n_prompt
     yield final
 
 
-__all__ = ["LogprobEntry", "TextStream", "TokenRow", "char_len", "TokenStep", "completion_chunks", "decode_loop", "draft_loop", "held_suffix",
-           "speculative_loop", "utf8_complete_len"]
+__all__ = ["LogprobEntry", "TextStream", "TokenRow", "TokenStep", "char_len", "completion_chunks", "decode_loop",
+           "draft_loop", "held_suffix", "speculative_loop", "utf8_complete_len"]

@@ -759,14 +759,16 @@ class Llama:
         want_lp = logprobs is not None and logprobs >= 0
         if self.cache is not None:
             self._cache_restore(prompt_tokens)
-        head = m.detokenize(prompt_tokens) if echo or want_lp else b""
+        head = m.detokenize(prompt_tokens) if echo else b""
         prompt_lp = self._prompt_logprobs(prompt_tokens, _gen._Logprobs(m, logprobs)) if want_lp and echo else ()
+        base = 0  # logprob offsets count from the end of the prompt when it is not echoed
+        if want_lp and not echo:
+            base = _gen.char_len(m.detokenize(prompt_tokens)) if prompt_chars is None else prompt_chars
         tokens = self._token_stream(prompt_tokens, max_tokens, chain, grammar, want_lp, hooks=hooks)
         yield from _gen.completion_chunks(
-            m, tokens, n_prompt=len(prompt_tokens), stop=stop, logprobs=logprobs, head=head if echo else b"",
+            m, tokens, n_prompt=len(prompt_tokens), stop=stop, logprobs=logprobs, head=head,
             completion_id=completion_id, created=created, model_name=model_name, prompt_logprobs=prompt_lp,
-            offset_base=0 if echo or not want_lp else
-            (len(head.decode("utf-8", errors="ignore")) if prompt_chars is None else prompt_chars))
+            offset_base=base)
         if self.cache is not None and self._input_ids:
             self.cache[list(self._input_ids)] = self.save_state()
 
@@ -778,7 +780,13 @@ class Llama:
         The context then holds the prompt with its last logits, so generation evaluates nothing."""
         ctx, m = self._need_ctx(), self._need_model()
         first = 1 if len(tokens) > 1 and tokens[0] == m.token_bos() else 0
-        offsets = [len(m.detokenize(tokens[:k]).decode("utf-8", errors="ignore")) for k in range(len(tokens))]
+        # offsets[k]: characters of detokenize(tokens[:k]); after the first piece (whose leading space
+        # detokenize may drop) each token adds its own piece, so one pass instead of one per prefix
+        offsets = [0] * len(tokens)
+        if first + 1 < len(tokens):
+            offsets[first + 1] = _gen.char_len(m.detokenize(tokens[:first + 1]))
+        for k in range(first + 2, len(tokens)):
+            offsets[k] = offsets[k - 1] + _gen.char_len(m.token_to_piece(int(tokens[k - 1])))
         entries = [lp.entry(int(tokens[first]), None, offsets[first])]
         self._input_ids.clear()
         self._fresh = False

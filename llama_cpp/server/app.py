@@ -228,7 +228,7 @@ def _check_limits(request: Request, n: int, max_tokens: int | None, stop: str | 
     if max_tokens is not None and max_tokens > s.max_tokens_limit:
         raise APIError(400, f"max_tokens={max_tokens} exceeds this server's limit of {s.max_tokens_limit}",
                        code="invalid_value", param="max_tokens")
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    stops = prompts.stops(stop)
     if len(stops) > s.max_stop:
         raise APIError(400, f"{len(stops)} stop strings exceed this server's limit of {s.max_stop}",
                        code="invalid_value", param="stop")

@@ -388,7 +388,7 @@ class SlotEngine(_Lifecycle):
             s.lp = _Logprobs(self.model, req.logprobs)
             if req.echo or (want_lp and req.prompt_chars is None):
                 head = self.model.detokenize(req.prompt_tokens)
-                s.chars = len(head.decode("utf-8", errors="ignore"))
+                s.chars = char_len(head)
                 if req.echo:
                     s.text = TextStream(req.stop, head)
             else:

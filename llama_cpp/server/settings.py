@@ -138,13 +138,14 @@ class ModelSettings(_Base):
                              "draft_model_path")
         if self.draft_model is not None and self.spec_type not in (None, "none"):
             raise ValueError("draft_model and spec_type both set: choose one way to speculate")
-        if self.spec_type is not None or self.draft_model_path is not None:
-            from ..speculative import check_context_params
+        try:
+            spec = self.spec_config()
+            if spec is not None:
+                from ..speculative import check_context_params
 
-            try:
-                check_context_params(self.spec_config(), {"n_batch": self.n_batch, "n_ubatch": self.n_ubatch})
-            except ValueError as exc:  # SpeculativeError is one too
-                raise ValueError(f"spec_type {self.spec_type!r}: {exc}") from exc
+                check_context_params(spec, {"n_batch": self.n_batch, "n_ubatch": self.n_ubatch})
+        except ValueError as exc:  # SpeculativeError is one too
+            raise ValueError(f"spec_type {self.spec_type!r}: {exc}") from exc
         if self.embedding and self.clip_model_path:
             raise ValueError("embedding and clip_model_path cannot both be set on one model")
         if self.draft_n_min > self.draft_n_max:
@@ -169,14 +170,14 @@ class ModelSettings(_Base):
         return cfg if cfg.enabled else None
 
     @property
-    def mtp(self) -> bool:
+    def speculates(self) -> bool:
         """Whether this model speculates (any type, or upstream's prompt-lookup ``draft_model``)."""
         return self.draft_model is not None or self.spec_config() is not None
 
     @property
     def serial(self) -> bool:
         """Whether this model is served one request at a time (see the package docstring)."""
-        return self.n_parallel == 0 or self.mtp or bool(self.clip_model_path) or self.embedding
+        return self.n_parallel == 0 or self.speculates or bool(self.clip_model_path) or self.embedding
 
 
 class ServerSettings(_Base):

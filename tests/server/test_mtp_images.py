@@ -155,3 +155,10 @@ def test_path_escaping_the_allowed_directory(image_server, media_dir):
         r = httpx.post(image_server.url + "/v1/chat/completions", timeout=60,
                        json={"model": "vision", "messages": _image_messages(url), "max_tokens": 4})
         assert r.status_code == 400 and "inside the allowed media directories" in r.json()["error"]["message"], (url, r.text)
+
+
+def test_spec_type_none_is_plain_serving():
+    from llama_cpp.server.settings import ModelSettings
+
+    s = ModelSettings(model="m.gguf", spec_type="none", n_parallel=2)
+    assert s.spec_config() is None and not s.speculates and not s.serial
