@@ -103,6 +103,13 @@ class CrossSpec:
     system_name: str = "Linux"
     apt: tuple[str, ...] = ()
     dnf: tuple[str, ...] = ()
+    # "gcc": the triple-prefixed GNU compilers; "clang-N": one clang driven with --target=<triple>,
+    # linking against the GNU cross toolchain's sysroot and libstdc++ (newer -march than its GCC).
+    compiler: str = "gcc"
+
+    @property
+    def uses_clang(self) -> bool:
+        return self.compiler.startswith("clang")
 
     def packages(self, manager: str) -> tuple[str, ...]:
         return getattr(self, manager, ())
@@ -114,7 +121,8 @@ class CrossSpec:
 
     def to_json(self) -> dict[str, Any]:
         return {"triple": self.triple, "system_processor": self.system_processor,
-                "system_name": self.system_name, "apt": list(self.apt), "dnf": list(self.dnf)}
+                "system_name": self.system_name, "apt": list(self.apt), "dnf": list(self.dnf),
+                **({"compiler": self.compiler} if self.compiler != "gcc" else {})}
 
 
 @dataclass(frozen=True)
@@ -175,7 +183,8 @@ _CONFIG_KEYS = {
     "name", "extends", "backend", "variant", "description", "cpu_variants", "local_version",
     "cmake", "wheel_size_budget_mb", "cuda", "release", "vulkan", "cross",
 }
-_CROSS_KEYS = {"triple", "system_processor", "system_name", "apt", "dnf"}
+_CROSS_KEYS = {"triple", "system_processor", "system_name", "apt", "dnf", "compiler"}
+_CROSS_COMPILER = re.compile(r"^(gcc|clang(-[0-9]{1,3})?)$")
 _TRIPLE = re.compile(r"^[a-z0-9_]+(-[a-z0-9_]+){1,3}$")
 # CMAKE_SYSTEM_PROCESSOR values a cross build may name (what ggml's CMake recognises per family).
 _PROCESSORS = ("aarch64", "x86_64")
@@ -299,10 +308,13 @@ def _parse_cross(raw: Any, where: str) -> CrossSpec:
     system = _typed(raw, "system_name", str, where, "Linux")
     if system not in _SYSTEMS:
         raise ConfigError(f"{where}.system_name: {system!r} is not one of {_SYSTEMS}")
+    compiler = _typed(raw, "compiler", str, where, "gcc")
+    if not _CROSS_COMPILER.match(compiler):
+        raise ConfigError(f"{where}.compiler: {compiler!r} is not 'gcc', 'clang' or 'clang-N' (e.g. 'clang-19')")
     lists = _package_lists(raw, where, ("apt", "dnf"))
     if not (lists["apt"] or lists["dnf"]):
         raise ConfigError(f"{where}: name the packages that provide {triple}-gcc and {triple}-g++ (apt or dnf)")
-    return CrossSpec(triple=triple, system_processor=processor, system_name=system, **lists)
+    return CrossSpec(triple=triple, system_processor=processor, system_name=system, compiler=compiler, **lists)
 
 
 def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:

@@ -44,8 +44,12 @@ def test_committed_aarch64_configurations():
     full, dev = m.get("cpu-aarch64"), m.get("cpu-aarch64-dev")
     assert full.cross is not None and full.cross.triple == "aarch64-linux-gnu"
     assert full.cross.system_processor == "aarch64" and "libc6-dev-arm64-cross" in full.cross.apt
-    assert full.cpu_variants == "all" and dev.cpu_variants == "single" and dev.cross == full.cross
+    assert full.cpu_variants == "all" and dev.cpu_variants == "single"
+    # Every variant needs a compiler that knows armv9.2-a+sme: clang; the one-backend dev build keeps GCC.
+    assert full.cross.compiler.startswith("clang-") and full.cross.compiler in full.cross.apt
+    assert dev.cross.compiler == "gcc" and dev.cross.triple == full.cross.triple
     assert full.to_json()["cross"]["triple"] == "aarch64-linux-gnu"
+    assert "compiler" not in dev.to_json()["cross"]  # gcc, the default: the dev build's key is as before
     assert "cross" not in m.get("cpu").to_json()  # the x86-64 configurations are unchanged
 
 
@@ -58,6 +62,8 @@ def test_committed_aarch64_configurations():
         (lambda d: _first(d, "cpu-aarch64")["cross"].update(apt=[], dnf=[]), "aarch64-linux-gnu-gcc"),
         (lambda d: _first(d, "cpu-aarch64")["cross"].update(apt=["gcc; true"]), "is not a package name"),
         (lambda d: _first(d, "cpu-aarch64")["cross"].update(sysroot="/"), "unknown key 'sysroot'"),
+        (lambda d: _first(d, "cpu-aarch64")["cross"].update(compiler="icc"), "is not 'gcc', 'clang' or 'clang-N'"),
+        (lambda d: _first(d, "cpu-aarch64")["cross"].update(compiler="clang-19; rm"), "compiler"),
         (lambda d: _first(d, "cpu-aarch64")["cross"].pop("triple"), "missing required key 'triple'"),
         (lambda d: _first(d, "cpu-aarch64").update(cmake={"CMAKE_TOOLCHAIN_FILE": "x"}), "set by the recipe"),
         (lambda d: _first(d, "cuda-13.0").update(cross=_first(d, "cpu-aarch64")["cross"]), "not cross-compiled"),
@@ -82,9 +88,22 @@ def test_toolchain_file_names_target_compilers_and_sysroot():
     assert "set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)" in lines
 
 
-def _fake_gcc(tmp_path: Path, accepts_sme: bool) -> Path:
+def test_clang_toolchain_file_sets_the_target_triple():
+    spec = dataclasses.replace(SPEC, compiler="clang-19")
+    assert cross_toolchain.compiler_names(spec) == ("clang-19", "clang++-19")
+    assert cross_toolchain.compiler_names(SPEC) == ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++")
+    lines = cross_toolchain.toolchain_file_text(spec, Path("/usr/bin/clang-19"), Path("/usr/bin/clang++-19")).splitlines()
+    assert "set(CMAKE_C_COMPILER_TARGET aarch64-linux-gnu)" in lines
+    assert "set(CMAKE_CXX_COMPILER_TARGET aarch64-linux-gnu)" in lines
+    gcc_text = cross_toolchain.toolchain_file_text(SPEC, Path("/a-gcc"), Path("/a-g++"))
+    assert "COMPILER_TARGET" not in gcc_text
+
+
+def _fake_gcc(tmp_path: Path, accepts_sme: bool, needs_target: bool = False) -> Path:
     exe = tmp_path / "aarch64-linux-gnu-gcc"
     refuse = "" if accepts_sme else 'case "$*" in *+sme*) echo "unknown value for -march" >&2; exit 1;; esac\n'
+    if needs_target:  # clang: without --target it compiles for the host, which has no armv9.2-a
+        refuse += 'case "$*" in *--target=aarch64-linux-gnu*) ;; *) exit 1;; esac\n'
     exe.write_text(f"#!/bin/sh\n{refuse}exit 0\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     return exe
@@ -94,7 +113,21 @@ def test_probe_refuses_a_compiler_without_sme_naming_the_fix(tmp_path):
     with pytest.raises(ToolNotFoundError) as info:
         cross_toolchain.check_all_variants(SPEC, _fake_gcc(tmp_path, accepts_sme=False))
     msg = str(info.value)
-    assert "+sme" in msg and "GCC >= 14" in msg and 'cpu_variants = "single"' in msg
+    assert "+sme" in msg and "GCC >= 14" in msg and 'cpu_variants = "single"' in msg and "clang-19" in msg
+
+
+def test_probe_drives_clang_with_the_target(tmp_path):
+    cross_toolchain.check_all_variants(dataclasses.replace(SPEC, compiler="clang-19"),
+                                       _fake_gcc(tmp_path, accepts_sme=True, needs_target=True))
+    with pytest.raises(ToolNotFoundError):
+        cross_toolchain.check_all_variants(SPEC, _fake_gcc(tmp_path, accepts_sme=True, needs_target=True))
+
+
+@pytest.mark.skipif(shutil.which("clang-19") is None or shutil.which("aarch64-linux-gnu-g++") is None,
+                    reason="no clang-19 and aarch64-linux-gnu-g++ (apt-get install clang-19 g++-aarch64-linux-gnu)")
+def test_real_clang_accepts_every_variant():
+    full = load_matrix().get("cpu-aarch64").cross
+    cross_toolchain.check_all_variants(full, Path(shutil.which(cross_toolchain.compiler_names(full)[0])))
 
 
 def test_probe_accepts_a_compiler_with_sme(tmp_path):

@@ -1,7 +1,8 @@
 """A cross build's compiler and its CMake toolchain file, generated from ``[config.cross]``.
 
-The compilers come from the system's package manager (Debian's ``g++-aarch64-linux-gnu``);
-installed here when missing and running as root. Their versions enter the content key (the
+The compilers come from the system's package manager (Debian's ``g++-aarch64-linux-gnu``, and
+``clang-19`` where the configuration asks for clang: it knows ``-march=armv9.2-a+sme``, bookworm's
+cross GCC 12 does not); installed here when missing and running as root. Their versions enter the content key (the
 host compiler's do not: it compiles nothing that is shipped). The toolchain file holds paths, so
 it lives in the cache, named by the hash of its text, and never enters the key itself.
 """
@@ -40,11 +41,15 @@ def toolchain_file_text(spec: CrossSpec, cc: Path, cxx: Path) -> str:
     """The CMake toolchain file: target system, compilers, and a find root that sees only the
     target's sysroot for libraries and headers (host programs such as git stay usable)."""
     sysroot = Path("/usr") / spec.triple
+    # clang finds the GNU cross toolchain (crt files, libstdc++, aarch64-linux-gnu-ld) from --target.
+    target = ([f"set(CMAKE_C_COMPILER_TARGET {spec.triple})", f"set(CMAKE_CXX_COMPILER_TARGET {spec.triple})"]
+              if spec.uses_clang else [])
     return "\n".join([
         f"set(CMAKE_SYSTEM_NAME {spec.system_name})",
         f"set(CMAKE_SYSTEM_PROCESSOR {spec.system_processor})",
         f'set(CMAKE_C_COMPILER "{cc}")',
         f'set(CMAKE_CXX_COMPILER "{cxx}")',
+        *target,
         f'set(CMAKE_FIND_ROOT_PATH "{sysroot}")',
         "set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)",
         "set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)",
@@ -54,10 +59,18 @@ def toolchain_file_text(spec: CrossSpec, cc: Path, cxx: Path) -> str:
     ])
 
 
-def _compiler(spec: CrossSpec, name: str, packages: tuple[str, ...]) -> Path:
-    found = shutil.which(f"{spec.triple}-{name}")
+def compiler_names(spec: CrossSpec) -> tuple[str, str]:
+    """The C and C++ compiler programs of ``spec``: ``aarch64-linux-gnu-gcc``, or ``clang-19``."""
+    if spec.uses_clang:
+        version = spec.compiler[len("clang"):]
+        return f"clang{version}", f"clang++{version}"
+    return f"{spec.triple}-gcc", f"{spec.triple}-g++"
+
+
+def _compiler(name: str, packages: tuple[str, ...]) -> Path:
+    found = shutil.which(name)
     if found is None:
-        raise ToolNotFoundError(f"{spec.triple}-{name} is not on PATH although {', '.join(packages)} are "
+        raise ToolNotFoundError(f"{name} is not on PATH although {', '.join(packages)} are "
                                 "installed: add the package that provides it to [config.cross]")
     return Path(found)
 
@@ -67,15 +80,16 @@ def check_all_variants(spec: CrossSpec, cc: Path) -> None:
     flag = _ALL_VARIANTS_PROBE.get(spec.system_processor)
     if flag is None:
         return
+    target = [f"--target={spec.triple}"] if spec.uses_clang else []
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "probe.c"
         src.write_text("int main(void) { return 0; }\n")
-        done = proc.run([cc, flag, "-c", src, "-o", Path(tmp) / "probe.o"], check=False)
+        done = proc.run([cc, *target, flag, "-c", src, "-o", Path(tmp) / "probe.o"], check=False)
     if done.returncode != 0:
         raise ToolNotFoundError(
             f"{cc} does not accept {flag} (needed by the armv9.2 variants of GGML_CPU_ALL_VARIANTS): "
-            "use a cross compiler that knows SME (GCC >= 14, e.g. Debian trixie's "
-            f"g++-14-{spec.triple}) in [config.cross], or cpu_variants = \"single\"")
+            "use a compiler that knows SME in [config.cross] (compiler = \"clang-19\" with clang-19 in "
+            f"its packages, or GCC >= 14: g++-14-{spec.triple}), or cpu_variants = \"single\"")
 
 
 def provision(spec: CrossSpec, *, all_variants: bool, install: bool = True) -> CrossToolchain:
@@ -87,7 +101,7 @@ def provision(spec: CrossSpec, *, all_variants: bool, install: bool = True) -> C
                                 "([config.cross] in manifests/configs.toml), or install it by hand")
     packages = spec.packages(mgr)
     got = syspkg.ensure(mgr, packages, why=f"the {spec.triple} cross build", install=install)
-    cc, cxx = _compiler(spec, "gcc", packages), _compiler(spec, "g++", packages)
+    cc, cxx = (_compiler(name, packages) for name in compiler_names(spec))
     if all_variants:
         check_all_variants(spec, cc)
     versions = {f"{mgr}:{p}": v for p, v in got.items()}
