@@ -20,6 +20,7 @@ Each check has a name; a failing wheel's report lists every failure by that name
     size-budget         the wheel exceeds the configuration's wheel_size_budget_mb
     cuda-runtime        a CUDA wheel lacks a runtime Requires-Dist of its configuration
     driver-library      the wheel carries a GPU driver, runtime or loader (CUDA, Vulkan)
+    architecture        an ELF file in the package is built for another machine than the platform tag names
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ..common import proc
+from ..common import elf, proc
 from ..common.fsutil import write_json_atomic
 from ..common.paths import REPO_ROOT
 from ..errors import ToolTimeoutError, WheelError
@@ -266,6 +267,22 @@ def _check_libraries(rep: WheelReport, zf: zipfile.ZipFile, manifest: NativeMani
     return "|".join(digests)
 
 
+def _check_architecture(rep: WheelReport, zf: zipfile.ZipFile, names: Sequence[str], platform_tag: str) -> None:
+    """Every ELF file under the package is built for the architecture the platform tag names."""
+    want = elf.platform_machine(platform_tag)
+    if want is None:
+        return
+    arch = {m: a for a, m in elf.MACHINES.items()}
+    for n in names:
+        if not n.startswith(f"{PACKAGE}/"):
+            continue
+        with zf.open(n) as f:
+            got = elf.machine_of(f.read(64))
+        if got is not None and got != want:
+            rep.fail("architecture", f"{n} is an ELF file for {arch.get(got, f'e_machine {got}')}, but the wheel is "
+                                     f"tagged {platform_tag} ({arch[want]}): rebuild it from that platform's native build")
+
+
 def _check_embedded_manifest(rep: WheelReport, zf: zipfile.ZipFile, manifest: NativeManifest) -> None:
     try:
         embedded = json.loads(zf.read(f"{PACKAGE}/{MANIFEST_NAME}"))
@@ -429,6 +446,7 @@ def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: Bui
                 if _DRIVER.match(n.rsplit("/", 1)[-1]):
                     rep.fail("driver-library", f"{n}: a GPU driver, runtime or loader (CUDA, Vulkan) must come "
                                                "from the system or NVIDIA's wheels, never from this wheel")
+            _check_architecture(rep, zf, names, parse_wheel_name(w.path.name).platform)
             _check_sbom(rep, zf, dist_info, manifest)
             _check_metadata_deps(rep, meta, config)
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:  # a damaged member

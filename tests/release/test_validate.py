@@ -93,6 +93,30 @@ def test_filename_and_wheel_tags_disagree(check, wheel_copy, native_build, confi
     assert any("WHEEL tags" in f.message for f in report.wheels[0].failures)
 
 
+@pytest.mark.skipif(not wheels.default_platform_tag().endswith("x86_64"), reason="the session's libraries are not x86-64")
+def test_libraries_of_another_architecture(check, wheel_copy, native_build, config):
+    # x86-64 libraries in a wheel retagged (consistently, RECORD and all) for aarch64: only the ELF headers tell.
+    w = wheel_copy[0]
+    other = w.platform_tag.replace("x86_64", "aarch64")
+    moved = w.path.with_name(w.path.name.replace(w.platform_tag, other))
+    wheel_name = next(e.name for e in inwheel.read_entries(w.path) if e.name.endswith(".dist-info/WHEEL"))
+    text = next(e.data for e in inwheel.read_entries(w.path) if e.name == wheel_name).decode()
+    inwheel.rewrite(w.path, moved, replace={wheel_name: text.replace(w.platform_tag, other).encode()})
+    report = check([w.refreshed(moved, platform_tag=other)], native_build, config)
+    assert "architecture" in report.failed_checks()
+    msg = next(f.message for f in report.wheels[0].failures if f.check == "architecture")
+    assert "for x86_64" in msg and other in msg and "llama_cpp/lib/" in msg
+
+
+def test_elf_machine_readers():
+    from build_tools.common import elf
+
+    assert elf.platform_machine("manylinux_2_34_aarch64") == 183 and elf.platform_machine("linux_x86_64") == 62
+    assert elf.platform_machine("win_amd64") is None and elf.platform_machine("macosx_11_0_arm64") is None
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x03\x00\xb7\x00"
+    assert elf.machine_of(header) == 183 and elf.machine_of(b"MZ" + bytes(62)) is None and elf.machine_of(b"") is None
+
+
 def test_corrupted_record(check, wheel_copy, native_build, config):
     w = wheel_copy[0]
     entries = {e.name: e.data for e in inwheel.read_entries(w.path)}

@@ -85,6 +85,22 @@ def show_platform(wheel: Path) -> str:
     return tag
 
 
+def _machine() -> str:
+    import platform
+
+    return platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+
+
+def plat_argument(plat: str) -> str:
+    """What ``auditwheel repair --plat`` gets for the tag ``plat``.
+
+    auditwheel offers only the running machine's policies by name; a cross-built wheel (aarch64
+    on x86-64) is repaired with ``auto``, which applies the same most-compatible tag that
+    ``show`` reported, and the produced wheel's tag is then checked against ``plat``.
+    """
+    return plat if plat.endswith(f"_{_machine()}") else "auto"
+
+
 def _check_unchanged(before: Path, after: Path, manifest: NativeManifest) -> None:
     """Only WHEEL and RECORD may differ; every library must still match the manifest."""
     import hashlib
@@ -123,7 +139,7 @@ def repair(wheels: Sequence[BuiltWheel], manifest: NativeManifest, *, plat: str 
 
     def audited(w: BuiltWheel) -> tuple[BuiltWheel, str]:
         with tempfile.TemporaryDirectory(prefix="repair-") as tmp:
-            cmd = [*base, "repair", "--plat", plat, "--only-plat", "-w", tmp, str(w.path)]
+            cmd = [*base, "repair", "--plat", plat_argument(plat), "--only-plat", "-w", tmp, str(w.path)]
             for pattern in excludes:
                 cmd += ["--exclude", pattern]
             _run(cmd, f"auditwheel repair {w.path.name}")
@@ -132,6 +148,8 @@ def repair(wheels: Sequence[BuiltWheel], manifest: NativeManifest, *, plat: str 
                 raise RepairError(f"auditwheel repair {w.path.name} produced {[p.name for p in produced]}")
             _check_unchanged(w.path, produced[0], manifest)
             new_plat = parse_wheel_name(produced[0].name).platform
+            if new_plat != plat:
+                raise RepairError(f"auditwheel repair {w.path.name} tagged it {new_plat}, expected {plat}")
             wheel_file = next(e for e in read_entries(produced[0]) if e.name.endswith(".dist-info/WHEEL"))
             dest = w.path.with_name(produced[0].name)
             rewrite(produced[0], dest, epoch=w.epoch)  # deterministic zip, RECORD rewritten
