@@ -1658,6 +1658,27 @@ class LlamaBatch:
         return s
 
 
+def _ext_row_widths(ctx: LlamaContext) -> tuple[int, int]:
+    """The row widths an extended batch of ``ctx`` accepts, as ``llama_batch_ext`` decides them:
+    (the input width, the encoder input width). The encoder width of an EAGLE3 draft is its
+    target layers times ``eagle3.target_hidden_size``, of a DFlash draft its target layers times
+    its ``n_embd`` (whose decoder input is that width too); other models have one width."""
+    inp = ctx.n_embd_inp()
+    model = getattr(ctx, "_model", None)
+    arch = model.metadata.get("general.architecture") if model is not None else None
+    if arch not in ("eagle3", "dflash"):
+        return inp, inp
+    C = ctx._C
+    if not C.__bindings__.functions["llama_model_target_layer_ids_n"].available():
+        return inp, inp  # llama.cpp accepts the encoder width too; without the count it cannot be derived
+    n_layers = int(C.llama_model_target_layer_ids_n(model.ptr))
+    if arch == "eagle3":
+        enc = n_layers * int(model.metadata.get("eagle3.target_hidden_size", "0"))
+        return inp, enc or inp
+    enc = n_layers * model.n_embd()
+    return enc, enc
+
+
 class LlamaBatchExtNative(_Owned):
     """A native ``llama_batch_ext`` sized from (and keeping alive) one context.
 
@@ -1679,7 +1700,7 @@ class LlamaBatchExtNative(_Owned):
         self.capacity = ctx.n_batch()
         self.n_vocab = ctx.n_vocab()
         self.n_seq_max = ctx.n_seq_max()
-        self.n_embd = ctx.n_embd_inp()
+        self.n_embd, self.n_embd_enc = _ext_row_widths(ctx)
         self.n_pos_per_embd = ctx.n_pos_per_embd
         self.n_tokens = 0
         self._pos_set: list[bool] = []
@@ -1718,8 +1739,9 @@ class LlamaBatchExtNative(_Owned):
         if a.ndim != 2 or a.size == 0:
             raise ValueError(f"{where}: an embedding must be a 1-D row or a 2-D (rows, width) array, got shape {a.shape}")
         total = a.size
-        if total != self.n_embd:
-            raise ValueError(f"{where}: embedding has {total} floats; this context takes rows of {self.n_embd}")
+        if total not in (self.n_embd, self.n_embd_enc):
+            widths = str(self.n_embd) if self.n_embd == self.n_embd_enc else f"{self.n_embd} or {self.n_embd_enc}"
+            raise ValueError(f"{where}: embedding has {total} floats; this context takes rows of {widths}")
         if self._row_width and total != self._row_width:
             raise ValueError(f"{where}: embedding width {total} differs from the batch's {self._row_width}")
         if not np.all(np.isfinite(a)):
@@ -1795,7 +1817,7 @@ class LlamaBatchExtNative(_Owned):
         C.llama_batch_ext_set_pos(b, idx, p)
         if output:
             C.llama_batch_ext_set_output_embd(b, idx, True)
-        self._row_width = self.n_embd
+        self._row_width = e.n_rows * e.n_embd
         self.n_tokens += 1
         self._pos_set.append(True)
         self._is_embd.append(True)
@@ -1808,7 +1830,7 @@ class LlamaBatchExtNative(_Owned):
         a, e = self._row(row, f"entry {idx}")
         if not self._C.llama_batch_ext_set_embd_token(self._ptr(), int(idx), e):
             raise ValueError(f"entry {idx}: llama.cpp refused the row (already set, or width mismatch)")
-        self._row_width = self.n_embd
+        self._row_width = a.size
         del a
 
     def add_seq(self, idx: int, seq_id: int) -> None:

@@ -1,7 +1,8 @@
 """Batches the speculative decoders fill without per-entry Python checks.
 
 :class:`RawBatch` is a plain ``llama_batch`` over numpy buffers, decoded with ``llama_decode``;
-:class:`RawExtBatch` fills an extended batch (token + hidden row entries) for the MTP decoder.
+:class:`RawExtBatch` fills an extended batch (token + hidden row entries, or encoder rows) for
+the MTP decoder and the EAGLE3 drafter.
 
 :class:`~llama_cpp._internals.LlamaBatchExtNative` checks every entry in Python (token range,
 positions, finiteness of each hidden row), which on small models costs as much as the decode.
@@ -15,7 +16,7 @@ codes are still turned into exceptions.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,6 +73,31 @@ class RawExtBatch:
             raise DecodeError(f"llama_process(decode) returned {rc} on {len(tokens)} entries at position {pos0}")
 
 
+    def encode(self, rows: np.ndarray, pos0: int) -> None:
+        """Run the encoder on ``rows`` (float32, ``(n, width)``, one entry each, all outputs) in one call;
+        ``pos0..`` are placeholder positions (a per-token encoder reads none)."""
+        C, b, pos = self._C, self._b, self._pos
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        add, set_pos, set_out = C.llama_batch_ext_add_embd, C.llama_batch_ext_set_pos, C.llama_batch_ext_set_output_embd
+        C.llama_batch_ext_clear(b)
+        e = C.llama_embd()
+        e.n_rows = 1
+        e.n_embd = int(rows.shape[1])
+        base = rows.ctypes.data
+        stride = rows.strides[0]
+        for j in range(rows.shape[0]):
+            e.data = ctypes.cast(base + j * stride, _FLOAT_P)
+            idx = int(add(b, 0, e))
+            if idx < 0:
+                raise LlamaError(f"llama_batch_ext_add_embd returned {idx} for encoder row {j} ({rows.shape[1]} floats)")
+            pos[0] = pos0 + j
+            set_pos(b, idx, pos)
+            set_out(b, idx, True)
+        rc = int(C.llama_process(self._ctx, C.LLAMA_PROCESS_TYPE_ENCODE, b))
+        if rc != 0:
+            raise DecodeError(f"llama_process(encode) returned {rc} on {rows.shape[0]} rows")
+
+
 class RawBatch:
     """One ``llama_batch`` of ``ctx.n_batch()`` entries of sequence 0, decoded without checks.
 
@@ -94,8 +120,12 @@ class RawBatch:
         self._struct = None
         self._batch.close()
 
-    def decode(self, tokens: Sequence[int], pos0: int, logits: str = "all") -> None:
-        """``logits``: ``"all"`` (every entry an output), ``"last"`` (the input's last) or ``"none"``."""
+    def decode(self, tokens: Sequence[int], pos0: int, logits: str = "all",
+               after: Callable[[Sequence[int], int], None] | None = None) -> None:
+        """``logits``: ``"all"`` (every entry an output), ``"last"`` (the input's last) or ``"none"``.
+
+        ``after(chunk, pos)`` runs after each decoded chunk, while the context still holds that
+        chunk's per-token outputs (the target features an EAGLE3 draft reads)."""
         b, nb, st = self._batch, self.n_batch, self._struct
         decode, ctx = self._C.llama_decode, self._ctx
         n = len(tokens)
@@ -111,6 +141,8 @@ class RawBatch:
             if rc != 0:
                 raise DecodeError(f"llama_decode returned {rc} on a batch of {m} tokens at position {pos0 + s}"
                                   + (": the context is full" if rc == 1 else ""))
+            if after is not None:
+                after(tokens[s:s + m], pos0 + s)
 
 
 class SeqCheckpoint:

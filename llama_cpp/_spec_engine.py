@@ -1,6 +1,6 @@
 """The verify loop for drafters that need nothing from the target but its tokens.
 
-:class:`DraftDecoder` runs the n-gram types and ``draft-simple`` (and any list of them, as
+:class:`DraftDecoder` runs the n-gram types, ``draft-simple`` and ``draft-eagle3`` (and any list of them, as
 llama.cpp's ``common_speculative`` does: the drafters are asked in llama.cpp's priority order
 and the first non-empty draft is verified). One step, like ``llama-speculative-simple``:
 
@@ -108,8 +108,10 @@ class DraftDecoder:
     """Speculative decoding with token-level drafters over one sequence of one target context.
 
     ``drafters`` are objects with ``n_max``, ``begin(prompt)``, ``draft(prompt, id_last)``,
-    ``accept(n_accepted)``, ``reset()`` and optionally ``rewind(n_keep)`` and ``close()`` (see
-    :mod:`llama_cpp._spec_ngram` and :mod:`llama_cpp._spec_draft`). The decoder owns them.
+    ``accept(n_accepted)``, ``reset()`` and optionally ``rewind(n_keep)``, ``close()`` and
+    ``observe(tokens, pos0)``, called after every target decode of ``tokens`` at ``pos0..`` (see
+    :mod:`llama_cpp._spec_ngram`, :mod:`llama_cpp._spec_draft`, :mod:`llama_cpp._spec_eagle3`).
+    The decoder owns them.
     """
 
     def __init__(self, model: Any, target: Any, config: Any, drafters: Sequence[Any], *,
@@ -138,6 +140,14 @@ class DraftDecoder:
             self.rollback_capacity = int(self._C.llama_n_rs_seq(target.ptr))
         else:
             self.rollback_capacity = _NO_LIMIT
+        # drafters that read the target's per-token outputs (EAGLE3) see every target decode
+        observers = [d.observe for d in self._drafters if callable(getattr(d, "observe", None))]
+        self._after = None
+        if observers:
+            def after(tokens: Sequence[int], pos0: int) -> None:
+                for f in observers:
+                    f(tokens, pos0)
+            self._after = after
         self.stats = SpeculativeStats()
         self._reset_state()
 
@@ -209,7 +219,7 @@ class DraftDecoder:
 
     # -- target ---------------------------------------------------------------------------------
     def _decode(self, tokens: Sequence[int], pos0: int, outputs: bool) -> None:
-        self._raw.decode(tokens, pos0, "all" if outputs else "none")
+        self._raw.decode(tokens, pos0, "all" if outputs else "none", self._after)
 
     def prefill(self, tokens: Sequence[int]) -> None:
         """Make the sequence ``tokens``: all but the last are evaluated, the last is pending."""
@@ -305,7 +315,7 @@ class DraftDecoder:
                         if not is_eog(out[-1]) and produced + n_keep < max_tokens:
                             # the replay decodes the token just drawn too, so its row gives the next
                             # token for free (as llama-speculative-simple's re-verified draft does)
-                            self._raw.decode([id_last] + out, P, "last")
+                            self._raw.decode([id_last] + out, P, "last", self._after)
                             out.append(sample(-1))
                         else:
                             self._decode([id_last] + out[:-1], P, outputs=False)

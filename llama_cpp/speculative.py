@@ -5,13 +5,15 @@ Types (llama.cpp's ``common_speculative_type`` names, :class:`SpeculativeType`):
 - ``draft-mtp``: :class:`MTPDecoder` below, the model's own NextN head (the first one: with
   several heads llama.cpp chains them only for step35-style models, head ``i`` drafting step
   ``i``; gemma4-style shared-memory heads run in one graph; neither is done here yet).
-- ``draft-simple`` (a separate draft model, :mod:`llama_cpp._spec_draft`) and the n-gram
+- ``draft-simple`` (a separate draft model, :mod:`llama_cpp._spec_draft`), ``draft-eagle3`` (an
+  EAGLE3 draft head fed with target hidden states, :mod:`llama_cpp._spec_eagle3`) and the n-gram
   types ``ngram-simple``, ``ngram-map-k``, ``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``
-  (:mod:`llama_cpp._spec_ngram`): token drafters verified by
+  (:mod:`llama_cpp._spec_ngram`): drafters verified by
   :class:`~llama_cpp._spec_engine.DraftDecoder`.
 - Several types at once (``SpecConfig(spec_type=[...])``): each step verifies the first
-  non-empty draft in llama.cpp's priority order (n-gram types, draft-simple, then MTP).
-- ``draft-eagle3``, ``draft-dflash``, ``draft-dspark``: named, refused as not implemented.
+  non-empty draft in llama.cpp's priority order (n-gram types, draft-simple, draft-eagle3, then
+  MTP); draft-eagle3 does not combine with draft-mtp here.
+- ``draft-dflash``, ``draft-dspark``: named, refused as not implemented.
 
 :func:`make_decoder` picks the decoder for a configuration; ``Llama(speculative=...)`` uses it.
 
@@ -82,7 +84,7 @@ class SpeculativeType(str, enum.Enum):
 
     NONE = "none"
     DRAFT_SIMPLE = "draft-simple"    # a separate, smaller draft model sharing the vocabulary
-    DRAFT_EAGLE3 = "draft-eagle3"    # an EAGLE3 draft head (not implemented yet)
+    DRAFT_EAGLE3 = "draft-eagle3"    # an EAGLE3 draft head over target hidden states
     DRAFT_MTP = "draft-mtp"          # the model's own NextN (MTP) head(s)
     DRAFT_DFLASH = "draft-dflash"    # a DFlash block-diffusion draft (not implemented yet)
     DRAFT_DSPARK = "draft-dspark"    # DFlash with a Markov head (not implemented yet)
@@ -99,8 +101,8 @@ _PRIORITY = (SpeculativeType.NGRAM_SIMPLE, SpeculativeType.NGRAM_MAP_K, Speculat
              SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_MTP, SpeculativeType.DRAFT_DFLASH,
              SpeculativeType.DRAFT_DSPARK)
 _NGRAM_TYPES = frozenset(_PRIORITY[:5])
-_NOT_IMPLEMENTED = frozenset((SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_DFLASH,
-                              SpeculativeType.DRAFT_DSPARK))
+_NOT_IMPLEMENTED = frozenset((SpeculativeType.DRAFT_DFLASH, SpeculativeType.DRAFT_DSPARK))
+_DRAFT_MODEL_TYPES = frozenset((SpeculativeType.DRAFT_SIMPLE, SpeculativeType.DRAFT_EAGLE3))
 _IMPLEMENTED = tuple(t for t in SpeculativeType if t not in _NOT_IMPLEMENTED)
 _NGRAM_SIZE_LIMIT = 1024  # llama.cpp's bound on --spec-ngram-* sizes
 
@@ -206,7 +208,8 @@ class SpecConfig:
       sequence checkpoint). Drafts longer than this take a checkpoint before the verify and
       restore it on rejection (hybrid/recurrent targets only; attention-only targets always
       remove a rejected suffix directly).
-    - ``draft_model_path`` / ``draft_n_gpu_layers``: the ``draft-simple`` model.
+    - ``draft_model_path`` / ``draft_n_gpu_layers``: the ``draft-simple`` model or the
+      ``draft-eagle3`` draft (one draft file per configuration, as in llama.cpp).
     - ``ngram_simple``, ``ngram_map_k``, ``ngram_map_k4v`` (:class:`NgramMapParams`),
       ``ngram_mod`` (:class:`NgramModParams`), ``ngram_cache`` (:class:`NgramCacheParams`):
       the n-gram types' parameters, as llama.cpp's ``common_params_speculative`` names them.
@@ -278,9 +281,15 @@ class SpecConfig:
         dm = self.draft_model_path
         if dm is not None and not isinstance(dm, (str, os.PathLike)):
             raise SpeculativeError(f"draft_model_path must be a path, got {dm!r}")
-        if SpeculativeType.DRAFT_SIMPLE in types and dm is None:
-            raise SpeculativeError("spec_type 'draft-simple' needs a draft model: give "
-                                   "SpecConfig(draft_model_path='draft.gguf')")
+        for t in _DRAFT_MODEL_TYPES:
+            if t in types and dm is None:
+                raise SpeculativeError(f"spec_type {t.value!r} needs a draft model: give "
+                                       "SpecConfig(draft_model_path='draft.gguf')")
+        if all(t in types for t in _DRAFT_MODEL_TYPES):
+            raise SpeculativeError("draft-simple and draft-eagle3 both read draft_model_path: choose one of them")
+        if SpeculativeType.DRAFT_EAGLE3 in types and SpeculativeType.DRAFT_MTP in types:
+            raise SpeculativeError("draft-eagle3 cannot be combined with draft-mtp here: use one of them "
+                                   "(either may be combined with the n-gram types)")
 
     @property
     def enabled(self) -> bool:
@@ -413,11 +422,41 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig) -> None:
         dm = os.fspath(config.draft_model_path)  # type: ignore[arg-type]
         if not os.path.isfile(dm):
             raise SpeculativeError(f"draft_model_path {dm!r} is not a file: give the path of a GGUF draft model")
+        arch = _gguf_arch(dm)
+        if arch in ("eagle3", "dflash"):
+            kind = "draft-eagle3" if arch == "eagle3" else "draft-dflash"
+            raise SpeculativeError(f"{dm} is an {arch} draft, not a separate draft model: use spec_type={kind!r}")
+    if SpeculativeType.DRAFT_EAGLE3 in config.types:
+        from ._spec_eagle3 import check_draft_header
+
+        meta = _gguf_meta(path)
+        arch = meta.get("general.architecture")
+        n_layer = meta.get(f"{arch}.block_count")
+        n_layer = n_layer - int(meta.get(f"{arch}.nextn_predict_layers", 0) or 0) if isinstance(n_layer, int) else None
+        n_embd = meta.get(f"{arch}.embedding_length")
+        check_draft_header(config.draft_model_path, target_arch=arch,  # type: ignore[arg-type]
+                           target_n_embd=n_embd if isinstance(n_embd, int) else None, target_n_layer=n_layer)
     if SpeculativeType.NGRAM_CACHE in config.types:
         for name in ("lookup_cache_static", "lookup_cache_dynamic"):
             v = getattr(config.ngram_cache, name)
             if v is not None and not os.path.isfile(v):
                 raise SpeculativeError(f"ngram_cache {name} {os.fspath(v)!r} is not a file")
+
+
+def _gguf_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A GGUF file's metadata (empty if unreadable: llama.cpp's load reports that itself)."""
+    from ._errors import ModelLoadError
+    from ._gguf_guard import read_header
+
+    try:
+        return read_header(path).metadata
+    except (OSError, ModelLoadError):
+        return {}
+
+
+def _gguf_arch(path: str | os.PathLike[str]) -> str | None:
+    arch = _gguf_meta(path).get("general.architecture")
+    return arch if isinstance(arch, str) else None
 
 
 def check_context_params(config: SpecConfig, ctx_params: Mapping[str, Any]) -> None:
@@ -430,7 +469,7 @@ def check_context_params(config: SpecConfig, ctx_params: Mapping[str, Any]) -> N
         done = ", ".join(t.value for t in _IMPLEMENTED if t is not SpeculativeType.NONE)
         raise SpeculativeError(f"speculative type {', '.join(missing)} is not implemented yet: use one of {done} "
                                "or 'none'")
-    if config.needs_nextn or SpeculativeType.DRAFT_SIMPLE in config.types:
+    if config.needs_nextn or any(t in config.types for t in _DRAFT_MODEL_TYPES):
         need = config.draft_n_max + 1
         for name in ("n_batch", "n_ubatch"):
             v = ctx_params.get(name)
@@ -499,6 +538,9 @@ def build_drafters(model: Any, config: SpecConfig, target: Any) -> list[Any]:
     from ._spec_draft import DraftModel
     from ._spec_ngram import NgramCache, NgramMap, NgramMod, NgramSimple, load_ngram_cache
 
+    tp = getattr(target, "params", None)
+    # draft contexts run like their target (threads above all)
+    inherited = {n: getattr(tp, n) for n in _INHERITED_PARAMS if tp is not None and hasattr(tp, n)}
     out: list[Any] = []
     try:
         for t in _PRIORITY:
@@ -519,12 +561,17 @@ def build_drafters(model: Any, config: SpecConfig, target: Any) -> list[Any]:
                 dynamic = load_ngram_cache(c.lookup_cache_dynamic) if c.lookup_cache_dynamic is not None else None
                 out.append(NgramCache(c.n_draft, static=static, dynamic=dynamic))
             elif t is SpeculativeType.DRAFT_SIMPLE:
-                tp = getattr(target, "params", None)
-                inherited = {n: getattr(tp, n) for n in _INHERITED_PARAMS if tp is not None and hasattr(tp, n)}
                 out.append(DraftModel(model, target, config.draft_model_path,  # type: ignore[arg-type]
                                       n_max=config.draft_n_max, n_min=config.draft_n_min,
                                       p_min=config.draft_p_min, ctx_params=inherited,
                                       n_gpu_layers=config.draft_n_gpu_layers))
+            elif t is SpeculativeType.DRAFT_EAGLE3:
+                from ._spec_eagle3 import Eagle3Drafter
+
+                out.append(Eagle3Drafter(model, target, config.draft_model_path,  # type: ignore[arg-type]
+                                         n_max=config.draft_n_max, n_min=config.draft_n_min,
+                                         p_min=config.draft_p_min, ctx_params=inherited,
+                                         n_gpu_layers=config.draft_n_gpu_layers))
     except BaseException:
         for d in out:
             close = getattr(d, "close", None)
