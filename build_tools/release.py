@@ -109,8 +109,9 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
             if models is None:
                 models = smoke.fixture_models()
             target = smoke.target_for(config)
-            srep = smoke.run(wr.wheels, interps, models, stages=target.stages, jobs=jobs, strict=strict,
-                             use_cache=smoke_cache, require_gpu=target.require_gpu, env=target.env)
+            srep = smoke.run(wr.wheels, target.interpreters(interps), models, stages=target.stages, jobs=jobs,
+                             strict=strict, use_cache=smoke_cache, require_gpu=target.require_gpu, env=target.env,
+                             sandbox=target.sandbox)
             smoke.save_report(srep, out_dir.path)
             cs.smoke_table = srep.render()
             n_cached = sum(r.cached for r in srep.results)

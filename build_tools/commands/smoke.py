@@ -49,9 +49,10 @@ def run(args: argparse.Namespace) -> int:
             if models is None:
                 models = smoke.fixture_models() if {"embedding", "mtp", "generation"} & set(stages) \
                     else smoke.SmokeModels()
-            report = smoke.run(wheels, interps, models, stages=stages, jobs=options.jobs, timeout=args.timeout,
-                               strict=options.strict, use_cache=not args.no_cache,
-                               require_gpu=args.require_gpu or target.require_gpu, env=target.env)
+            report = smoke.run(wheels, target.interpreters(interps), models, stages=stages, jobs=options.jobs,
+                               timeout=args.timeout, strict=options.strict, use_cache=not args.no_cache,
+                               require_gpu=args.require_gpu or target.require_gpu, env=target.env,
+                               sandbox=target.sandbox)
         smoke.save_report(report, dist.path)
         print(report.render())
         if not report.ok:

@@ -36,18 +36,32 @@ def test_missing_qemu_registration_names_the_package(tmp_path, monkeypatch):
         emulated.ensure_binfmt()
 
 
-def _cached() -> emulated.Userland | None:
-    root = emulated.cache_root() / "userland"
-    done = sorted(root.glob(f"arm64-bookworm-*/{emulated._DONE}")) if root.is_dir() else []
-    if not done or not (emulated.BINFMT / "qemu-aarch64").exists():
-        return None
-    return emulated.Userland(done[-1].parent, "bookworm", done[-1].read_text().strip())
-
-
-def test_userland_python_runs_as_aarch64():
-    u = _cached()
-    if u is None:
-        pytest.skip("no cached arm64 userland with qemu registered (python -c 'from build_tools.stages.smoke "
-                    "import emulated; emulated.ensure()' as root makes it)")
-    out = u.run([str(u.python()), "-c", "import platform; print(platform.machine())"], what="arm64 python3")
+def test_userland_python_runs_as_aarch64(userland):
+    out = userland.run([str(userland.python()), "-c", "import platform; print(platform.machine())"], what="arm64 python3")
     assert out.stdout.strip() == "aarch64"
+
+
+def test_userland_interpreters_and_pip_platforms(userland):
+    found = {i.version: i for i in userland.interpreters(["3.10", "3.11", "3.12", "3.13"])}
+    present = [i for i in found.values() if i.found]
+    assert present, found  # bookworm ships 3.11
+    for i in present:
+        assert str(i.path) == f"/usr/bin/python{i.version}" and i.full_version.startswith(i.version + ".")
+        args = userland.pip_platform(i)
+        platforms = [args[n + 1] for n, a in enumerate(args) if a == "--platform"]
+        assert "manylinux_2_17_aarch64" in platforms and "manylinux2014_aarch64" in platforms
+        assert all(p.endswith("_aarch64") for p in platforms) and args[args.index("--abi") + 1] == i.tag
+    for i in found.values():
+        if not i.found:
+            assert "is not in the arm64 Debian bookworm userland" in i.reason
+
+
+def test_guest_paths_are_not_resolved_through_links(userland):
+    with userland.workspace() as ws:
+        assert ws.parent == userland.root / "tmp"
+        link = ws / "python"
+        link.symlink_to("/usr/bin/python3")  # what a venv's bin/python is
+        assert userland.guest(link) == f"/tmp/{ws.name}/python"
+        cmd = userland.command(["python3", "-V"], cwd="/tmp", env={"PATH": "/usr/bin"})
+        assert cmd[:6] == ["chroot", str(userland.root), "/usr/bin/env", "-i", "-C", "/tmp"]
+    assert not ws.exists()

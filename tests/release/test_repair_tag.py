@@ -32,3 +32,12 @@ def test_cuda_wheel_takes_the_symbol_version_limit(monkeypatch):
     # "linux_x86_64" as it is; the tag repair can apply is the one the symbol versions allow.
     monkeypatch.setattr(repair, "_run", lambda cmd, what: CUDA_SHOW)
     assert repair.show_platform(Path("x+cu130.whl")) == "manylinux_2_35_x86_64"
+
+
+def test_a_foreign_architecture_tag_is_applied_with_auto(monkeypatch):
+    # auditwheel names only the running machine's policies; `auto` applies show's tag to a cross-built wheel.
+    monkeypatch.setattr(repair, "_machine", lambda: "x86_64")
+    assert repair.plat_argument("manylinux_2_34_x86_64") == "manylinux_2_34_x86_64"
+    assert repair.plat_argument("manylinux_2_34_aarch64") == "auto"
+    monkeypatch.setattr(repair, "_machine", lambda: "aarch64")
+    assert repair.plat_argument("manylinux_2_34_aarch64") == "manylinux_2_34_aarch64"

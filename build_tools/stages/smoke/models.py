@@ -6,6 +6,7 @@ They are generated here, in the parent, with :mod:`build_tools.fixtures` (needs 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +37,9 @@ class SmokeModels:
     def digest(self) -> str:
         return sha256_json({role: sha256_file(p) if p.is_file() else None for role, p in self.paths().items()})
 
-    def workload_args(self) -> list[str]:
-        return [arg for role, p in self.paths().items() for arg in (f"--{role}-model", str(p))]
+    def workload_args(self, where: Callable[[Path], str] = str) -> list[str]:
+        """``--ROLE-model PATH`` per model; ``where`` spells a path as the workload sees it."""
+        return [arg for role, p in self.paths().items() for arg in (f"--{role}-model", where(p))]
 
 
 def fixture_models() -> SmokeModels:

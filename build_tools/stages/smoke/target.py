@@ -6,6 +6,8 @@
   a Vulkan device that runs on the CPU. ggml-vulkan skips CPU-type devices unless asked, so the
   workload gets ``GGML_VK_VISIBLE_DEVICES=0`` and the lavapipe driver alone (``VK_DRIVER_FILES``):
   a passing cell proves the layers ran through the Vulkan backend, not a silent CPU fallback.
+- a cross-built aarch64 configuration (on an x86-64 host): the release stages inside the arm64
+  Debian userland under qemu-user (:mod:`.emulated`), on the interpreters Debian ships there.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...common import syspkg
+from ...common import interpreters, syspkg
 from ...errors import SmokeInputError
 from ...inputs.configs import BuildConfig
-from .runner import STAGES
+from .runner import STAGES, Sandbox
 from .workload import GPU_STAGES
 
 ICD_DIRS = (Path("/usr/share/vulkan/icd.d"), Path("/etc/vulkan/icd.d"), Path("/usr/local/share/vulkan/icd.d"))
@@ -28,6 +30,13 @@ class SmokeTarget:
     require_gpu: bool = False
     env: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"  # what the GPU side runs on, for the report
+    sandbox: Sandbox | None = None  # cells run in another machine's userland (emulated)
+
+    def interpreters(self, host: list[interpreters.Interpreter]) -> list[interpreters.Interpreter]:
+        """The interpreters the cells run on: the host's, or the same versions inside the sandbox."""
+        if self.sandbox is None:
+            return host
+        return self.sandbox.interpreters([i.version for i in host])
 
 
 def lavapipe_icd(dirs: tuple[Path, ...] | None = None) -> Path | None:
@@ -49,7 +58,10 @@ def stages_for(config: BuildConfig) -> tuple[str, ...]:
 
 
 def target_for(config: BuildConfig, *, install: bool = True) -> SmokeTarget:
-    """The smoke target of ``config`` (installing the software Vulkan device when allowed)."""
+    """The smoke target of ``config`` (installing the software Vulkan device or the emulated
+    userland when allowed)."""
+    if config.cross is not None and not config.cross.is_native():
+        return _emulated(config, install=install)
     if config.backend != "vulkan":
         return SmokeTarget(stages_for(config))
     assert config.vulkan is not None
@@ -62,3 +74,14 @@ def target_for(config: BuildConfig, *, install: bool = True) -> SmokeTarget:
         raise SmokeInputError("the Vulkan smoke test needs Mesa's lavapipe driver (lvp_icd.*.json in "
                               f"{', '.join(map(str, ICD_DIRS))}): install mesa-vulkan-drivers and libvulkan1")
     return SmokeTarget(stages_for(config), require_gpu=True, env=software_vulkan_env(icd), device=f"lavapipe ({icd.name})")
+
+
+def _emulated(config: BuildConfig, *, install: bool) -> SmokeTarget:
+    from . import emulated
+
+    assert config.cross is not None
+    if (config.cross.system_name, config.cross.system_processor) != ("Linux", "aarch64"):
+        raise SmokeInputError(f"{config.name}: no emulated userland for {config.cross.triple} wheels; smoke-test "
+                              "them on their own platform (the release workflow's job for it)")
+    userland = emulated.ensure(install=install)
+    return SmokeTarget(stages_for(config), sandbox=userland, device=f"qemu-user, Debian {userland.suite} arm64")

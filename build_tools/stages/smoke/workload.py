@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import re
 import sys
 import sysconfig
@@ -196,7 +197,10 @@ def stage_libraries(ctx: Context) -> str:
     loader.load()
     if not any(s.loaded for s in loader.backends()):
         raise AssertionError(f"no backend loaded: {loader.backends()}")
-    reported = {Path(p) for p in loader.loaded_library_paths().values()}
+    # The serving backends are asked too (the chosen CPU variant of GGML_CPU_ALL_VARIANTS among
+    # them): under qemu-user /proc/self/maps names no guest library.
+    serving = [s for s in loader.backends() if s.loaded and s.path is not None]
+    reported = {Path(p) for p in loader.loaded_library_paths().values()} | {Path(s.path) for s in serving}
     mapped = {p for p in _mapped_files() if _OURS.match(p.name)}
     loaded = sorted({p.resolve() for p in reported | mapped if _OURS.match(p.name)})
     problems = []
@@ -216,7 +220,9 @@ def stage_libraries(ctx: Context) -> str:
     if problems:
         raise AssertionError("; ".join(problems))
     ctx.libraries = [str(p) for p in loaded]
-    return f"{len(loaded)} libraries, all from {lib_dir} and matching the manifest"
+    cpu = sorted(Path(s.path).name for s in serving if s.name == "CPU")
+    return (f"{len(loaded)} libraries, all from {lib_dir} and matching the manifest; "
+            f"CPU backend {', '.join(cpu) or 'linked in'} on {platform.machine()}")
 
 
 def stage_backends(ctx: Context) -> str:
