@@ -20,7 +20,8 @@ drafts further. Without its own ``token_embd``/``output`` it reads the target's 
   (llama.cpp writes the whole verify batch and rewrites the rejected part later).
 
 The ``g`` rows are kept per position (``n_ctx`` rows of the draft's width) so that a history cut
-back to any length can be re-paired without re-running the target.
+back to any length can be re-paired without re-running the target; positions the drafter never
+saw decoded (a restored state) are decoded on the target again, once.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class Eagle3Drafter:
         from .llama_batch import LlamaBatchExt
 
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
-        self.model = self.ctx = self._batch = None
+        self.model = self.ctx = self._batch = self._refill = None
         self._target = None
         self._layers: list[int] = []
         C = target_model._C
@@ -153,7 +154,7 @@ class Eagle3Drafter:
             for lid in sorted(set(self._layers)):
                 self._C.llama_set_embeddings_layer_inp(self._target.ptr, lid, False)
         self._target = None
-        for name in ("_batch", "ctx", "model"):  # the batch first: it points into the context
+        for name in ("_refill", "_batch", "ctx", "model"):  # batches first: they point into contexts
             obj = getattr(self, name, None)
             if obj is not None:
                 obj.close()
@@ -214,14 +215,30 @@ class Eagle3Drafter:
             self.reset()  # a failed decode leaves the memory unknown: start over next time
             raise
 
-    def _sync(self, hist: list[int]) -> bool:
+    def _refeed(self, hist: list[int], P: int) -> None:
+        """Re-decode the target from the first position whose ``g`` row is missing (a restored
+        state, or someone else's decodes): its memory keeps the same tokens, and the rows come back."""
+        from ._spec_batch import RawBatch
+
+        miss = np.flatnonzero(self._gtok[:P] != np.asarray(hist[:P], dtype=np.int64))
+        first = int(miss[0])
+        tgt = self._target
+        if not tgt.seq_rm(0, first, -1):
+            tgt.memory_clear(True)
+            first = 0
+        if self._refill is None:
+            self._refill = RawBatch(tgt)
+        self._refill.decode(hist[first:P], first, "none", self.observe)
+        log.debug("EAGLE3: re-decoded target positions %d..%d for their features", first, P - 1)
+
+    def _sync(self, hist: list[int]) -> None:
         """Make the draft memory hold the pairs ``(hist[p+1], g_p)`` for ``p < len(hist) - 1``, the last
-        one an output; False when a ``g`` row is missing (the target never decoded that position)."""
+        one an output."""
         P = len(hist) - 1
         # the seed pair (hist[P], g_{P-1}) is always decoded again: its row proposes the first token
         keep = min(self._n, max(common_prefix(self._hist, hist) - 1, 0), P - 1)
         if not np.array_equal(self._gtok[keep:P], np.asarray(hist[keep:P], dtype=np.int64)):
-            return False
+            self._refeed(hist, P)
         if self._n_mem > keep and not self.ctx.seq_rm(0, keep, -1):
             raise SpeculativeError("the EAGLE3 draft context could not drop a suffix of its memory")
         self._n_mem = self._n = keep
@@ -235,12 +252,9 @@ class Eagle3Drafter:
         self._raw.decode(hist[P:], P - 1, True, self._g[P - 1:P])
         self._n_mem = self._n = P
         self._hist = list(hist)
-        return True
 
     def _draft(self, prompt: list[int], id_last: int, k_max: int) -> list[int]:
-        if not self._sync(list(prompt) + [id_last]):
-            log.debug("EAGLE3: a target position has no features; no draft this step")
-            return []
+        self._sync(list(prompt) + [id_last])
         C, ctx, k = self._C, self.ctx, self._topk
         out: list[int] = []
         while True:
