@@ -104,7 +104,9 @@ class CrossSpec:
     apt: tuple[str, ...] = ()
     dnf: tuple[str, ...] = ()
     # "gcc": the triple-prefixed GNU compilers; "clang-N": one clang driven with --target=<triple>,
-    # linking against the GNU cross toolchain's sysroot and libstdc++ (newer -march than its GCC).
+    # linking against the GNU cross toolchain's sysroot and libstdc++ (newer -march than its GCC);
+    # "gcc-posix" / "gcc-win32": MinGW-w64's GCC of that thread model (std::thread and std::mutex
+    # need posix with GCC 12), named explicitly rather than through Debian's alternatives.
     compiler: str = "gcc"
 
     @property
@@ -184,7 +186,7 @@ _CONFIG_KEYS = {
     "cmake", "wheel_size_budget_mb", "cuda", "release", "vulkan", "cross",
 }
 _CROSS_KEYS = {"triple", "system_processor", "system_name", "apt", "dnf", "compiler"}
-_CROSS_COMPILER = re.compile(r"^(gcc|clang(-[0-9]{1,3})?)$")
+_CROSS_COMPILER = re.compile(r"^(gcc(-posix|-win32)?|clang(-[0-9]{1,3})?)$")
 _TRIPLE = re.compile(r"^[a-z0-9_]+(-[a-z0-9_]+){1,3}$")
 # CMAKE_SYSTEM_PROCESSOR values a cross build may name (what ggml's CMake recognises per family).
 _PROCESSORS = ("aarch64", "x86_64")
@@ -310,7 +312,11 @@ def _parse_cross(raw: Any, where: str) -> CrossSpec:
         raise ConfigError(f"{where}.system_name: {system!r} is not one of {_SYSTEMS}")
     compiler = _typed(raw, "compiler", str, where, "gcc")
     if not _CROSS_COMPILER.match(compiler):
-        raise ConfigError(f"{where}.compiler: {compiler!r} is not 'gcc', 'clang' or 'clang-N' (e.g. 'clang-19')")
+        raise ConfigError(f"{where}.compiler: {compiler!r} is not 'gcc', 'clang' or 'clang-N' (e.g. 'clang-19'), "
+                          "or MinGW-w64's 'gcc-posix' / 'gcc-win32'")
+    if compiler.startswith("gcc-") and system != "Windows":
+        raise ConfigError(f"{where}.compiler: {compiler!r} names a MinGW-w64 thread model; it needs "
+                          "system_name = \"Windows\" (use 'gcc' for Linux targets)")
     lists = _package_lists(raw, where, ("apt", "dnf"))
     if not (lists["apt"] or lists["dnf"]):
         raise ConfigError(f"{where}: name the packages that provide {triple}-gcc and {triple}-g++ (apt or dnf)")

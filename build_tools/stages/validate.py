@@ -21,6 +21,9 @@ Each check has a name; a failing wheel's report lists every failure by that name
     cuda-runtime        a CUDA wheel lacks a runtime Requires-Dist of its configuration
     driver-library      the wheel carries a GPU driver, runtime or loader (CUDA, Vulkan)
     architecture        an ELF file in the package is built for another machine than the platform tag names
+    graft               (Windows) a file delvewheel's <dist>.libs/ should not hold: not a DLL of the
+                        libraries' machine, a driver's or Windows' own DLL, or one nothing imports
+    dll-dependency      (Windows) a DLL imports one that is neither in the wheel, nor Windows', nor a driver's
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ..common import elf, proc
+from ..common import elf, pe, proc
 from ..common.fsutil import write_json_atomic
 from ..common.paths import REPO_ROOT
 from ..errors import ToolTimeoutError, WheelError
@@ -53,6 +56,7 @@ from ..inputs.configs import BuildConfig
 from .native.manifest import MANIFEST_NAME, NativeManifest
 from .wheels.build import PACKAGE, BuiltWheel, dist_info_name, expected_version, payload_entries, read_project
 from .wheels.inwheel import parse_wheel_name, record_hash
+from .wheels.repair_windows import DELVEWHEEL_RECORD, INIT, graft_problems, is_windows_tag, libs_dir, unpatched_init
 from .wheels.sbom import SBOM_NAME
 
 REPORT_FILE = "validation.json"
@@ -123,9 +127,13 @@ class ValidationReport:
         return "\n".join(lines)
 
 
-def _tag_specific(name: str, dist_info: str, lib_names: set[str]) -> bool:
+def _tag_specific(name: str, dist_info: str, lib_names: set[str], grafts: str | None = None) -> bool:
     """Whether ``name`` is one of the files that depend on the tag or the native build (checked
-    by their own checks: WHEEL, RECORD, the SBOM, the embedded manifest, the libraries)."""
+    by their own checks: WHEEL, RECORD, the SBOM, the embedded manifest, the libraries, and on
+    Windows delvewheel's grafts and record)."""
+    if grafts is not None and (name.startswith(grafts + "/") and name.count("/") == 1
+                               or name == f"{dist_info}/{DELVEWHEEL_RECORD}"):
+        return True
     if name.startswith(dist_info + "/"):
         rest = name[len(dist_info) + 1:]
         return rest in ("WHEEL", "RECORD") or (rest.startswith("sboms/") and rest.endswith(".cdx.json")
@@ -190,20 +198,26 @@ def _check_names(rep: WheelReport, infos: Sequence[zipfile.ZipInfo]) -> None:
 
 
 def _check_payload(rep: WheelReport, zf: zipfile.ZipFile, names: Sequence[str], expected: dict[str, str],
-                   dist_info: str, lib_names: set[str], repo: Path) -> None:
+                   dist_info: str, lib_names: set[str], repo: Path, grafts: str | None = None,
+                   unpatched: dict[str, tuple[bytes, ...] | None] | None = None) -> None:
     """Every file that does not depend on the tag or the native build is byte for byte what the
-    wheels stage makes from ``repo``; nothing is missing and nothing was added."""
+    wheels stage makes from ``repo``; nothing is missing and nothing was added. ``unpatched``: files
+    compared without delvewheel's patch (None: already refused)."""
     present = set(names)
+    unpatched = unpatched or {}
     for name, digest in sorted(expected.items()):
         if name not in present:
             rep.fail("payload", f"{name} is missing (the wheels stage puts it in every wheel)")
             continue
-        got = hashlib.sha256(zf.read(name)).hexdigest()
+        if name in unpatched and unpatched[name] is None:
+            continue
+        candidates = [hashlib.sha256(d).hexdigest() for d in unpatched.get(name) or (zf.read(name),)]
+        got = digest if digest in candidates else candidates[0]
         if got != digest:
             rep.fail("payload", f"{name}: sha256 {got[:16]} is not {digest[:16]}, what the wheels stage makes "
                                 f"from {repo} (the file was changed after it was built)")
     for name in sorted(present - set(expected)):
-        if not _tag_specific(name, dist_info, lib_names):
+        if not _tag_specific(name, dist_info, lib_names, grafts):
             rep.fail("unexpected-file", f"{name}: {_extra_reason(name)}")
 
 
@@ -375,6 +389,39 @@ def _check_sbom(rep: WheelReport, zf: zipfile.ZipFile, dist_info: str, manifest:
             rep.fail("sbom", f"SBOM has no matching SHA-256 for {PACKAGE}/lib/{lib.name}")
 
 
+_WINDOWS_MACHINES = {"win_amd64": "x86_64", "win_arm64": "arm64", "win32": "x86"}
+
+
+def _check_windows(rep: WheelReport, zf: zipfile.ZipFile, names: Sequence[str], dist_info: str,
+                   manifest: NativeManifest, platform_tag: str) -> tuple[str, dict[str, tuple[bytes, ...] | None], str]:
+    """A Windows wheel's DLL set (the grafts in ``<dist>.libs/``, every import resolved) and its
+    delvewheel patch; returns the grafts folder, ``__init__.py`` without the patch, and the grafts'
+    digests (every wheel of a build must carry the same: ``libraries-identical``)."""
+    grafts = libs_dir(dist_info[: -len(".dist-info")].split("-", 1)[0])
+    lib_names = [lib.name for lib in manifest.libraries]
+    wanted = {f"{PACKAGE}/lib/{n}" for n in lib_names}
+    files = {n: zf.read(n) for n in names if n in wanted or n.startswith(grafts + "/")}
+    for check, message in graft_problems(files, lib_names, grafts):
+        rep.fail(check, message)
+    want = _WINDOWS_MACHINES.get(platform_tag)
+    for n, d in sorted(files.items()):
+        try:
+            got = pe.parse_pe(d).machine
+        except ValueError:
+            continue  # already refused by graft_problems
+        if want is not None and got != want:
+            rep.fail("architecture", f"{n} is a PE file for {got}, but the wheel is tagged {platform_tag} ({want})")
+    unpatched: dict[str, tuple[bytes, ...] | None] = {}
+    if any(n.startswith(grafts + "/") for n in names) and INIT in names:
+        try:
+            unpatched[INIT] = unpatched_init(zf.read(INIT), grafts)
+        except ValueError as exc:
+            rep.fail("payload", f"{INIT}: {exc} (only delvewheel's DLL-directory patch may change it)")
+            unpatched[INIT] = None
+    key = "".join(f"|{n}={hashlib.sha256(d).hexdigest()}" for n, d in sorted(files.items()) if n.startswith(grafts))
+    return grafts, unpatched, key
+
+
 def twine_check(paths: Sequence[Path]) -> dict[str, list[str]]:
     """``twine check --strict`` per file: filename -> problems (empty when it passed)."""
     try:
@@ -432,16 +479,23 @@ def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: Bui
             rep.fail("archive", f"unreadable wheel: {exc}")
             continue
         try:
-            lib_sets.setdefault(_check_libraries(rep, zf, manifest), []).append(w.path.name)
+            lib_key = _check_libraries(rep, zf, manifest)
             _check_embedded_manifest(rep, zf, manifest)
             _check_version(rep, w, zf, dist_info, meta, version, config.local_version)
             _check_tags(rep, w, zf, dist_info, intended_python)
             _check_record(rep, zf, dist_info)
             if dist_info != want_dist_info:
                 rep.fail("version", f"{dist_info} is not {want_dist_info}")
+            grafts: str | None = None
+            unpatched: dict[str, tuple[bytes, ...] | None] = {}
+            if is_windows_tag(parse_wheel_name(w.path.name).platform):
+                grafts, unpatched, graft_key = _check_windows(rep, zf, names, dist_info, manifest,
+                                                              parse_wheel_name(w.path.name).platform)
+                lib_key += graft_key
+            lib_sets.setdefault(lib_key, []).append(w.path.name)
             # a wrongly named .dist-info already failed "version": compare its contents under its own name
             _check_payload(rep, zf, names, {n.replace(want_dist_info, dist_info, 1): d for n, d in payload.items()},
-                           dist_info, lib_names, repo)
+                           dist_info, lib_names, repo, grafts, unpatched)
             for n in names:
                 if _DRIVER.match(n.rsplit("/", 1)[-1]):
                     rep.fail("driver-library", f"{n}: a GPU driver, runtime or loader (CUDA, Vulkan) must come "

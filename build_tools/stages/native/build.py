@@ -217,8 +217,9 @@ def _locked_git(p: BuildPlan) -> Path:
 
 
 def _configure_cmd(p: BuildPlan, build_dir: Path) -> list[str]:
-    defs = {**p.defines, **_prefix_map_flags(p, build_dir), **p.extra_defines,
-            "CMAKE_MAKE_PROGRAM": str(p.toolchain.ninja)}
+    # A configuration's own compiler flags (in the key) come first; the path maps are appended.
+    maps = {k: " ".join(filter(None, (p.defines.get(k), v))) for k, v in _prefix_map_flags(p, build_dir).items()}
+    defs = {**p.defines, **maps, **p.extra_defines, "CMAKE_MAKE_PROGRAM": str(p.toolchain.ninja)}
     if os.name != "nt":
         git = str(_locked_git(p))
         defs.update(GIT_EXE=git, GIT_EXECUTABLE=git)
@@ -395,6 +396,12 @@ __attribute__((constructor)) static void register_flush(void) { atexit(flush_com
 """
 
 
+def exe_suffix(config: BuildConfig) -> str:
+    """``.exe`` for programs built for Windows (here, or cross-built with MinGW-w64), else nothing."""
+    target = config.cross.system_name if config.cross is not None else platform.system()
+    return ".exe" if target == "Windows" else ""
+
+
 def tool_env(tools_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment to run a staged reference program in (its logger drained at exit)."""
     env = dict(os.environ if base is None else base)
@@ -441,11 +448,12 @@ def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] 
         _run_logged(_build_cmd(p, build_dir, tools, jobs), log_file, f"{nb.config.name} tools", p.env)
         packaged = {lib.name for lib in nb.manifest.libraries}
         with staging_dir(tools_dir) as stage:
+            suffix = exe_suffix(nb.config)
             for tool in tools:
-                src = build_dir / "bin" / tool
+                src = build_dir / "bin" / f"{tool}{suffix}"
                 if not src.is_file():
-                    raise NativeBuildError(f"tool {tool} was not produced in {build_dir / 'bin'}")
-                shutil.copy2(src, stage / tool)
+                    raise NativeBuildError(f"tool {src.name} was not produced in {build_dir / 'bin'}")
+                shutil.copy2(src, stage / src.name)
             for lib in nb.manifest.libraries:
                 os.symlink(os.path.relpath(nb.root / lib.path, stage), stage / lib.name)
             for entry in sorted((build_dir / "bin").iterdir()):
@@ -454,7 +462,7 @@ def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] 
                 name = (read_dynamic(entry).soname if is_elf(entry) else None) or entry.name
                 if name not in packaged:
                     shutil.copy2(entry, stage / name)
-            if os.name != "nt" and platform.system() == "Linux":
+            if os.name != "nt" and platform.system() == "Linux" and not suffix:
                 _build_log_flush_shim(p.toolchain.cc, stage / LOG_FLUSH_SHIM)
             (stage / ".tools.json").write_text(json.dumps({"recipe": TOOLS_RECIPE, "tools": sorted(tools)}))
     return tools_dir

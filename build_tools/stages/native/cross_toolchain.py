@@ -44,6 +44,8 @@ def toolchain_file_text(spec: CrossSpec, cc: Path, cxx: Path) -> str:
     # clang finds the GNU cross toolchain (crt files, libstdc++, aarch64-linux-gnu-ld) from --target.
     target = ([f"set(CMAKE_C_COMPILER_TARGET {spec.triple})", f"set(CMAKE_CXX_COMPILER_TARGET {spec.triple})"]
               if spec.uses_clang else [])
+    if spec.system_name == "Windows":  # CMake enables RC for Windows targets; MinGW's windres is its compiler
+        target.append(f'set(CMAKE_RC_COMPILER "{cc.parent / (spec.triple + "-windres")}")')
     return "\n".join([
         f"set(CMAKE_SYSTEM_NAME {spec.system_name})",
         f"set(CMAKE_SYSTEM_PROCESSOR {spec.system_processor})",
@@ -60,11 +62,13 @@ def toolchain_file_text(spec: CrossSpec, cc: Path, cxx: Path) -> str:
 
 
 def compiler_names(spec: CrossSpec) -> tuple[str, str]:
-    """The C and C++ compiler programs of ``spec``: ``aarch64-linux-gnu-gcc``, or ``clang-19``."""
+    """The C and C++ compiler programs of ``spec``: ``aarch64-linux-gnu-gcc``, ``clang-19``, or
+    ``x86_64-w64-mingw32-gcc-posix`` (a MinGW-w64 thread model)."""
     if spec.uses_clang:
         version = spec.compiler[len("clang"):]
         return f"clang{version}", f"clang++{version}"
-    return f"{spec.triple}-gcc", f"{spec.triple}-g++"
+    model = spec.compiler[len("gcc"):]
+    return f"{spec.triple}-gcc{model}", f"{spec.triple}-g++{model}"
 
 
 def _compiler(name: str, packages: tuple[str, ...]) -> Path:

@@ -3,7 +3,7 @@
 Input: a :class:`~build_tools.stages.native.build.NativeBuild` and :class:`WheelOptions`. Output:
 :class:`WheelsResult`, whose :class:`BuiltWheel` list is recorded in ``dist/<config>/wheels.json``
 (the wheels *record*). ``build`` assembles the archives (through ``inwheel``, deterministically),
-``sbom`` writes their CycloneDX SBOM, ``repair`` retags them with auditwheel.
+``sbom`` writes their CycloneDX SBOM, ``repair`` retags them with auditwheel, ``repair_windows`` grafts a Windows wheel's runtime with delvewheel.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ...inputs.configs import BuildConfig
 from ..native.build import NativeBuild
-from . import build, repair
+from . import build, repair, repair_windows
 from .build import PYTHON_TAGS, BuiltWheel, WheelOptions, load_record
 
 __all__ = ["PYTHON_TAGS", "BuiltWheel", "WheelOptions", "WheelsResult", "load_record", "run"]
@@ -46,6 +46,9 @@ def run(nb: NativeBuild, config: BuildConfig, options: WheelOptions, *, repair_t
     if repair_tags:
         result = repair.repair(built, nb.manifest, jobs=options.jobs)
         built, plat = result.wheels, result.platform_tag
+        if any(repair_windows.is_windows_tag(w.platform_tag) for w in built):
+            built = repair_windows.repair(built, nb.manifest, config, jobs=options.jobs).wheels
+            plat = built[0].platform_tag
     build.clean_stale(options.out_dir, built)
     build.save_record(options.out_dir, key, built)
     return WheelsResult(built, False, plat, time.monotonic() - started)
