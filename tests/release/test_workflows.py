@@ -94,10 +94,41 @@ def test_matrix_command_reads_configs_toml():
     matrices = ci_matrices()
     release = [c.name for c in load_matrix().configs.values() if c.release]
     assert [row["config"] for row in matrices["configs"]["include"]] == release
-    assert matrices["smoke"] == {"config": release, "python": list(VERSIONS)}
+    assert [(r["config"], r["python"]) for r in matrices["smoke"]["include"]] == \
+        [(c, v) for c in release for v in VERSIONS]
     assert matrices["names"].split() == release
     assert [f"cp{v.replace('.', '')}" for v in matrices["python"]] == list(PYTHON_TAGS)
     assert "cpu-host" not in release and "cpu" in release
+
+
+def test_each_configuration_runs_on_its_own_machine():
+    """aarch64 builds, repairs and smoke-tests natively on GitHub's arm64 runners, in the arm64 manylinux image."""
+    from build_tools.inputs import matrix as ci
+
+    matrices = ci_matrices()
+    rows = {r["config"]: r for r in matrices["configs"]["include"]}
+    assert rows["cpu"]["runner"] == "ubuntu-24.04" and rows["cpu"]["container"].endswith("manylinux_2_28_x86_64")
+    assert rows["cpu-aarch64"]["runner"] == "ubuntu-24.04-arm"
+    assert rows["cpu-aarch64"]["container"] == "quay.io/pypa/manylinux_2_28_aarch64"
+    for r in matrices["smoke"]["include"]:
+        assert r["runner"] == rows[r["config"]]["runner"]
+    jobs = _load("release.yml")["jobs"]
+    for name in ("native", "wheels", "smoke"):
+        assert jobs[name]["runs-on"] == "${{ matrix.runner }}", name
+    for name in ("native", "wheels"):
+        assert jobs[name]["container"] == "${{ matrix.container }}", name
+    assert "container" not in jobs["smoke"]  # a user's machine: setup-python's interpreter, no image
+    cache = next(s for s in jobs["native"]["steps"] if s.get("uses", "").startswith("actions/cache@"))
+    assert "matrix.runner" in cache["with"]["key"]  # an arm64 build never restores an x86-64 one
+    import dataclasses
+
+    from build_tools.errors import ConfigError
+    from build_tools.inputs.configs import CrossSpec
+
+    riscv = dataclasses.replace(load_matrix().get("cpu-aarch64"), name="cpu-riscv",
+                                cross=CrossSpec(triple="riscv64-linux-gnu", system_processor="riscv64", apt=("g++",)))
+    with pytest.raises(ConfigError, match="no runner for Linux riscv64"):
+        ci.runner(riscv)
 
 
 def test_trusted_publishing_and_attestations():
