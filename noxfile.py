@@ -3,6 +3,7 @@
     nox -s release                 vendor → native → wheels → validate → smoke → publish (cpu)
     nox -s native -- cpu-host      one step, with its own arguments after ``--``
     nox -s tests                   the test suite (builds cpu-host once, cached)
+    nox -s windows                 the Windows branch here: MinGW-w64 cross build, delvewheel, Wine
 """
 
 from __future__ import annotations
@@ -86,6 +87,24 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "build_tools", "vendor")
     session.run("python", "-m", "build_tools", "native", "cpu-host", "--tools")
     session.run("python", "-m", "pytest", *(session.posargs or ["-q", "tests"]))
+
+
+@nox.session
+def windows(session: nox.Session) -> None:
+    """The Windows branch checked here (MinGW-w64 cross build, Wine): native --tools -> wheels with
+    delvewheel's graft -> validate -> tests/windows (programs under Wine): nox -s windows [-- CONFIG]."""
+    config = session.posargs[0] if session.posargs else "cpu-windows-dev"
+    session.install("--require-hashes", "-r", RELEASE_LOCK)
+    session.install("-r", TEST_REQS)
+    # Wine runs the cross-built programs: a system package, installed as the native step installs
+    # the cross compiler (as root or through passwordless sudo, else the fix is printed).
+    session.run("python", "-c", "from build_tools.common import syspkg; "
+                "syspkg.ensure('apt', ['wine64'], why='running the Windows programs under Wine')")
+    session.run("python", "-m", "build_tools", "vendor")
+    session.run("python", "-m", "build_tools", "native", config, "--tools")
+    session.run("python", "-m", "build_tools", "wheels", config)
+    session.run("python", "-m", "build_tools", "validate", config)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/windows")
 
 
 @nox.session
