@@ -79,9 +79,17 @@ def nvidia_dll_dirs(sites: Iterable[Path]) -> list[Path]:
     return found
 
 
+# delvewheel's folder beside the package: the C/C++ runtime DLLs the wheel's repair grafted.
+GRAFT_DIR = "llama_cpp_python.libs"
+
+
 def dll_directories(lib_dir: Path, *, cuda: bool, sites: Iterable[Path] | None = None) -> list[Path]:
-    """The folders to give ``os.add_dll_directory``: ours first, then NVIDIA's for a CUDA backend."""
+    """The folders to give ``os.add_dll_directory``: ours first (``lib\\``, then the runtime that
+    delvewheel grafted beside the package), then NVIDIA's for a CUDA backend."""
     dirs = [lib_dir]
+    grafts = Path(lib_dir).parent.parent / GRAFT_DIR
+    if grafts.is_dir():  # a repaired Windows wheel; also searched when a load error is explained
+        dirs.append(grafts)
     if cuda:
         dirs += nvidia_dll_dirs(site_dirs() if sites is None else sites)
     return dirs
