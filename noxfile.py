@@ -104,7 +104,8 @@ def windows(session: nox.Session) -> None:
     session.run("python", "-m", "build_tools", "native", config, "--tools")
     session.run("python", "-m", "build_tools", "wheels", config)
     session.run("python", "-m", "build_tools", "validate", config)
-    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/windows")
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/windows",
+                env={"LLAMA_CPP_WINDOWS_CONFIG": config})
 
 
 @nox.session

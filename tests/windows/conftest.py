@@ -4,6 +4,7 @@ a stand-in for delvewheel's graft (its effect on a wheel, as observed on the rea
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from build_tools.stages.wheels.repair_windows import DELVEWHEEL_RECORD, INIT
 
 from .fake_pe import make_pe
 
-CONFIG = "cpu-windows-dev"
+# The configuration the real-build and Wine tests look for (nox -s windows -- CONFIG sets it).
+CONFIG = os.environ.get("LLAMA_CPP_WINDOWS_CONFIG", "cpu-windows-dev")
 RUNTIME = ("libstdc++-6.dll", "libgcc_s_seh-1.dll", "libwinpthread-1.dll")
 CRT = ("KERNEL32.dll", "msvcrt.dll")
 # The import graph of the real MinGW build (native-manifest.json of cpu-windows-dev).

@@ -53,8 +53,12 @@ def repaired(real_native, win_repo, tmp_path_factory):
 def test_native_manifest_records_pe_dlls(real_native):
     m = real_native.manifest
     names = {lib.name for lib in m.libraries}
-    assert {"ggml-base.dll", "ggml.dll", "ggml-cpu.dll", "libllama.dll", "libmtmd.dll"} == names
-    assert m.backends == ("cpu",)
+    cpu = {n for n in names if n.startswith("ggml-cpu")}
+    assert names - cpu == {"ggml-base.dll", "ggml.dll", "libllama.dll", "libmtmd.dll"}
+    if real_native.config.cpu_variants == "single":
+        assert cpu == {"ggml-cpu.dll"} and m.backends == ("cpu",)
+    else:  # one DLL per x86-64 variant, the best loaded at run time (ggml-cpu-haswell.dll, ...)
+        assert len(cpu) > 1 and all(n.startswith("ggml-cpu-") for n in cpu) and "cpu-haswell" in m.backends
     for lib in m.libraries:
         image = pe.read_pe(real_native.root / lib.path)
         assert image.machine == "x86_64" and image.is_dll
