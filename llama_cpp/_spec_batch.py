@@ -1,8 +1,8 @@
 """Batches the speculative decoders fill without per-entry Python checks.
 
 :class:`RawBatch` is a plain ``llama_batch`` over numpy buffers, decoded with ``llama_decode``;
-:class:`RawExtBatch` fills an extended batch (token + hidden row entries, or encoder rows) for
-the MTP decoder and the EAGLE3 drafter.
+:class:`RawExtBatch` fills an extended batch (token + hidden row entries, or embedding rows) for
+the MTP decoder and the EAGLE3 and DFlash drafters.
 
 :class:`~llama_cpp._internals.LlamaBatchExtNative` checks every entry in Python (token range,
 positions, finiteness of each hidden row), which on small models costs as much as the decode.
@@ -73,9 +73,10 @@ class RawExtBatch:
             raise DecodeError(f"llama_process(decode) returned {rc} on {len(tokens)} entries at position {pos0}")
 
 
-    def encode(self, rows: np.ndarray, pos0: int) -> None:
-        """Run the encoder on ``rows`` (float32, ``(n, width)``, one entry each, all outputs) in one call;
-        ``pos0..`` are placeholder positions (a per-token encoder reads none)."""
+    def rows(self, rows: np.ndarray, pos0: int, *, encode: bool) -> None:
+        """Submit ``rows`` (float32, ``(n, width)``) as embedding entries at ``pos0..`` in one call: to
+        the encoder (every row an output; positions are placeholders a per-token encoder ignores)
+        or to the decoder (no outputs: a DFlash draft writes them into its memory)."""
         C, b, pos = self._C, self._b, self._pos
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         add, set_pos, set_out = C.llama_batch_ext_add_embd, C.llama_batch_ext_set_pos, C.llama_batch_ext_set_output_embd
@@ -89,13 +90,16 @@ class RawExtBatch:
             e.data = ctypes.cast(base + j * stride, _FLOAT_P)
             idx = int(add(b, 0, e))
             if idx < 0:
-                raise LlamaError(f"llama_batch_ext_add_embd returned {idx} for encoder row {j} ({rows.shape[1]} floats)")
+                raise LlamaError(f"llama_batch_ext_add_embd returned {idx} for row {j} ({rows.shape[1]} floats)")
             pos[0] = pos0 + j
             set_pos(b, idx, pos)
-            set_out(b, idx, True)
-        rc = int(C.llama_process(self._ctx, C.LLAMA_PROCESS_TYPE_ENCODE, b))
+            if encode:
+                set_out(b, idx, True)
+        kind = C.LLAMA_PROCESS_TYPE_ENCODE if encode else C.LLAMA_PROCESS_TYPE_DECODE
+        rc = int(C.llama_process(self._ctx, kind, b))
         if rc != 0:
-            raise DecodeError(f"llama_process(encode) returned {rc} on {rows.shape[0]} rows")
+            what = "encode" if encode else "decode"
+            raise DecodeError(f"llama_process({what}) returned {rc} on {rows.shape[0]} rows at position {pos0}")
 
 
 class RawBatch:

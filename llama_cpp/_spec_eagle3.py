@@ -33,60 +33,41 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import OptionalSymbolMissing, SpeculativeError
+from ._errors import SpeculativeError
 from ._spec_batch import RawExtBatch, common_prefix
+from ._spec_features import (
+    LAYER_INPUT_ARCHS,
+    TargetLayers,
+    check_target_layers,
+    draft_header,
+    loaded_layers,
+    require_symbols,
+)
 
 log = logging.getLogger("llama_cpp.speculative")
 
 _TOP_K = 10  # the draft's confidence: its top token's share of the top 10 (llama.cpp's top-k sampler)
 N_TARGET_LAYERS = 3
-_SYMBOLS = ("llama_set_embeddings_layer_inp", "llama_get_embeddings_layer_inp", "llama_set_embeddings_nextn",
-            "llama_get_embeddings_nextn", "llama_get_embeddings_nextn_ith", "llama_model_target_layer_ids",
-            "llama_model_target_layer_ids_n")
-#: Target architectures whose llama.cpp graph exports per-layer inputs (``t_layer_inp``): for
-#: any other, enabling a layer's output aborts inside llama.cpp.
-LAYER_INPUT_ARCHS = frozenset((
-    "bailingmoe3", "deepseek4", "gemma4", "gpt-oss", "hunyuan_vl", "lfm2", "llama", "mimo2", "minimax-01",
-    "minimax-m2", "muse-glimmer", "nanbeige", "nemotron_h", "qwen3", "qwen35", "qwen35moe", "qwen3moe",
-    "qwen3next", "qwen4exp"))
+_SYMBOLS = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn", "llama_get_embeddings_nextn_ith")
 
 
 def check_draft_header(path: str | os.PathLike[str], *, target_arch: str | None = None,
                        target_n_embd: int | None = None, target_n_layer: int | None = None) -> list[int]:
     """Check ``path`` is an EAGLE3 draft that fits the target (from its GGUF header, nothing loaded);
     returns its target layer ids. Target values that are None are not checked."""
-    from ._errors import ModelLoadError
-    from ._gguf_guard import read_header
-
     p = os.fspath(path)
-    if not os.path.isfile(p):
-        raise SpeculativeError(f"draft_model_path {p!r} is not a file: give the path of a GGUF EAGLE3 draft")
-    try:
-        meta = read_header(p).metadata
-    except ModelLoadError as e:
-        raise SpeculativeError(f"draft_model_path {p!r} is not a readable GGUF file: {e}") from None
-    arch = meta.get("general.architecture")
-    if arch != "eagle3":
-        raise SpeculativeError(f"{p} is a {arch!r} model, not an EAGLE3 draft (general.architecture must be "
-                               "'eagle3'); for a separate draft model use spec_type='draft-simple'")
+    meta, _ = draft_header(p, "eagle3", "draft-eagle3")
     layers = meta.get("eagle3.target_layers")
     if not isinstance(layers, list) or len(layers) != N_TARGET_LAYERS:
         raise SpeculativeError(f"{p}: eagle3.target_layers must list {N_TARGET_LAYERS} target layers, got {layers!r}")
     hidden = meta.get("eagle3.target_hidden_size")
     if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden <= 0:
         raise SpeculativeError(f"{p}: eagle3.target_hidden_size must be a positive integer, got {hidden!r}")
-    if target_arch is not None and target_arch not in LAYER_INPUT_ARCHS:
-        raise SpeculativeError(f"an EAGLE3 draft reads target layer inputs, which llama.cpp's {target_arch!r} "
-                               f"graph does not export: use a target of one of {', '.join(sorted(LAYER_INPUT_ARCHS))}")
+    layers = check_target_layers(p, layers, target_arch=target_arch, target_n_layer=None, arch="eagle3")
     if target_n_embd is not None and hidden != target_n_embd:
         raise SpeculativeError(f"{p} was trained on a target of hidden size {hidden} (eagle3.target_hidden_size); "
                                f"this target's n_embd is {target_n_embd}: use the EAGLE3 draft made for this model")
-    if target_n_layer is not None:
-        bad = [x for x in layers if not 0 <= int(x) < target_n_layer]
-        if bad:
-            raise SpeculativeError(f"{p} reads target layers {layers}; this target has layers 0..{target_n_layer - 1} "
-                                   "(layer ids out of range)")
-    return [int(x) for x in layers]
+    return check_target_layers(p, layers, target_arch=None, target_n_layer=target_n_layer, arch="eagle3")
 
 
 class Eagle3Drafter:
@@ -102,14 +83,9 @@ class Eagle3Drafter:
         from .llama_batch import LlamaBatchExt
 
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
-        self.model = self.ctx = self._batch = self._refill = None
-        self._target = None
-        self._layers: list[int] = []
+        self.model = self.ctx = self._batch = self._tl = None
         C = target_model._C
-        missing = [n for n in _SYMBOLS if not C.__bindings__.functions[n].available()]
-        if missing:
-            raise OptionalSymbolMissing(f"this llama.cpp build does not export {', '.join(missing)} (the staging API "
-                                        "EAGLE3 needs): use a build from the pinned source")
+        require_symbols(C, _SYMBOLS, "EAGLE3")
         p = os.fspath(path)
         layers = check_draft_header(p, target_arch=target_model.metadata.get("general.architecture"),
                                     target_n_embd=target_model.n_embd(), target_n_layer=target_model.n_layer())
@@ -118,9 +94,7 @@ class Eagle3Drafter:
         self._C = C
         try:
             self.model = LlamaModel(p, n_gpu_layers=n_gpu_layers)
-            n = int(C.llama_model_target_layer_ids_n(self.model.ptr))
-            ids = C.llama_model_target_layer_ids(self.model.ptr)
-            loaded = [int(ids[i]) for i in range(n)]
+            loaded = loaded_layers(C, self.model)
             if loaded != layers:
                 raise SpeculativeError(f"{p}: llama.cpp loaded target layers {loaded}, the header lists {layers}")
             params = dict(ctx_params)
@@ -131,10 +105,7 @@ class Eagle3Drafter:
             self._batch = LlamaBatchExt(self.ctx)
             self.n_dec = int(self.model.n_embd())
             self._raw = RawExtBatch(self._batch, self.ctx, self.n_dec)
-            self._target = target_ctx
-            self._layers = layers
-            for lid in sorted(set(layers)):
-                C.llama_set_embeddings_layer_inp(target_ctx.ptr, lid, True)
+            self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd())
             C.llama_set_embeddings_nextn(self.ctx.ptr, True, True)  # g rows (encoder) and pre-norm rows (outputs)
         except BaseException:
             self.close()
@@ -150,11 +121,10 @@ class Eagle3Drafter:
         self.reset()
 
     def close(self) -> None:
-        if self._target is not None and self._target.ctx is not None:
-            for lid in sorted(set(self._layers)):
-                self._C.llama_set_embeddings_layer_inp(self._target.ptr, lid, False)
-        self._target = None
-        for name in ("_refill", "_batch", "ctx", "model"):  # batches first: they point into contexts
+        if self._tl is not None:
+            self._tl.close()
+            self._tl = None
+        for name in ("_batch", "ctx", "model"):  # the batch first: it points into the context
             obj = getattr(self, name, None)
             if obj is not None:
                 obj.close()
@@ -175,27 +145,16 @@ class Eagle3Drafter:
         pass
 
     # -- the target's side ------------------------------------------------------------------
-    def _features(self, m: int) -> np.ndarray:
-        """The ``(m, 3 * n_tgt)`` concatenated layer inputs of the target's last decode."""
-        C, tgt = self._C, self._target.ptr
-        feats = np.empty((m, len(self._layers) * self.n_tgt), dtype=np.float32)
-        for k, lid in enumerate(self._layers):
-            ptr = C.llama_get_embeddings_layer_inp(tgt, lid)
-            if not ptr:
-                raise SpeculativeError(f"the target context returned no inputs of layer {lid}")
-            feats[:, k * self.n_tgt:(k + 1) * self.n_tgt] = np.ctypeslib.as_array(ptr, shape=(m, self.n_tgt))
-        return feats
-
     def observe(self, tokens: Sequence[int], pos0: int) -> None:
         """The target just decoded ``tokens`` at ``pos0..``: keep their ``g`` rows."""
         m = len(tokens)
         if m == 0 or self.ctx is None:
             return
-        feats = self._features(m)
+        feats = self._tl.rows(m)
         C, dft = self._C, self.ctx.ptr
         for s in range(0, m, self._n_ubatch):  # the encoder needs the whole batch in one micro-batch
             e = min(m, s + self._n_ubatch)
-            self._raw.encode(feats[s:e], self._n_mem)
+            self._raw.rows(feats[s:e], self._n_mem, encode=True)
             ptr = C.llama_get_embeddings_nextn(dft)
             if not ptr:
                 raise SpeculativeError("the EAGLE3 encoder returned no rows")
@@ -215,30 +174,15 @@ class Eagle3Drafter:
             self.reset()  # a failed decode leaves the memory unknown: start over next time
             raise
 
-    def _refeed(self, hist: list[int], P: int) -> None:
-        """Re-decode the target from the first position whose ``g`` row is missing (a restored
-        state, or someone else's decodes): its memory keeps the same tokens, and the rows come back."""
-        from ._spec_batch import RawBatch
-
-        miss = np.flatnonzero(self._gtok[:P] != np.asarray(hist[:P], dtype=np.int64))
-        first = int(miss[0])
-        tgt = self._target
-        if not tgt.seq_rm(0, first, -1):
-            tgt.memory_clear(True)
-            first = 0
-        if self._refill is None:
-            self._refill = RawBatch(tgt)
-        self._refill.decode(hist[first:P], first, "none", self.observe)
-        log.debug("EAGLE3: re-decoded target positions %d..%d for their features", first, P - 1)
-
     def _sync(self, hist: list[int]) -> None:
         """Make the draft memory hold the pairs ``(hist[p+1], g_p)`` for ``p < len(hist) - 1``, the last
         one an output."""
         P = len(hist) - 1
         # the seed pair (hist[P], g_{P-1}) is always decoded again: its row proposes the first token
         keep = min(self._n, max(common_prefix(self._hist, hist) - 1, 0), P - 1)
-        if not np.array_equal(self._gtok[keep:P], np.asarray(hist[keep:P], dtype=np.int64)):
-            self._refeed(hist, P)
+        miss = np.flatnonzero(self._gtok[:P] != np.asarray(hist[:P], dtype=np.int64))
+        if miss.size:  # positions decoded before this drafter saw them (a restored state)
+            self._tl.redecode(hist, int(miss[0]), P, self.observe)
         if self._n_mem > keep and not self.ctx.seq_rm(0, keep, -1):
             raise SpeculativeError("the EAGLE3 draft context could not drop a suffix of its memory")
         self._n_mem = self._n = keep

@@ -133,7 +133,7 @@ def test_features_are_the_listed_layers_in_order(targets, layers):
     cfg = SpecConfig("draft-eagle3", draft_model_path=_draft("feature", target_layers=layers), draft_n_max=3)
     with make_decoder(model, cfg, ctx_params=dict(CTX)) as dec:
         dec.prefill(prompt)
-        feats = dec.drafters[0]._features(len(prompt) - 1)  # the prefill was the last target decode
+        feats = dec.drafters[0]._tl.rows(len(prompt) - 1)  # the prefill was the last target decode
         k = layers.split(",").index("0")
         np.testing.assert_allclose(feats[:, 64 * k:64 * (k + 1)], embd[prompt[:-1]], rtol=1e-5, atol=1e-5)
         others = [j for j in range(3) if j != k]
@@ -255,7 +255,7 @@ KW = {"n_ctx": 512, "n_batch": 128, "n_ubatch": 128, "n_threads": 1, "n_threads_
 
 @pytest.mark.parametrize(("draft", "match"), [
     (lambda tmp: str(tmp / "missing.gguf"), "not a file"),
-    (lambda tmp: str(fixture_path("draft_model")), "not an EAGLE3 draft"),
+    (lambda tmp: str(fixture_path("draft_model")), "needs a draft whose general.architecture is 'eagle3'"),
     (lambda tmp: _draft(target_hidden_size=32), "hidden size 32"),
     (lambda tmp: _draft(target_layers="0,1,2"), "out of range"),
     (lambda tmp: _draft(target_layers="0,1"), "must list 3"),
