@@ -6,14 +6,16 @@ Types (llama.cpp's ``common_speculative_type`` names, :class:`SpeculativeType`):
   several heads llama.cpp chains them only for step35-style models, head ``i`` drafting step
   ``i``; gemma4-style shared-memory heads run in one graph; neither is done here yet).
 - ``draft-simple`` (a separate draft model, :mod:`llama_cpp._spec_draft`), ``draft-eagle3`` (an
-  EAGLE3 draft head fed with target hidden states, :mod:`llama_cpp._spec_eagle3`) and the n-gram
+  EAGLE3 draft head fed with target hidden states, :mod:`llama_cpp._spec_eagle3`), ``draft-dflash``
+  (a DFlash block-diffusion draft over target hidden states, :mod:`llama_cpp._spec_dflash`; not
+  DFlash2's selector) and the n-gram
   types ``ngram-simple``, ``ngram-map-k``, ``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``
   (:mod:`llama_cpp._spec_ngram`): drafters verified by
   :class:`~llama_cpp._spec_engine.DraftDecoder`.
 - Several types at once (``SpecConfig(spec_type=[...])``): each step verifies the first
-  non-empty draft in llama.cpp's priority order (n-gram types, draft-simple, draft-eagle3, then
-  MTP); draft-eagle3 does not combine with draft-mtp here.
-- ``draft-dflash``, ``draft-dspark``: named, refused as not implemented.
+  non-empty draft in llama.cpp's priority order (n-gram types, draft-simple, draft-eagle3, MTP,
+  draft-dflash); draft-eagle3 and draft-dflash do not combine with draft-mtp here.
+- ``draft-dspark``: named, refused as not implemented.
 
 :func:`make_decoder` picks the decoder for a configuration; ``Llama(speculative=...)`` uses it.
 
@@ -86,7 +88,7 @@ class SpeculativeType(str, enum.Enum):
     DRAFT_SIMPLE = "draft-simple"    # a separate, smaller draft model sharing the vocabulary
     DRAFT_EAGLE3 = "draft-eagle3"    # an EAGLE3 draft head over target hidden states
     DRAFT_MTP = "draft-mtp"          # the model's own NextN (MTP) head(s)
-    DRAFT_DFLASH = "draft-dflash"    # a DFlash block-diffusion draft (not implemented yet)
+    DRAFT_DFLASH = "draft-dflash"    # a DFlash block-diffusion draft over target hidden states
     DRAFT_DSPARK = "draft-dspark"    # DFlash with a Markov head (not implemented yet)
     NGRAM_SIMPLE = "ngram-simple"    # the continuation of the latest earlier n-gram match
     NGRAM_MAP_K = "ngram-map-k"      # n-gram keys in a hash map, draft length from past acceptance
@@ -101,8 +103,10 @@ _PRIORITY = (SpeculativeType.NGRAM_SIMPLE, SpeculativeType.NGRAM_MAP_K, Speculat
              SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_MTP, SpeculativeType.DRAFT_DFLASH,
              SpeculativeType.DRAFT_DSPARK)
 _NGRAM_TYPES = frozenset(_PRIORITY[:5])
-_NOT_IMPLEMENTED = frozenset((SpeculativeType.DRAFT_DFLASH, SpeculativeType.DRAFT_DSPARK))
-_DRAFT_MODEL_TYPES = frozenset((SpeculativeType.DRAFT_SIMPLE, SpeculativeType.DRAFT_EAGLE3))
+_NOT_IMPLEMENTED = frozenset((SpeculativeType.DRAFT_DSPARK,))
+_DRAFT_MODEL_TYPES = frozenset((SpeculativeType.DRAFT_SIMPLE, SpeculativeType.DRAFT_EAGLE3,
+                                SpeculativeType.DRAFT_DFLASH))
+_FEATURE_TYPES = (SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_DFLASH)  # drafts fed target hidden states
 _IMPLEMENTED = tuple(t for t in SpeculativeType if t not in _NOT_IMPLEMENTED)
 _NGRAM_SIZE_LIMIT = 1024  # llama.cpp's bound on --spec-ngram-* sizes
 
@@ -208,8 +212,8 @@ class SpecConfig:
       sequence checkpoint). Drafts longer than this take a checkpoint before the verify and
       restore it on rejection (hybrid/recurrent targets only; attention-only targets always
       remove a rejected suffix directly).
-    - ``draft_model_path`` / ``draft_n_gpu_layers``: the ``draft-simple`` model or the
-      ``draft-eagle3`` draft (one draft file per configuration, as in llama.cpp).
+    - ``draft_model_path`` / ``draft_n_gpu_layers``: the ``draft-simple`` model, the
+      ``draft-eagle3`` or the ``draft-dflash`` draft (one draft file per configuration).
     - ``ngram_simple``, ``ngram_map_k``, ``ngram_map_k4v`` (:class:`NgramMapParams`),
       ``ngram_mod`` (:class:`NgramModParams`), ``ngram_cache`` (:class:`NgramCacheParams`):
       the n-gram types' parameters, as llama.cpp's ``common_params_speculative`` names them.
@@ -285,11 +289,13 @@ class SpecConfig:
             if t in types and dm is None:
                 raise SpeculativeError(f"spec_type {t.value!r} needs a draft model: give "
                                        "SpecConfig(draft_model_path='draft.gguf')")
-        if all(t in types for t in _DRAFT_MODEL_TYPES):
-            raise SpeculativeError("draft-simple and draft-eagle3 both read draft_model_path: choose one of them")
-        if SpeculativeType.DRAFT_EAGLE3 in types and SpeculativeType.DRAFT_MTP in types:
-            raise SpeculativeError("draft-eagle3 cannot be combined with draft-mtp here: use one of them "
-                                   "(either may be combined with the n-gram types)")
+        drafts = [t.value for t in _PRIORITY if t in types and t in _DRAFT_MODEL_TYPES]
+        if len(drafts) > 1:
+            raise SpeculativeError(f"{' and '.join(drafts)} all read draft_model_path: choose one of them")
+        for t in _FEATURE_TYPES:
+            if t in types and SpeculativeType.DRAFT_MTP in types:
+                raise SpeculativeError(f"{t.value} cannot be combined with draft-mtp here: use one of them "
+                                       "(either may be combined with the n-gram types)")
 
     @property
     def enabled(self) -> bool:
@@ -425,10 +431,15 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig) -> None:
         arch = _gguf_arch(dm)
         if arch in ("eagle3", "dflash"):
             kind = "draft-eagle3" if arch == "eagle3" else "draft-dflash"
-            raise SpeculativeError(f"{dm} is an {arch} draft, not a separate draft model: use spec_type={kind!r}")
-    if SpeculativeType.DRAFT_EAGLE3 in config.types:
-        from ._spec_eagle3 import check_draft_header
-
+            raise SpeculativeError(f"{dm} is a draft of architecture {arch!r}, not a separate draft model: use "
+                                   f"spec_type={kind!r}")
+    for t in _FEATURE_TYPES:
+        if t not in config.types:
+            continue
+        if t is SpeculativeType.DRAFT_EAGLE3:
+            from ._spec_eagle3 import check_draft_header
+        else:
+            from ._spec_dflash import check_draft_header  # type: ignore[assignment]
         meta = _gguf_meta(path)
         arch = meta.get("general.architecture")
         n_layer = meta.get(f"{arch}.block_count")
@@ -565,13 +576,14 @@ def build_drafters(model: Any, config: SpecConfig, target: Any) -> list[Any]:
                                       n_max=config.draft_n_max, n_min=config.draft_n_min,
                                       p_min=config.draft_p_min, ctx_params=inherited,
                                       n_gpu_layers=config.draft_n_gpu_layers))
-            elif t is SpeculativeType.DRAFT_EAGLE3:
+            elif t in _FEATURE_TYPES:
+                from ._spec_dflash import DFlashDrafter
                 from ._spec_eagle3 import Eagle3Drafter
 
-                out.append(Eagle3Drafter(model, target, config.draft_model_path,  # type: ignore[arg-type]
-                                         n_max=config.draft_n_max, n_min=config.draft_n_min,
-                                         p_min=config.draft_p_min, ctx_params=inherited,
-                                         n_gpu_layers=config.draft_n_gpu_layers))
+                cls = Eagle3Drafter if t is SpeculativeType.DRAFT_EAGLE3 else DFlashDrafter
+                out.append(cls(model, target, config.draft_model_path,  # type: ignore[arg-type]
+                               n_max=config.draft_n_max, n_min=config.draft_n_min, p_min=config.draft_p_min,
+                               ctx_params=inherited, n_gpu_layers=config.draft_n_gpu_layers))
     except BaseException:
         for d in out:
             close = getattr(d, "close", None)

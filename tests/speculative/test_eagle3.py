@@ -321,16 +321,6 @@ def test_extended_batch_accepts_the_input_and_encoder_widths(echo):
 # -- llama.cpp's own driver ----------------------------------------------------------------------
 
 
-def _tool_stats(stderr: bytes) -> tuple[int, int, list[float]]:
-    import re
-
-    err = stderr.decode(errors="replace")
-    m = re.search(r"draft-eagle3: .*#gen drafts =\s*(\d+).*#acc tokens =\s*(\d+)", err)
-    assert m, err[-2000:]
-    rates = re.search(r"draft-eagle3: .*#acc rate/pos = \(([0-9., ]*)\)", err)
-    return int(m.group(1)), int(m.group(2)), [float(x) for x in rates.group(1).split(",")] if rates else []
-
-
 @pytest.mark.parametrize("form", ("echo", "noisy", "feature"))
 @pytest.mark.parametrize("m", (2, 4))
 def test_matches_llama_speculative_simple(echo, target_path, run_tool, form, m):
@@ -339,21 +329,15 @@ def test_matches_llama_speculative_simple(echo, target_path, run_tool, form, m):
     same drafts: as many, as many accepted, and the same acceptance at every draft position."""
     from llama_cpp.speculative import make_decoder
 
-    from .util import greedy_sampler
+    from ._tool import drive_like_tool, tool_stats
 
     n = 32
     draft = _draft(form)
     for p in ("Once upon a time there was", "the cat sat on the mat and the dog sat on the"):
         prompt = echo.tokenize(p.encode(), add_special=True, parse_special=True)
         with make_decoder(echo, _cfg(form, m, n_rs_seq=m), ctx_params=dict(CTX)) as dec:
-            dec.prefill(prompt)
+            got = drive_like_tool(dec, prompt, n)
             st = dec.stats
-            got = list(dec.generate(greedy_sampler(), n))  # drafts cut to the budget, as the tool's
-            if len(got) == n:  # the tool stops only past -n: one more step, its draft not cut
-                dec.prefill(prompt + got)
-                for t in dec.generate(greedy_sampler(), 10 * n):
-                    got.append(t)
-                    break
         mine = echo.detokenize(got[:n]).decode("utf-8", errors="replace")
         proc = run_tool("llama-speculative-simple", "-m", target_path("echo"), "-md", draft,
                         "--spec-type", "draft-eagle3", "--spec-draft-n-max", m, "-lv", 4, "--temp", "0", "-p", p, "-n", n,
@@ -361,9 +345,9 @@ def test_matches_llama_speculative_simple(echo, target_path, run_tool, form, m):
                         complete=lambda out, k=len(p) + len(mine.strip()): len(out.decode(errors="replace").strip()) >= k)
         text = proc.stdout.decode("utf-8", errors="replace").lstrip("\n")
         assert text.startswith(p) and text[len(p):].startswith(mine), (form, m, text[:200], mine[:200])
-        n_drafts, n_acc, rates = _tool_stats(proc.stderr)
-        assert (st.steps, st.accepted) == (n_drafts, n_acc), (form, m, p, str(st))
-        assert [round(a / st.steps, 3) for a in st.accepted_at if a] == [r for r in rates if r], (form, m, p)
+        n_drafts, n_acc, rates = tool_stats(proc.stderr, "draft-eagle3")
+        assert (st.drafted_at[0], st.accepted) == (n_drafts, n_acc), (form, m, p, str(st))
+        assert [round(a / st.drafted_at[0], 3) for a in st.accepted_at if a] == [r for r in rates if r], (form, m, p)
         if form == "echo":
             assert st.accepted == st.drafted
 

@@ -70,7 +70,7 @@ def test_type_lists_and_names():
     assert dataclasses.replace(c, draft_n_max=5).types == c.types  # replace keeps the whole list
 
 
-@pytest.mark.parametrize("name", ("draft-dflash", "draft-dspark"))
+@pytest.mark.parametrize("name", ("draft-dspark",))
 def test_unimplemented_types_fail_before_loading(name, tmp_path):
     with pytest.raises(SpeculativeError, match="not implemented"):
         check_model_file(tmp_path / "absent.gguf", SpecConfig(name))

@@ -145,7 +145,7 @@ def test_errors_before_loading(tmp_path):
     with pytest.raises(SpeculativeError, match="not a file"):
         Llama(bpe, speculative=SpecConfig(draft_model_path=str(tmp_path / "none.gguf")), **KW)
     with pytest.raises(SpeculativeError, match="not implemented"):
-        Llama(bpe, speculative=SpecConfig("draft-dflash"), **KW)
+        Llama(bpe, speculative=SpecConfig("draft-dspark"), **KW)
     with pytest.raises(SpeculativeError, match="BOS"):
         Llama(bpe, speculative=SpecConfig(draft_model_path=str(fixture_path("draft_model", vocab="bos"))), **KW)
     with pytest.raises(SpeculativeError, match="no NextN"):

@@ -1,0 +1,217 @@
+"""``draft-dflash``: a DFlash block-diffusion draft over the target's hidden states.
+
+A DFlash draft (llama.cpp's ``dflash`` architecture) keeps, at each target position ``p``, the
+K/V its ``fc`` projection makes of the target's layer inputs at ``p`` (``dflash.target_layers``,
+each the target's ``n_embd`` wide: an embedding entry of that concatenated width, decoded into
+the draft's memory). One draft step decodes the block ``[id_last, <mask> * n_max]`` at
+``P..P+n_max`` with every row an output and (unless ``dflash.attention.causal``) non-causal
+attention; row ``i >= 1`` proposes the token at ``P + i``. As in llama.cpp's
+``common_speculative_impl_draft_dflash``:
+
+- the block always has ``n_max`` masks (``draft_n_max`` cut to ``dflash.block_size - 1``); a
+  smaller budget cuts the proposal, not the block, so the rows see the same block;
+- drafting stops at the first row whose top token has less than ``p_min`` of the top-10 mass.
+
+:class:`DFlashDrafter` is a drafter for :class:`~llama_cpp._spec_engine.DraftDecoder`:
+``observe`` writes the features of every target decode at their positions (after dropping what
+the draft memory held from there on), ``draft`` makes the draft memory hold exactly the
+history's positions (decoding the target again where it never saw them), decodes the block and
+removes it again. DFlash2 (``dflash.selector_top_k`` > 0), DSpark (a Markov head), DSV4
+backbones and M-RoPE drafts are refused before loading.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._errors import SpeculativeError
+from ._spec_batch import RawExtBatch
+from ._spec_features import TargetLayers, check_target_layers, draft_header, loaded_layers, require_symbols
+
+log = logging.getLogger("llama_cpp.speculative")
+
+_TOP_K = 10
+DEFAULT_BLOCK_SIZE = 16  # llama.cpp's default when dflash.block_size is absent
+
+
+def check_draft_header(path: str | os.PathLike[str], *, target_arch: str | None = None,
+                       target_n_embd: int | None = None, target_n_layer: int | None = None) -> tuple[list[int], int]:
+    """Check ``path`` is a DFlash draft this package runs and that fits the target (from its GGUF
+    header); returns (target layer ids, block size). Target values that are None are not checked."""
+    p = os.fspath(path)
+    meta, tensors = draft_header(p, "dflash", "draft-dflash")
+    layers = check_target_layers(p, meta.get("dflash.target_layers"), target_arch=target_arch,
+                                 target_n_layer=target_n_layer, arch="dflash")
+    top_k = meta.get("dflash.selector_top_k", 0)
+    if isinstance(top_k, int) and top_k > 0:
+        raise SpeculativeError(f"{p} is a DFlash2 draft (dflash.selector_top_k = {top_k}): its selector lattice is "
+                               "not implemented here yet; use a DFlash (v1) draft")
+    if "markov_w1.weight" in tensors:
+        raise SpeculativeError(f"{p} is a DSpark draft (it has a Markov head): spec_type 'draft-dspark' is not "
+                               "implemented yet")
+    if meta.get("dflash.hyper_connection_count"):
+        raise SpeculativeError(f"{p} has a DeepSeek-V4 backbone (dflash.hyper_connection_count), which is not "
+                               "implemented here")
+    sections = meta.get("dflash.rope.dimension_sections")
+    if isinstance(sections, list) and any(sections):
+        raise SpeculativeError(f"{p} is a DFlash draft for an M-RoPE target (dflash.rope.dimension_sections), "
+                               "which is not implemented here")
+    n_embd = meta.get("dflash.embedding_length")
+    if target_n_embd is not None and n_embd != target_n_embd:
+        raise SpeculativeError(f"{p} is {n_embd} wide (dflash.embedding_length) and reads {len(layers)} target layers "
+                               f"of its own width; this target's n_embd is {target_n_embd}: use the DFlash draft made "
+                               "for this model")
+    if meta.get("tokenizer.ggml.mask_token_id") is None:
+        raise SpeculativeError(f"{p} has no mask token (tokenizer.ggml.mask_token_id): a DFlash draft fills its block "
+                               "with it")
+    block = meta.get("dflash.block_size", DEFAULT_BLOCK_SIZE)
+    if not isinstance(block, int) or isinstance(block, bool) or block < 2:
+        raise SpeculativeError(f"{p}: dflash.block_size must be an integer >= 2, got {block!r}")
+    return layers, int(block)
+
+
+class DFlashDrafter:
+    """The ``draft-dflash`` drafter over its own draft model and context (owned by it)."""
+
+    kind = "draft-dflash"
+    takes_limit = True  # draft() takes the step's token budget
+
+    def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
+                 n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0) -> None:
+        from ._internals import LlamaContext, LlamaModel
+        from ._spec_draft import check_vocab_compatible
+        from .llama_batch import LlamaBatchExt
+
+        self.model = self.ctx = self._batch = self._tl = None
+        C = target_model._C
+        require_symbols(C, (), "DFlash")
+        p = os.fspath(path)
+        layers, block = check_draft_header(p, target_arch=target_model.metadata.get("general.architecture"),
+                                           target_n_embd=target_model.n_embd(), target_n_layer=target_model.n_layer())
+        with LlamaModel(p, vocab_only=True) as vocab:
+            check_vocab_compatible(target_model, vocab, p)
+        self.n_max = min(int(n_max), block - 1)
+        self.n_min = min(int(n_min), self.n_max)
+        self.p_min = float(p_min)
+        if self.n_max < int(n_max):
+            log.info("DFlash: draft_n_max=%d exceeds the trained block size %d; drafting %d", n_max, block, self.n_max)
+        self._C = C
+        try:
+            self.model = LlamaModel(p, n_gpu_layers=n_gpu_layers)
+            loaded = loaded_layers(C, self.model)
+            if loaded != layers:
+                raise SpeculativeError(f"{p}: llama.cpp loaded target layers {loaded}, the header lists {layers}")
+            self.mask = int(C.llama_vocab_mask(self.model.vocab))
+            if self.mask < 0:
+                raise SpeculativeError(f"{p}: llama.cpp found no mask token in this DFlash draft")
+            params = dict(ctx_params)
+            params.update(n_ctx=target_ctx.n_ctx(), n_batch=target_ctx.n_batch(), n_ubatch=target_ctx.n_ubatch(),
+                          n_seq_max=1, n_rs_seq=0, embeddings=False)
+            params.pop("ctx_type", None)
+            self.ctx = LlamaContext(self.model, ctx_other=target_ctx, **params)
+            causal = self.model.metadata.get("dflash.attention.causal", "false") == "true"
+            C.llama_set_causal_attn(self.ctx.ptr, causal)
+            self._batch = LlamaBatchExt(self.ctx)
+            self._raw = RawExtBatch(self._batch, self.ctx, int(self.model.n_embd()))
+            self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd())
+        except BaseException:
+            self.close()
+            raise
+        self.n_vocab_target = int(target_model.n_vocab)
+        self._topk = min(_TOP_K, self.model.n_vocab)
+        self._n_ubatch = self.ctx.n_ubatch()
+        self._ktok = np.full(target_ctx.n_ctx(), -1, dtype=np.int64)  # target token whose features sit at p
+        self.reset()
+
+    def close(self) -> None:
+        if self._tl is not None:
+            self._tl.close()
+            self._tl = None
+        for name in ("_batch", "ctx", "model"):  # the batch first: it points into the context
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.close()
+                setattr(self, name, None)
+
+    def reset(self) -> None:
+        if self.ctx is not None:
+            self.ctx.memory_clear(True)
+        self._n_mem = 0  # positions 0.._n_mem-1 in the draft memory
+        self._ktok[:] = -1
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def accept(self, n_accepted: int) -> None:
+        pass
+
+    def _drop(self, pos: int) -> None:
+        """Drop the draft memory from ``pos`` on."""
+        if self._n_mem > pos:
+            if not self.ctx.seq_rm(0, pos, -1):
+                raise SpeculativeError("the DFlash draft context could not drop a suffix of its memory")
+            self._n_mem = pos
+        self._ktok[pos:] = -1
+
+    def observe(self, tokens: Sequence[int], pos0: int) -> None:
+        """The target just decoded ``tokens`` at ``pos0..``: write their features at those positions."""
+        m = len(tokens)
+        if m == 0 or self.ctx is None:
+            return
+        self._drop(pos0)
+        if pos0 > self._n_mem:
+            return  # a gap (positions this drafter never saw): the next draft decodes them again
+        feats = self._tl.rows(m)
+        for s in range(0, m, self._n_ubatch):
+            e = min(m, s + self._n_ubatch)
+            self._raw.rows(feats[s:e], pos0 + s, encode=False)
+            self._n_mem = pos0 + e
+        self._ktok[pos0:pos0 + m] = np.asarray(tokens, dtype=np.int64)
+
+    def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
+        k_max = self.n_max if n_max is None else min(self.n_max, int(n_max))
+        if k_max <= 0:
+            return []
+        try:
+            return self._draft(list(prompt), int(id_last), k_max)
+        except BaseException:
+            self.reset()  # a failed decode leaves the memory unknown: start over next time
+            raise
+
+    def _draft(self, hist: list[int], id_last: int, k_max: int) -> list[int]:
+        P = len(hist)
+        miss = np.flatnonzero(self._ktok[:P] != np.asarray(hist, dtype=np.int64))
+        if miss.size:  # positions decoded before this drafter saw them (a restored state)
+            self._drop(int(miss[0]))
+            self._tl.redecode(hist, int(miss[0]), P, self.observe)
+        self._drop(P)  # the features of rejected drafts
+        n = self.n_max
+        self._raw.decode([id_last] + [self.mask] * n, P, True)
+        self._n_mem = P + n + 1
+        try:
+            ctx, k = self.ctx, self._topk
+            out: list[int] = []
+            for i in range(1, min(n, k_max) + 1):
+                logits = ctx.logits_ith(i)
+                best = int(np.argmax(logits))
+                if self.p_min > 0.0:
+                    top = np.partition(logits, -k)[-k:] if k < logits.shape[0] else logits
+                    p = 1.0 / float(np.exp(top.astype(np.float64) - float(logits[best])).sum())
+                    if p < self.p_min:
+                        break
+                if best >= self.n_vocab_target:
+                    break
+                out.append(best)
+        finally:
+            self._drop(P)  # the block is not the history
+        if len(out) < self.n_min:
+            return []
+        return out
+
+
+__all__ = ["DFlashDrafter", "check_draft_header"]
