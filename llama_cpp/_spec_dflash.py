@@ -16,8 +16,12 @@ attention; row ``i >= 1`` proposes the token at ``P + i``. As in llama.cpp's
 ``observe`` writes the features of every target decode at their positions (after dropping what
 the draft memory held from there on), ``draft`` makes the draft memory hold exactly the
 history's positions (decoding the target again where it never saw them), decodes the block and
-removes it again. DFlash2 (``dflash.selector_top_k`` > 0), DSpark (a Markov head), DSV4
-backbones and M-RoPE drafts are refused before loading.
+removes it again. ``draft-dspark`` (a DFlash draft with a Markov head, :class:`DFlashDrafter`
+with ``dspark``): the Markov bias runs inside llama.cpp's graph; with ``dflash.sample_from_anchor``
+(the default) the block is ``[id_last, <mask> * (n_max - 1)]`` and row ``i`` proposes the token
+at ``P + i + 1``; ``draft_p_min`` compares with the confidence head's output instead of the
+logits. DFlash2 (``dflash.selector_top_k`` > 0), DSV4 backbones and M-RoPE drafts are refused
+before loading.
 """
 
 from __future__ import annotations
@@ -40,20 +44,26 @@ DEFAULT_BLOCK_SIZE = 16  # llama.cpp's default when dflash.block_size is absent
 
 
 def check_draft_header(path: str | os.PathLike[str], *, target_arch: str | None = None,
-                       target_n_embd: int | None = None, target_n_layer: int | None = None) -> tuple[list[int], int]:
-    """Check ``path`` is a DFlash draft this package runs and that fits the target (from its GGUF
-    header); returns (target layer ids, block size). Target values that are None are not checked."""
+                       target_n_embd: int | None = None, target_n_layer: int | None = None,
+                       dspark: bool = False) -> tuple[list[int], int, bool, bool]:
+    """Check ``path`` is a DFlash (``dspark``: DSpark) draft this package runs and that fits the
+    target (from its GGUF header); returns (target layer ids, block size, sample from the anchor,
+    has a confidence head). Target values that are None are not checked."""
     p = os.fspath(path)
-    meta, tensors = draft_header(p, "dflash", "draft-dflash")
+    kind = "draft-dspark" if dspark else "draft-dflash"
+    meta, tensors = draft_header(p, "dflash", kind)
     layers = check_target_layers(p, meta.get("dflash.target_layers"), target_arch=target_arch,
                                  target_n_layer=target_n_layer, arch="dflash")
     top_k = meta.get("dflash.selector_top_k", 0)
     if isinstance(top_k, int) and top_k > 0:
         raise SpeculativeError(f"{p} is a DFlash2 draft (dflash.selector_top_k = {top_k}): its selector lattice is "
                                "not implemented here yet; use a DFlash (v1) draft")
-    if "markov_w1.weight" in tensors:
-        raise SpeculativeError(f"{p} is a DSpark draft (it has a Markov head): spec_type 'draft-dspark' is not "
-                               "implemented yet")
+    has_markov = "markov_w1.weight" in tensors
+    if has_markov and not dspark:
+        raise SpeculativeError(f"{p} is a DSpark draft (it has a Markov head): use spec_type='draft-dspark'")
+    if dspark and not has_markov:
+        raise SpeculativeError(f"{p} is a DFlash draft without a Markov head, not a DSpark draft: use "
+                               "spec_type='draft-dflash'")
     if meta.get("dflash.hyper_connection_count"):
         raise SpeculativeError(f"{p} has a DeepSeek-V4 backbone (dflash.hyper_connection_count), which is not "
                                "implemented here")
@@ -72,32 +82,45 @@ def check_draft_header(path: str | os.PathLike[str], *, target_arch: str | None 
     block = meta.get("dflash.block_size", DEFAULT_BLOCK_SIZE)
     if not isinstance(block, int) or isinstance(block, bool) or block < 2:
         raise SpeculativeError(f"{p}: dflash.block_size must be an integer >= 2, got {block!r}")
-    return layers, int(block)
+    anchor = meta.get("dflash.sample_from_anchor", True) not in (False, "false")
+    conf = "conf_proj.weight" in tensors and meta.get("dflash.has_confidence_head", True) not in (False, "false")
+    return layers, int(block), bool(anchor), conf
 
 
 class DFlashDrafter:
-    """The ``draft-dflash`` drafter over its own draft model and context (owned by it)."""
+    """The ``draft-dflash`` (or, with ``dspark``, ``draft-dspark``) drafter over its own draft model and
+    context (owned by it)."""
 
-    kind = "draft-dflash"
     takes_limit = True  # draft() takes the step's token budget
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
-                 n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0) -> None:
+                 n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0,
+                 dspark: bool = False) -> None:
         from ._internals import LlamaContext, LlamaModel
         from ._spec_draft import check_vocab_compatible
         from .llama_batch import LlamaBatchExt
 
         self.model = self.ctx = self._batch = self._tl = None
         C = target_model._C
-        require_symbols(C, (), "DFlash")
+        self.kind = "draft-dspark" if dspark else "draft-dflash"
+        self._dspark = bool(dspark)
+        self.p_min = float(p_min)
+        self._conf = dspark and self.p_min > 0.0  # DSpark stops on its confidence head, not on the logits
+        require_symbols(C, ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn") if self._conf else (),
+                        "DSpark" if dspark else "DFlash")
         p = os.fspath(path)
-        layers, block = check_draft_header(p, target_arch=target_model.metadata.get("general.architecture"),
-                                           target_n_embd=target_model.n_embd(), target_n_layer=target_model.n_layer())
+        layers, block, anchor, has_conf = check_draft_header(
+            p, target_arch=target_model.metadata.get("general.architecture"), target_n_embd=target_model.n_embd(),
+            target_n_layer=target_model.n_layer(), dspark=dspark)
+        if self._conf and not has_conf:
+            raise SpeculativeError(f"{p} has no confidence head (conf_proj): a DSpark draft without one cannot stop "
+                                   "on draft_p_min; set draft_p_min=0")
         with LlamaModel(p, vocab_only=True) as vocab:
             check_vocab_compatible(target_model, vocab, p)
-        self.n_max = min(int(n_max), block - 1)
+        # DFlash denoises [id_last, mask * (block - 1)] in place; anchor-first DSpark drafts from id_last's row on
+        self._first = 0 if dspark and anchor else 1
+        self.n_max = min(int(n_max), block - self._first)
         self.n_min = min(int(n_min), self.n_max)
-        self.p_min = float(p_min)
         if self.n_max < int(n_max):
             log.info("DFlash: draft_n_max=%d exceeds the trained block size %d; drafting %d", n_max, block, self.n_max)
         self._C = C
@@ -117,8 +140,11 @@ class DFlashDrafter:
             causal = self.model.metadata.get("dflash.attention.causal", "false") == "true"
             C.llama_set_causal_attn(self.ctx.ptr, causal)
             self._batch = LlamaBatchExt(self.ctx)
-            self._raw = RawExtBatch(self._batch, self.ctx, int(self.model.n_embd()))
+            self._n_embd = int(self.model.n_embd())
+            self._raw = RawExtBatch(self._batch, self.ctx, self._n_embd)
             self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd())
+            if self._conf:
+                C.llama_set_embeddings_nextn(self.ctx.ptr, True, True)  # the confidence of every row
         except BaseException:
             self.close()
             raise
@@ -190,16 +216,25 @@ class DFlashDrafter:
             self._drop(int(miss[0]))
             self._tl.redecode(hist, int(miss[0]), P, self.observe)
         self._drop(P)  # the features of rejected drafts
-        n = self.n_max
-        self._raw.decode([id_last] + [self.mask] * n, P, True)
-        self._n_mem = P + n + 1
+        first = self._first
+        n_block = self.n_max + first
+        self._raw.decode([id_last] + [self.mask] * (n_block - 1), P, True)
+        self._n_mem = P + n_block
         try:
             ctx, k = self.ctx, self._topk
+            conf = None
+            if self._conf:
+                ptr = self._C.llama_get_embeddings_nextn(ctx.ptr)
+                if not ptr:
+                    raise SpeculativeError("the DSpark draft returned no confidences")
+                conf = np.ctypeslib.as_array(ptr, shape=(n_block, self._n_embd))[:, 0]
             out: list[int] = []
-            for i in range(1, min(n, k_max) + 1):
+            for i in range(first, first + min(self.n_max, k_max)):
+                if conf is not None and float(conf[i]) < self.p_min:
+                    break
                 logits = ctx.logits_ith(i)
                 best = int(np.argmax(logits))
-                if self.p_min > 0.0:
+                if not self._dspark and self.p_min > 0.0:
                     top = np.partition(logits, -k)[-k:] if k < logits.shape[0] else logits
                     p = 1.0 / float(np.exp(top.astype(np.float64) - float(logits[best])).sum())
                     if p < self.p_min:

@@ -8,14 +8,14 @@ Types (llama.cpp's ``common_speculative_type`` names, :class:`SpeculativeType`):
 - ``draft-simple`` (a separate draft model, :mod:`llama_cpp._spec_draft`), ``draft-eagle3`` (an
   EAGLE3 draft head fed with target hidden states, :mod:`llama_cpp._spec_eagle3`), ``draft-dflash``
   (a DFlash block-diffusion draft over target hidden states, :mod:`llama_cpp._spec_dflash`; not
-  DFlash2's selector) and the n-gram
+  DFlash2's selector), ``draft-dspark`` (DFlash with a Markov head, the same module) and the n-gram
   types ``ngram-simple``, ``ngram-map-k``, ``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``
   (:mod:`llama_cpp._spec_ngram`): drafters verified by
   :class:`~llama_cpp._spec_engine.DraftDecoder`.
 - Several types at once (``SpecConfig(spec_type=[...])``): each step verifies the first
   non-empty draft in llama.cpp's priority order (n-gram types, draft-simple, draft-eagle3, MTP,
-  draft-dflash); draft-eagle3 and draft-dflash do not combine with draft-mtp here.
-- ``draft-dspark``: named, refused as not implemented.
+  draft-dflash, draft-dspark); the drafts fed target hidden states do not combine with draft-mtp
+  here, and one configuration has one draft file.
 
 :func:`make_decoder` picks the decoder for a configuration; ``Llama(speculative=...)`` uses it.
 
@@ -89,7 +89,7 @@ class SpeculativeType(str, enum.Enum):
     DRAFT_EAGLE3 = "draft-eagle3"    # an EAGLE3 draft head over target hidden states
     DRAFT_MTP = "draft-mtp"          # the model's own NextN (MTP) head(s)
     DRAFT_DFLASH = "draft-dflash"    # a DFlash block-diffusion draft over target hidden states
-    DRAFT_DSPARK = "draft-dspark"    # DFlash with a Markov head (not implemented yet)
+    DRAFT_DSPARK = "draft-dspark"    # DFlash with a Markov head
     NGRAM_SIMPLE = "ngram-simple"    # the continuation of the latest earlier n-gram match
     NGRAM_MAP_K = "ngram-map-k"      # n-gram keys in a hash map, draft length from past acceptance
     NGRAM_MAP_K4V = "ngram-map-k4v"  # n-gram keys with up to four counted m-gram continuations
@@ -103,10 +103,11 @@ _PRIORITY = (SpeculativeType.NGRAM_SIMPLE, SpeculativeType.NGRAM_MAP_K, Speculat
              SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_MTP, SpeculativeType.DRAFT_DFLASH,
              SpeculativeType.DRAFT_DSPARK)
 _NGRAM_TYPES = frozenset(_PRIORITY[:5])
-_NOT_IMPLEMENTED = frozenset((SpeculativeType.DRAFT_DSPARK,))
+_NOT_IMPLEMENTED: frozenset[SpeculativeType] = frozenset()
 _DRAFT_MODEL_TYPES = frozenset((SpeculativeType.DRAFT_SIMPLE, SpeculativeType.DRAFT_EAGLE3,
-                                SpeculativeType.DRAFT_DFLASH))
-_FEATURE_TYPES = (SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_DFLASH)  # drafts fed target hidden states
+                                SpeculativeType.DRAFT_DFLASH, SpeculativeType.DRAFT_DSPARK))
+# drafts fed target hidden states
+_FEATURE_TYPES = (SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_DFLASH, SpeculativeType.DRAFT_DSPARK)
 _IMPLEMENTED = tuple(t for t in SpeculativeType if t not in _NOT_IMPLEMENTED)
 _NGRAM_SIZE_LIMIT = 1024  # llama.cpp's bound on --spec-ngram-* sizes
 
@@ -213,7 +214,7 @@ class SpecConfig:
       restore it on rejection (hybrid/recurrent targets only; attention-only targets always
       remove a rejected suffix directly).
     - ``draft_model_path`` / ``draft_n_gpu_layers``: the ``draft-simple`` model, the
-      ``draft-eagle3`` or the ``draft-dflash`` draft (one draft file per configuration).
+      ``draft-eagle3``, ``draft-dflash`` or ``draft-dspark`` draft (one draft file per configuration).
     - ``ngram_simple``, ``ngram_map_k``, ``ngram_map_k4v`` (:class:`NgramMapParams`),
       ``ngram_mod`` (:class:`NgramModParams`), ``ngram_cache`` (:class:`NgramCacheParams`):
       the n-gram types' parameters, as llama.cpp's ``common_params_speculative`` names them.
@@ -430,16 +431,20 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig) -> None:
             raise SpeculativeError(f"draft_model_path {dm!r} is not a file: give the path of a GGUF draft model")
         arch = _gguf_arch(dm)
         if arch in ("eagle3", "dflash"):
-            kind = "draft-eagle3" if arch == "eagle3" else "draft-dflash"
+            kind = "draft-eagle3" if arch == "eagle3" else "draft-dflash' (or 'draft-dspark' with a Markov head)"
             raise SpeculativeError(f"{dm} is a draft of architecture {arch!r}, not a separate draft model: use "
-                                   f"spec_type={kind!r}")
+                                   f"spec_type='{kind}'")
     for t in _FEATURE_TYPES:
         if t not in config.types:
             continue
         if t is SpeculativeType.DRAFT_EAGLE3:
             from ._spec_eagle3 import check_draft_header
         else:
-            from ._spec_dflash import check_draft_header  # type: ignore[assignment]
+            from functools import partial
+
+            from ._spec_dflash import check_draft_header as check_dflash
+
+            check_draft_header = partial(check_dflash, dspark=t is SpeculativeType.DRAFT_DSPARK)  # type: ignore[assignment]
         meta = _gguf_meta(path)
         arch = meta.get("general.architecture")
         n_layer = meta.get(f"{arch}.block_count")
@@ -580,10 +585,11 @@ def build_drafters(model: Any, config: SpecConfig, target: Any) -> list[Any]:
                 from ._spec_dflash import DFlashDrafter
                 from ._spec_eagle3 import Eagle3Drafter
 
+                kw = {} if t is SpeculativeType.DRAFT_EAGLE3 else {"dspark": t is SpeculativeType.DRAFT_DSPARK}
                 cls = Eagle3Drafter if t is SpeculativeType.DRAFT_EAGLE3 else DFlashDrafter
                 out.append(cls(model, target, config.draft_model_path,  # type: ignore[arg-type]
                                n_max=config.draft_n_max, n_min=config.draft_n_min, p_min=config.draft_p_min,
-                               ctx_params=inherited, n_gpu_layers=config.draft_n_gpu_layers))
+                               ctx_params=inherited, n_gpu_layers=config.draft_n_gpu_layers, **kw))
     except BaseException:
         for d in out:
             close = getattr(d, "close", None)

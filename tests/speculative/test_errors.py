@@ -70,10 +70,12 @@ def test_type_lists_and_names():
     assert dataclasses.replace(c, draft_n_max=5).types == c.types  # replace keeps the whole list
 
 
-@pytest.mark.parametrize("name", ("draft-dspark",))
-def test_unimplemented_types_fail_before_loading(name, tmp_path):
-    with pytest.raises(SpeculativeError, match="not implemented"):
+@pytest.mark.parametrize("name", ("draft-eagle3", "draft-dflash", "draft-dspark"))
+def test_hidden_state_drafts_need_a_draft_file_before_loading(name, tmp_path):
+    with pytest.raises(SpeculativeError, match="needs a draft model"):
         check_model_file(tmp_path / "absent.gguf", SpecConfig(name))
+    with pytest.raises(SpeculativeError, match="not a file"):
+        check_model_file(tmp_path / "absent.gguf", SpecConfig(name, draft_model_path=str(tmp_path / "none.gguf")))
 
 
 def test_missing_files_fail_before_loading(tmp_path):

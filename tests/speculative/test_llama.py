@@ -144,7 +144,7 @@ def test_errors_before_loading(tmp_path):
     bpe = fixture_path("llama_bpe")
     with pytest.raises(SpeculativeError, match="not a file"):
         Llama(bpe, speculative=SpecConfig(draft_model_path=str(tmp_path / "none.gguf")), **KW)
-    with pytest.raises(SpeculativeError, match="not implemented"):
+    with pytest.raises(SpeculativeError, match="needs a draft model"):
         Llama(bpe, speculative=SpecConfig("draft-dspark"), **KW)
     with pytest.raises(SpeculativeError, match="BOS"):
         Llama(bpe, speculative=SpecConfig(draft_model_path=str(fixture_path("draft_model", vocab="bos"))), **KW)
