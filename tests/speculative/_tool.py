@@ -6,11 +6,24 @@ from __future__ import annotations
 import re
 
 
-def drive_like_tool(dec, prompt: list[int], n: int) -> list[int]:
+def drive_like_tool(dec, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
     """Generate as the tool does with ``-n n``: each step's draft is cut to the budget ``n - done - 1``
-    (a budget of 0 or less cuts nothing), and generation stops after the step that passes ``n``."""
+    (a budget of 0 or less cuts nothing), and generation stops after the step that passes ``n``.
+
+    Returns the tokens and the acceptance per draft position as the tool reports it: per accept
+    call, which llama.cpp counts from the first non-empty draft on (empty drafts after it count)."""
     from .util import greedy_sampler
 
+    drafter = dec.drafters[-1]
+    lengths: list[int] = []
+    inner = drafter.draft
+
+    def draft(*args):
+        out = inner(*args)
+        lengths.append(len(out))
+        return out
+
+    drafter.draft = draft
     dec.prefill(prompt)
     st = dec.stats
     while st.generated <= n:
@@ -18,7 +31,9 @@ def drive_like_tool(dec, prompt: list[int], n: int) -> list[int]:
         gen = dec.generate(greedy_sampler(), budget + 1 if budget > 0 else 10 * n)
         next(gen)  # one step: its tokens are in the history once the first is yielded
         gen.close()
-    return dec.history[len(prompt):]
+    calls = len(lengths) - next((i for i, k in enumerate(lengths) if k), len(lengths))
+    rates = [round(a / calls, 3) for a in st.accepted_at if a] if calls else []
+    return dec.history[len(prompt):], rates
 
 
 def tool_stats(stderr: bytes, kind: str) -> tuple[int, int, list[float]]:

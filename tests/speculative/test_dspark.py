@@ -15,10 +15,13 @@ from .util import CTX, N_GEN, PROMPTS, dist_sampler, plain_generate, spec_genera
 #: token only), a head that only names a byte token (never)
 DRAFTS = {"chain": {"markov": "chain"}, "blurred": {"markov": "chain", "markov_noise": 0.3},
           "first": {"markov": "zero"}, "constant": {"form": "constant", "markov": "zero"}}
+#: the chain with a confidence head (draft_p_min 0.5 stops on it): always above, always below, varying
+CONFIDENT = {"high": {"markov": "chain", "confidence": "high"}, "low": {"markov": "chain", "confidence": "low"},
+             "mixed": {"markov": "chain", "confidence": "mixed"}}
 
 
 def _draft(name: str) -> str:
-    kw = dict(DRAFTS[name])
+    kw = dict(DRAFTS.get(name) or CONFIDENT[name])
     return str(fixture_path("dflash_draft", form=kw.pop("form", "first"), **kw))
 
 
@@ -120,6 +123,21 @@ def test_errors_before_loading(monkeypatch):
         Llama(target, speculative=SpecConfig("draft-dspark", draft_model_path=dflash), **KW)
 
 
+@pytest.mark.parametrize("name", CONFIDENT)
+def test_p_min_stops_on_the_confidence_head(echo, references, name):
+    for p in PROMPTS:
+        prompt, ref = references[p]
+        got, st = spec_generate(echo, prompt, N_GEN, _cfg(name, 4, draft_p_min=0.5))
+        assert got == ref, (name, p)
+        if name == "high":  # as without a threshold
+            _, st0 = spec_generate(echo, prompt, N_GEN, _cfg("chain", 4))
+            assert (st.drafted, st.accepted) == (st0.drafted, st0.accepted) and st.accepted == st.drafted
+        elif name == "low":
+            assert st.drafted == 0
+        else:
+            assert 0 < st.drafted < 4 * st.steps and st.accepted == st.drafted, str(st)
+
+
 def test_p_min_needs_a_confidence_head(echo):
     from llama_cpp.speculative import make_decoder
 
@@ -127,7 +145,7 @@ def test_p_min_needs_a_confidence_head(echo):
         make_decoder(echo, _cfg("chain", 4, draft_p_min=0.5), ctx_params=dict(CTX))
 
 
-@pytest.mark.parametrize("name", ("chain", "blurred", "first"))
+@pytest.mark.parametrize("name", ("chain", "blurred", "first", "mixed"))
 @pytest.mark.parametrize("m", (2, 4))
 def test_matches_llama_speculative_simple(echo, target_path, run_tool, name, m):
     """The tool's text and, driven as the tool drives it, the same drafts and acceptance per position."""
@@ -139,16 +157,18 @@ def test_matches_llama_speculative_simple(echo, target_path, run_tool, name, m):
     draft = _draft(name)
     for p in ("Once upon a time there was", "the cat sat on the mat and the dog sat on the"):
         prompt = echo.tokenize(p.encode(), add_special=True, parse_special=True)
-        with make_decoder(echo, _cfg(name, m, n_rs_seq=m), ctx_params=dict(CTX)) as dec:
-            got = drive_like_tool(dec, prompt, n)
+        p_min = 0.5 if name in CONFIDENT else 0.0
+        with make_decoder(echo, _cfg(name, m, n_rs_seq=m, draft_p_min=p_min), ctx_params=dict(CTX)) as dec:
+            got, my_rates = drive_like_tool(dec, prompt, n)
             st = dec.stats
         mine = echo.detokenize(got[:n]).decode("utf-8", errors="replace")
         proc = run_tool("llama-speculative-simple", "-m", target_path("echo"), "-md", draft,
-                        "--spec-type", "draft-dspark", "--spec-draft-n-max", m, "-lv", 4, "--temp", "0", "-p", p,
+                        "--spec-type", "draft-dspark", "--spec-draft-n-max", m, "--spec-draft-p-min", p_min,
+                        "-lv", 4, "--temp", "0", "-p", p,
                         "-n", n, "-c", CTX["n_ctx"], "-t", 1, "-tb", 1, "--seed", 1,
                         complete=lambda out, k=len(p) + len(mine.strip()): len(out.decode(errors="replace").strip()) >= k)
         text = proc.stdout.decode("utf-8", errors="replace").lstrip("\n")
         assert text.startswith(p) and text[len(p):].startswith(mine), (name, m, text[:200], mine[:200])
         n_drafts, n_acc, rates = tool_stats(proc.stderr, "draft-dspark")
         assert (st.drafted_at[0], st.accepted) == (n_drafts, n_acc), (name, m, p, str(st))
-        assert [round(a / st.drafted_at[0], 3) for a in st.accepted_at if a] == [r for r in rates if r], (name, m, p)
+        assert my_rates == [r for r in rates if r], (name, m, p)
