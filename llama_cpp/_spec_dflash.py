@@ -20,8 +20,10 @@ removes it again. ``draft-dspark`` (a DFlash draft with a Markov head, :class:`D
 with ``dspark``): the Markov bias runs inside llama.cpp's graph; with ``dflash.sample_from_anchor``
 (the default) the block is ``[id_last, <mask> * (n_max - 1)]`` and row ``i`` proposes the token
 at ``P + i + 1``; ``draft_p_min`` compares with the confidence head's output instead of the
-logits. DFlash2 (``dflash.selector_top_k`` > 0), DSV4 backbones and M-RoPE drafts are refused
-before loading.
+logits. DFlash2 (``dflash.selector_top_k`` > 0): the block has no outputs; llama.cpp's graph
+packs a lattice per row (the top candidates, their scores given each candidate of the row
+before) into the draft's hidden-state output, and the draft follows it from the anchor. DSV4
+backbones and M-RoPE drafts are refused before loading.
 """
 
 from __future__ import annotations
@@ -45,19 +47,30 @@ DEFAULT_BLOCK_SIZE = 16  # llama.cpp's default when dflash.block_size is absent
 
 def check_draft_header(path: str | os.PathLike[str], *, target_arch: str | None = None,
                        target_n_embd: int | None = None, target_n_layer: int | None = None,
-                       dspark: bool = False) -> tuple[list[int], int, bool, bool]:
+                       dspark: bool = False) -> tuple[list[int], int, bool, bool, int]:
     """Check ``path`` is a DFlash (``dspark``: DSpark) draft this package runs and that fits the
     target (from its GGUF header); returns (target layer ids, block size, sample from the anchor,
-    has a confidence head). Target values that are None are not checked."""
+    has a confidence head, DFlash2 selector top-k or 0). Target values that are None are not checked."""
     p = os.fspath(path)
     kind = "draft-dspark" if dspark else "draft-dflash"
     meta, tensors = draft_header(p, "dflash", kind)
     layers = check_target_layers(p, meta.get("dflash.target_layers"), target_arch=target_arch,
                                  target_n_layer=target_n_layer, arch="dflash")
     top_k = meta.get("dflash.selector_top_k", 0)
-    if isinstance(top_k, int) and top_k > 0:
-        raise SpeculativeError(f"{p} is a DFlash2 draft (dflash.selector_top_k = {top_k}): its selector lattice is "
-                               "not implemented here yet; use a DFlash (v1) draft")
+    top_k = top_k if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0 else 0
+    if top_k:
+        need = ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight")
+        keys = ("dflash.conv_kernel_size", "dflash.conv_group_size", "dflash.selector_rank", "dflash.block_size")
+        missing = [n for n in need if n not in tensors] + [k for k in keys if not meta.get(k)]
+        if missing:
+            raise SpeculativeError(f"{p} is a DFlash2 draft (dflash.selector_top_k = {top_k}) without "
+                                   f"{', '.join(missing)}")
+        width = meta.get("dflash.embedding_length")
+        if isinstance(width, int) and width < top_k * (top_k + 1):
+            raise SpeculativeError(f"{p}: a DFlash2 lattice of top-k {top_k} needs n_embd >= {top_k * (top_k + 1)}, "
+                                   f"the draft has {width}")
+        if dspark:
+            raise SpeculativeError(f"{p} has both a Markov head and a DFlash2 selector, which llama.cpp does not run")
     has_markov = "markov_w1.weight" in tensors
     if has_markov and not dspark:
         raise SpeculativeError(f"{p} is a DSpark draft (it has a Markov head): use spec_type='draft-dspark'")
@@ -84,7 +97,7 @@ def check_draft_header(path: str | os.PathLike[str], *, target_arch: str | None 
         raise SpeculativeError(f"{p}: dflash.block_size must be an integer >= 2, got {block!r}")
     anchor = meta.get("dflash.sample_from_anchor", True) not in (False, "false")
     conf = "conf_proj.weight" in tensors and meta.get("dflash.has_confidence_head", True) not in (False, "false")
-    return layers, int(block), bool(anchor), conf
+    return layers, int(block), bool(anchor), conf, top_k
 
 
 class DFlashDrafter:
@@ -106,12 +119,12 @@ class DFlashDrafter:
         self._dspark = bool(dspark)
         self.p_min = float(p_min)
         self._conf = dspark and self.p_min > 0.0  # DSpark stops on its confidence head, not on the logits
-        require_symbols(C, ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn") if self._conf else (),
-                        "DSpark" if dspark else "DFlash")
         p = os.fspath(path)
-        layers, block, anchor, has_conf = check_draft_header(
+        layers, block, anchor, has_conf, self._top_k = check_draft_header(
             p, target_arch=target_model.metadata.get("general.architecture"), target_n_embd=target_model.n_embd(),
             target_n_layer=target_model.n_layer(), dspark=dspark)
+        nextn = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn")
+        require_symbols(C, nextn if self._conf or self._top_k else (), "DSpark" if dspark else "DFlash")
         if self._conf and not has_conf:
             raise SpeculativeError(f"{p} has no confidence head (conf_proj): a DSpark draft without one cannot stop "
                                    "on draft_p_min; set draft_p_min=0")
@@ -145,6 +158,8 @@ class DFlashDrafter:
             self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd())
             if self._conf:
                 C.llama_set_embeddings_nextn(self.ctx.ptr, True, True)  # the confidence of every row
+            elif self._top_k:
+                C.llama_set_embeddings_nextn(self.ctx.ptr, True, False)  # the DFlash2 lattice, one row per entry
         except BaseException:
             self.close()
             raise
@@ -199,6 +214,31 @@ class DFlashDrafter:
             self._n_mem = pos0 + e
         self._ktok[pos0:pos0 + m] = np.asarray(tokens, dtype=np.int64)
 
+    def _walk(self, n_block: int, k_max: int) -> list[int]:
+        """DFlash2: follow the selector lattice from the anchor, each row's best successor of the last pick.
+
+        Row ``i`` holds ``top_k`` candidate ids, then ``top_k`` scores per candidate of row ``i - 1``."""
+        ptr = self._C.llama_get_embeddings_nextn(self.ctx.ptr)
+        if not ptr:
+            raise SpeculativeError("the DFlash2 draft returned no selector lattice")
+        lattice = np.ctypeslib.as_array(ptr, shape=(n_block, self._n_embd))
+        k = self._top_k
+        out: list[int] = []
+        pred = 0
+        for i in range(1, 1 + k_max):
+            row = lattice[i]
+            scores = row[k + pred * k:k + (pred + 1) * k]
+            pred = int(np.argmax(scores))
+            if self.p_min > 0.0:
+                p = 1.0 / float(np.exp(scores.astype(np.float64) - float(scores[pred])).sum())
+                if p < self.p_min:
+                    break
+            tok = int(row[pred])
+            if not 0 <= tok < self.n_vocab_target:
+                break
+            out.append(tok)
+        return out
+
     def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
         k_max = self.n_max if n_max is None else min(self.n_max, int(n_max))
         if k_max <= 0:
@@ -218,9 +258,13 @@ class DFlashDrafter:
         self._drop(P)  # the features of rejected drafts
         first = self._first
         n_block = self.n_max + first
-        self._raw.decode([id_last] + [self.mask] * (n_block - 1), P, True)
+        # DFlash2 reads its lattice, not logits: no outputs
+        self._raw.decode([id_last] + [self.mask] * (n_block - 1), P, not self._top_k)
         self._n_mem = P + n_block
         try:
+            if self._top_k:
+                out = self._walk(n_block, min(self.n_max, k_max))
+                return out if len(out) >= self.n_min else []
             ctx, k = self.ctx, self._topk
             conf = None
             if self._conf:

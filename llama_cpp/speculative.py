@@ -7,8 +7,8 @@ Types (llama.cpp's ``common_speculative_type`` names, :class:`SpeculativeType`):
   ``i``; gemma4-style shared-memory heads run in one graph; neither is done here yet).
 - ``draft-simple`` (a separate draft model, :mod:`llama_cpp._spec_draft`), ``draft-eagle3`` (an
   EAGLE3 draft head fed with target hidden states, :mod:`llama_cpp._spec_eagle3`), ``draft-dflash``
-  (a DFlash block-diffusion draft over target hidden states, :mod:`llama_cpp._spec_dflash`; not
-  DFlash2's selector), ``draft-dspark`` (DFlash with a Markov head, the same module) and the n-gram
+  (a DFlash block-diffusion draft over target hidden states, :mod:`llama_cpp._spec_dflash`, with
+  DFlash2's selector lattice when the draft has one), ``draft-dspark`` (DFlash with a Markov head, the same module) and the n-gram
   types ``ngram-simple``, ``ngram-map-k``, ``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``
   (:mod:`llama_cpp._spec_ngram`): drafters verified by
   :class:`~llama_cpp._spec_engine.DraftDecoder`.

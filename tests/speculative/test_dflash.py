@@ -154,6 +154,67 @@ def test_combined_with_ngram_types(echo, references):
         assert set(st.drafted_by) <= {"ngram-simple", "draft-dflash"} and "draft-dflash" in st.drafted_by
 
 
+# -- DFlash2: the selector lattice ----------------------------------------------------------------
+
+SELECTORS = {"selector": {"selector": True}, "selector-noisy": {"selector": True, "selector_noise": 2.0}}
+
+
+def _cfg2(name: str, n: int, **kw) -> SpecConfig:
+    path = str(fixture_path("dflash_draft", form="first", **SELECTORS[name]))
+    return SpecConfig("draft-dflash", draft_model_path=path, draft_n_max=n, **kw)
+
+
+@pytest.mark.parametrize("name", SELECTORS)
+@pytest.mark.parametrize("n", (1, 4, 15))
+def test_dflash2_greedy_equals_plain_and_acceptance(echo, references, name, n):
+    """With no transition scores the walk takes each row's top candidate (the first token only is
+    right, as in DFlash); weighted scores move the walk off it (partial)."""
+    drafted = accepted = 0
+    for p in PROMPTS:
+        prompt, ref = references[p]
+        got, st = spec_generate(echo, prompt, N_GEN, _cfg2(name, n))
+        assert got == ref, (name, n, p)
+        assert st.drafted > 0 and len(st.drafted_at) <= n
+        if name == "selector":
+            assert st.accepted_at[0] == st.drafted_at[0] and sum(st.accepted_at[1:]) == 0, str(st)
+        drafted, accepted = drafted + st.drafted_at[0], accepted + st.accepted_at[0]
+    if name == "selector-noisy":
+        assert 0.1 * drafted < accepted < 0.9 * drafted
+
+
+def test_dflash2_seeded_sampling_equals_plain(echo):
+    prompt = echo.tokenize(PROMPTS[1].encode(), add_special=True)
+    ref = plain_generate(echo, prompt, N_GEN, dist_sampler(3))
+    got, _ = spec_generate(echo, prompt, N_GEN, _cfg2("selector-noisy", 4), dist_sampler(3))
+    assert got == ref
+
+
+@pytest.mark.parametrize("name", SELECTORS)
+@pytest.mark.parametrize("m", (2, 4))
+def test_dflash2_matches_llama_speculative_simple(echo, target_path, run_tool, name, m):
+    from llama_cpp.speculative import make_decoder
+
+    from ._tool import drive_like_tool, tool_stats
+
+    n = 32
+    cfg = _cfg2(name, m, n_rs_seq=m)
+    for p in ("Once upon a time there was", "the cat sat on the mat and the dog sat on the"):
+        prompt = echo.tokenize(p.encode(), add_special=True, parse_special=True)
+        with make_decoder(echo, cfg, ctx_params=dict(CTX)) as dec:
+            got, my_rates = drive_like_tool(dec, prompt, n)
+            st = dec.stats
+        mine = echo.detokenize(got[:n]).decode("utf-8", errors="replace")
+        proc = run_tool("llama-speculative-simple", "-m", target_path("echo"), "-md", cfg.draft_model_path,
+                        "--spec-type", "draft-dflash", "--spec-draft-n-max", m, "-lv", 4, "--temp", "0", "-p", p,
+                        "-n", n, "-c", CTX["n_ctx"], "-t", 1, "-tb", 1, "--seed", 1,
+                        complete=lambda out, k=len(p) + len(mine.strip()): len(out.decode(errors="replace").strip()) >= k)
+        text = proc.stdout.decode("utf-8", errors="replace").lstrip("\n")
+        assert text.startswith(p) and text[len(p):].startswith(mine), (name, m, text[:200], mine[:200])
+        n_drafts, n_acc, rates = tool_stats(proc.stderr, "draft-dflash")
+        assert (st.drafted_at[0], st.accepted) == (n_drafts, n_acc), (name, m, p, str(st))
+        assert my_rates == [r for r in rates if r], (name, m, p)
+
+
 # -- errors before any native call -------------------------------------------------------------
 
 Llama = pytest.importorskip("llama_cpp.llama").Llama
@@ -174,7 +235,7 @@ def test_config_errors():
     (lambda tmp: str(fixture_path("eagle3_draft")), "needs a draft whose general.architecture is 'dflash'"),
     (lambda tmp: _draft(n_embd=32), "32 wide"),
     (lambda tmp: _draft(target_layers="0,2"), "out of range"),
-    (lambda tmp: _draft(selector=True), "DFlash2"),
+    (lambda tmp: _draft(mrope=True), "M-RoPE"),
 ])
 def test_drafts_that_do_not_fit_fail_before_loading(tmp_path, monkeypatch, draft, match):
     import llama_cpp._internals as internals
