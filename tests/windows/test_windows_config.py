@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import shutil
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from build_tools.common import pe
 from build_tools.common.compilers import detect
 from build_tools.common.paths import CONFIGS_FILE
-from build_tools.errors import ConfigError
+from build_tools.errors import ConfigError, ToolNotFoundError
 from build_tools.inputs.configs import load_matrix, parse_matrix
 from build_tools.inputs.lock import load_lock
 from build_tools.stages.native import build as native
@@ -41,12 +42,14 @@ def test_committed_windows_configurations():
     full, dev = m.get("cpu-windows"), m.get("cpu-windows-dev")
     for c in (full, dev):
         assert c.cross is not None and c.cross.triple == "x86_64-w64-mingw32" and c.cross.system_name == "Windows"
-        assert c.cross.compiler == "gcc-posix" and "g++-mingw-w64-x86-64-posix" in c.cross.apt
+        assert "g++-mingw-w64-x86-64-posix" in c.cross.apt
         assert not c.release and dict(c.cmake)["GGML_OPENMP"] == "OFF"
         assert "THREAD_POWER_THROTTLING_STATE=PROCESS_POWER_THROTTLING_STATE" in dict(c.cmake)["CMAKE_C_FLAGS"]
     assert full.cpu_variants == "all" and dev.cpu_variants == "single"
     assert dict(dev.cmake)["GGML_AVX2"] == "ON"
-    assert full.to_json()["cross"]["compiler"] == "gcc-posix"
+    # every variant (AMX included) needs clang; the one-backend build keeps MinGW's GCC
+    assert full.cross.compiler == "clang-19" and "clang-19" in full.cross.apt
+    assert dev.cross.compiler == "gcc-posix" and "clang-19" not in dev.cross.apt
 
 
 @pytest.mark.parametrize("mutate, needle", [
@@ -63,7 +66,7 @@ def test_bad_windows_cross_tables_are_refused(mutate, needle):
 
 
 def test_mingw_compilers_and_toolchain_file():
-    spec = load_matrix().get("cpu-windows").cross
+    spec = load_matrix().get("cpu-windows-dev").cross
     assert cross_toolchain.compiler_names(spec) == ("x86_64-w64-mingw32-gcc-posix", "x86_64-w64-mingw32-g++-posix")
     win32 = dataclasses.replace(spec, compiler="gcc-win32")
     assert cross_toolchain.compiler_names(win32)[1] == "x86_64-w64-mingw32-g++-win32"
@@ -74,6 +77,24 @@ def test_mingw_compilers_and_toolchain_file():
     assert 'set(CMAKE_FIND_ROOT_PATH "/usr/x86_64-w64-mingw32")' in lines
     aarch64 = load_matrix().get("cpu-aarch64-dev").cross
     assert "RC_COMPILER" not in cross_toolchain.toolchain_file_text(aarch64, Path("/a-gcc"), Path("/a-g++"))
+
+
+def test_clang_toolchain_file_for_windows():
+    spec = load_matrix().get("cpu-windows").cross
+    assert cross_toolchain.compiler_names(spec) == ("clang-19", "clang++-19")
+    lines = cross_toolchain.toolchain_file_text(spec, Path("/usr/bin/clang-19"), Path("/usr/bin/clang++-19")).splitlines()
+    assert "set(CMAKE_C_COMPILER_TARGET x86_64-w64-mingw32)" in lines
+    assert 'set(CMAKE_RC_COMPILER "/usr/bin/x86_64-w64-mingw32-windres")' in lines
+
+
+def test_amx_probe_refuses_mingw_gcc12_and_accepts_clang():
+    full = load_matrix().get("cpu-windows").cross
+    gcc, clang = shutil.which("x86_64-w64-mingw32-gcc-posix"), shutil.which("clang-19")
+    if gcc is None or clang is None:
+        pytest.skip("needs apt-get install g++-mingw-w64-x86-64-posix clang-19")
+    with pytest.raises(ToolNotFoundError, match="sapphirerapids .AMX. variant.*clang-19"):
+        cross_toolchain.check_all_variants(dataclasses.replace(full, compiler="gcc-posix"), Path(gcc))
+    cross_toolchain.check_all_variants(full, Path(clang))
 
 
 def test_windows_plan_keys_on_the_mingw_compiler(tmp_path, monkeypatch):

@@ -23,6 +23,11 @@ from ...inputs.configs import CrossSpec
 # The newest -march each CPU-variant family asks for under GGML_CPU_ALL_VARIANTS (ggml-cpu's
 # CMakeLists.txt: the armv9.2 variants add +sme). A compiler that lacks it fails mid-build.
 _ALL_VARIANTS_PROBE = {"aarch64": "-march=armv9.2-a+dotprod+fp16+sve+i8mm+sve2+sme"}
+# On Windows (LLP64) the sapphirerapids variant's AMX tile loads must assemble with a 64-bit stride:
+# GCC 12's amxtileintrin.h casts it to long, 32 bits there, and the assembler refuses the result.
+_AMX_PROBE = """#include <immintrin.h>
+void probe(const void *p, long long stride) { _tile_loadd(0, p, stride); }
+"""
 
 
 @dataclass(frozen=True)
@@ -81,10 +86,12 @@ def _compiler(name: str, packages: tuple[str, ...]) -> Path:
 
 def check_all_variants(spec: CrossSpec, cc: Path) -> None:
     """Refuse a compiler that cannot build every CPU variant, before a long build fails on it."""
+    target = [f"--target={spec.triple}"] if spec.uses_clang else []
+    if spec.system_name == "Windows" and spec.system_processor == "x86_64":
+        _check_amx(spec, cc, target)
     flag = _ALL_VARIANTS_PROBE.get(spec.system_processor)
     if flag is None:
         return
-    target = [f"--target={spec.triple}"] if spec.uses_clang else []
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "probe.c"
         src.write_text("int main(void) { return 0; }\n")
@@ -94,6 +101,18 @@ def check_all_variants(spec: CrossSpec, cc: Path) -> None:
             f"{cc} does not accept {flag} (needed by the armv9.2 variants of GGML_CPU_ALL_VARIANTS): "
             "use a compiler that knows SME in [config.cross] (compiler = \"clang-19\" with clang-19 in "
             f"its packages, or GCC >= 14: g++-14-{spec.triple}), or cpu_variants = \"single\"")
+
+
+def _check_amx(spec: CrossSpec, cc: Path, target: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "amx.c"
+        src.write_text(_AMX_PROBE)
+        done = proc.run([cc, *target, "-O2", "-mamx-tile", "-c", src, "-o", Path(tmp) / "amx.o"], check=False)
+    if done.returncode != 0:
+        raise ToolNotFoundError(
+            f"{cc} cannot build the sapphirerapids (AMX) variant of GGML_CPU_ALL_VARIANTS for Windows (GCC "
+            "before 13 emits 32-bit index registers for AMX tile loads there): use compiler = \"clang-19\" "
+            "with clang-19 in [config.cross]'s packages, or cpu_variants = \"single\"")
 
 
 def provision(spec: CrossSpec, *, all_variants: bool, install: bool = True) -> CrossToolchain:
