@@ -73,10 +73,11 @@ class RawExtBatch:
             raise DecodeError(f"llama_process(decode) returned {rc} on {len(tokens)} entries at position {pos0}")
 
 
-    def rows(self, rows: np.ndarray, pos0: int, *, encode: bool) -> None:
+    def rows(self, rows: np.ndarray, pos0: int, *, encode: bool, mrope: bool = False) -> None:
         """Submit ``rows`` (float32, ``(n, width)``) as embedding entries at ``pos0..`` in one call: to
         the encoder (every row an output; positions are placeholders a per-token encoder ignores)
-        or to the decoder (no outputs: a DFlash draft writes them into its memory)."""
+        or to the decoder (no outputs: a DFlash draft writes them into its memory). ``mrope``: the
+        model takes four positions per embedding, ``(p, p, p, 0)`` for text."""
         C, b, pos = self._C, self._b, self._pos
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         add, set_pos, set_out = C.llama_batch_ext_add_embd, C.llama_batch_ext_set_pos, C.llama_batch_ext_set_output_embd
@@ -92,6 +93,9 @@ class RawExtBatch:
             if idx < 0:
                 raise LlamaError(f"llama_batch_ext_add_embd returned {idx} for row {j} ({rows.shape[1]} floats)")
             pos[0] = pos0 + j
+            if mrope:
+                pos[1] = pos[2] = pos0 + j
+                pos[3] = 0
             set_pos(b, idx, pos)
             if encode:
                 set_out(b, idx, True)

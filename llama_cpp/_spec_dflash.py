@@ -22,8 +22,9 @@ with ``dspark``): the Markov bias runs inside llama.cpp's graph; with ``dflash.s
 at ``P + i + 1``; ``draft_p_min`` compares with the confidence head's output instead of the
 logits. DFlash2 (``dflash.selector_top_k`` > 0): the block has no outputs; llama.cpp's graph
 packs a lattice per row (the top candidates, their scores given each candidate of the row
-before) into the draft's hidden-state output, and the draft follows it from the anchor. DSV4
-backbones and M-RoPE drafts are refused before loading.
+before) into the draft's hidden-state output, and the draft follows it from the anchor. Drafts
+for M-RoPE targets take ``(p, p, p, 0)`` per feature row. DSV4 backbones are refused before
+loading.
 """
 
 from __future__ import annotations
@@ -80,10 +81,6 @@ def check_draft_header(path: str | os.PathLike[str], *, target_arch: str | None 
     if meta.get("dflash.hyper_connection_count"):
         raise SpeculativeError(f"{p} has a DeepSeek-V4 backbone (dflash.hyper_connection_count), which is not "
                                "implemented here")
-    sections = meta.get("dflash.rope.dimension_sections")
-    if isinstance(sections, list) and any(sections):
-        raise SpeculativeError(f"{p} is a DFlash draft for an M-RoPE target (dflash.rope.dimension_sections), "
-                               "which is not implemented here")
     n_embd = meta.get("dflash.embedding_length")
     if target_n_embd is not None and n_embd != target_n_embd:
         raise SpeculativeError(f"{p} is {n_embd} wide (dflash.embedding_length) and reads {len(layers)} target layers "
@@ -154,6 +151,7 @@ class DFlashDrafter:
             C.llama_set_causal_attn(self.ctx.ptr, causal)
             self._batch = LlamaBatchExt(self.ctx)
             self._n_embd = int(self.model.n_embd())
+            self._mrope = self.model.n_pos_per_embd() > 1  # drafts for M-RoPE targets: (p, p, p, 0) per row
             self._raw = RawExtBatch(self._batch, self.ctx, self._n_embd)
             self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd())
             if self._conf:
@@ -210,7 +208,7 @@ class DFlashDrafter:
         feats = self._tl.rows(m)
         for s in range(0, m, self._n_ubatch):
             e = min(m, s + self._n_ubatch)
-            self._raw.rows(feats[s:e], pos0 + s, encode=False)
+            self._raw.rows(feats[s:e], pos0 + s, encode=False, mrope=self._mrope)
             self._n_mem = pos0 + e
         self._ktok[pos0:pos0 + m] = np.asarray(tokens, dtype=np.int64)
 
