@@ -19,9 +19,9 @@ drafts further. Without its own ``token_embd``/``output`` it reads the target's 
   Rejected drafts therefore never reach the draft memory; only verified positions are paired
   (llama.cpp writes the whole verify batch and rewrites the rejected part later).
 
-The ``g`` rows are kept per position (``n_ctx`` rows of the draft's width) so that a history cut
-back to any length can be re-paired without re-running the target; positions the drafter never
-saw decoded (a restored state) are decoded on the target again, once.
+The ``g`` rows not yet paired, and the last 512 (or ``n_batch``) paired ones, are kept so that a
+history cut back by that much is re-paired without the target; positions the drafter never saw
+decoded (a restored state) or let go are decoded on the target again.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ log = logging.getLogger("llama_cpp.speculative")
 
 _TOP_K = 10  # the draft's confidence: its top token's share of the top 10 (llama.cpp's top-k sampler)
 N_TARGET_LAYERS = 3
+_ROW_MARGIN = 512  # g rows kept behind the paired boundary, for rewinds without a target re-decode
 _SYMBOLS = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn", "llama_get_embeddings_nextn_ith")
 
 
@@ -68,6 +69,64 @@ def check_draft_header(path: str | os.PathLike[str], *, target_arch: str | None 
         raise SpeculativeError(f"{p} was trained on a target of hidden size {hidden} (eagle3.target_hidden_size); "
                                f"this target's n_embd is {target_n_embd}: use the EAGLE3 draft made for this model")
     return check_target_layers(p, layers, target_arch=None, target_n_layer=target_n_layer, arch="eagle3")
+
+
+class _RowStore:
+    """``g`` rows by position (``base .. base + n - 1``), each with the target token it was made for.
+
+    Storing at ``pos0`` drops every row from ``pos0`` on (the target dropped those positions too).
+    Rows more than ``margin`` positions behind the paired boundary are let go: a rewind deeper
+    than that decodes the target again for them."""
+
+    def __init__(self, width: int, margin: int) -> None:
+        self.margin = int(margin)
+        self.base = self.n = 0
+        self.rows = np.zeros((64, width), dtype=np.float32)
+        self.tok = np.full(64, -1, dtype=np.int64)
+
+    def clear(self) -> None:
+        self.base = self.n = 0
+
+    def put(self, pos0: int, rows: np.ndarray, tokens: Sequence[int]) -> None:
+        if pos0 < self.base:
+            self.base, self.n = pos0, 0
+        start, end = pos0 - self.base, pos0 - self.base + len(tokens)
+        if end > self.tok.shape[0]:
+            cap = max(end, 2 * self.tok.shape[0])
+            grown = np.zeros((cap, self.rows.shape[1]), dtype=np.float32)
+            grown[:self.n] = self.rows[:self.n]
+            tok = np.full(cap, -1, dtype=np.int64)
+            tok[:self.n] = self.tok[:self.n]
+            self.rows, self.tok = grown, tok
+        self.tok[self.n:start] = -1  # a gap: positions never seen
+        self.rows[start:end] = rows
+        self.tok[start:end] = np.asarray(tokens, dtype=np.int64)
+        self.n = end
+
+    def first_miss(self, hist: Sequence[int], lo: int, hi: int) -> int | None:
+        """The first position in ``lo..hi-1`` without a row made for ``hist``'s token there."""
+        if lo >= hi:
+            return None
+        if lo < self.base:
+            return lo
+        have = self.tok[lo - self.base:min(hi, self.base + self.n) - self.base]
+        bad = np.flatnonzero(have != np.asarray(hist[lo:lo + have.shape[0]], dtype=np.int64))
+        if bad.size:
+            return lo + int(bad[0])
+        return None if lo + have.shape[0] >= hi else lo + have.shape[0]
+
+    def get(self, lo: int, hi: int) -> np.ndarray:
+        return self.rows[lo - self.base:hi - self.base]
+
+    def forget(self, paired: int) -> None:
+        """Positions below ``paired - margin`` are no longer kept."""
+        d = paired - self.margin - self.base
+        if d > 0 and d >= self.n // 2:  # shift rarely: amortized over the rows kept
+            d = min(d, self.n)
+            self.rows[:self.n - d] = self.rows[d:self.n]
+            self.tok[:self.n - d] = self.tok[d:self.n]
+            self.base += d
+            self.n -= d
 
 
 class Eagle3Drafter:
@@ -116,8 +175,7 @@ class Eagle3Drafter:
         self._n_ctx = target_ctx.n_ctx()
         self._n_ubatch = self.ctx.n_ubatch()
         self._n_batch = self.ctx.n_batch()
-        self._g = np.zeros((self._n_ctx, self.n_dec), dtype=np.float32)   # g_p, encoder output
-        self._gtok = np.full(self._n_ctx, -1, dtype=np.int64)              # target token at p (-1: none)
+        self._rows = _RowStore(self.n_dec, max(_ROW_MARGIN, self._n_batch))  # g_p, the encoder's output
         self.reset()
 
     def close(self) -> None:
@@ -136,7 +194,7 @@ class Eagle3Drafter:
         self._hist: list[int] = []  # the history the draft memory's pairs were made for
         self._n = 0                 # pairs 0.._n-1 in the draft memory belong to _hist
         self._n_mem = 0             # positions held by the draft memory (pairs and drafted entries)
-        self._gtok[:] = -1
+        self._rows.clear()
 
     def begin(self, prompt: Sequence[int]) -> None:
         pass
@@ -152,16 +210,15 @@ class Eagle3Drafter:
             return
         feats = self._tl.rows(m)
         C, dft = self._C, self.ctx.ptr
+        g = np.empty((m, self.n_dec), dtype=np.float32)
         for s in range(0, m, self._n_ubatch):  # the encoder needs the whole batch in one micro-batch
             e = min(m, s + self._n_ubatch)
             self._raw.rows(feats[s:e], self._n_mem, encode=True)
             ptr = C.llama_get_embeddings_nextn(dft)
             if not ptr:
                 raise SpeculativeError("the EAGLE3 encoder returned no rows")
-            self._g[pos0 + s:pos0 + e] = np.ctypeslib.as_array(ptr, shape=(e - s, self.n_dec))
-        # a decode at pos0 means the target dropped everything from pos0 on
-        self._gtok[pos0 + m:] = -1
-        self._gtok[pos0:pos0 + m] = np.asarray(tokens, dtype=np.int64)
+            g[s:e] = np.ctypeslib.as_array(ptr, shape=(e - s, self.n_dec))
+        self._rows.put(pos0, g, tokens)  # a decode at pos0: the target dropped everything from pos0 on
 
     # -- drafting ---------------------------------------------------------------------------
     def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
@@ -180,22 +237,23 @@ class Eagle3Drafter:
         P = len(hist) - 1
         # the seed pair (hist[P], g_{P-1}) is always decoded again: its row proposes the first token
         keep = min(self._n, max(common_prefix(self._hist, hist) - 1, 0), P - 1)
-        miss = np.flatnonzero(self._gtok[:P] != np.asarray(hist[:P], dtype=np.int64))
-        if miss.size:  # positions decoded before this drafter saw them (a restored state)
-            self._tl.redecode(hist, int(miss[0]), P, self.observe)
+        miss = self._rows.first_miss(hist, keep, P)
+        if miss is not None:  # positions this drafter never saw decoded (a restored state) or let go
+            self._tl.redecode(hist, miss, P, self.observe)
         if self._n_mem > keep and not self.ctx.seq_rm(0, keep, -1):
             raise SpeculativeError("the EAGLE3 draft context could not drop a suffix of its memory")
         self._n_mem = self._n = keep
-        toks, rows = hist[keep + 1:P], self._g[keep:P - 1]
+        toks, rows = hist[keep + 1:P], self._rows.get(keep, P - 1)
         n = len(toks)
         for s in range(0, n, self._n_batch):
             e = min(n, s + self._n_batch)
             self._raw.decode(toks[s:e], keep + s, False, rows[s:e])
         # the seed alone: llama.cpp's eagle3 graph computes every row's logits and pre-norm state and
         # hands out the first n_outputs of them, so an output is only right in a one-entry batch
-        self._raw.decode(hist[P:], P - 1, True, self._g[P - 1:P])
+        self._raw.decode(hist[P:], P - 1, True, self._rows.get(P - 1, P))
         self._n_mem = self._n = P
         self._hist = list(hist)
+        self._rows.forget(P)
 
     def _draft(self, prompt: list[int], id_last: int, k_max: int) -> list[int]:
         self._sync(list(prompt) + [id_last])

@@ -113,8 +113,8 @@ def test_g_rows_are_the_encoded_target_layer_inputs(echo, layers):
         drafter = dec.drafters[0]
         hist = dec.kv_tokens
         want = np.concatenate([embd[hist]] * 3, axis=1) @ fc.T
-        got = drafter._g[:len(hist)]
-        assert np.array_equal(drafter._gtok[:len(hist)], np.asarray(hist))
+        assert drafter._rows.first_miss(hist, 0, len(hist)) is None
+        got = drafter._rows.get(0, len(hist))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -437,3 +437,46 @@ def test_llama_state_save_load(llamas, form):
     assert _text(a) == _text(b)
     st = spec.last_speculative_stats
     assert st.drafted > 0 and (form != "echo" or st.accepted == st.drafted), str(st)
+
+
+def test_row_store_keeps_what_pairing_needs():
+    from llama_cpp._spec_eagle3 import _RowStore
+
+    st = _RowStore(2, margin=4)
+    st.put(0, np.arange(12, dtype=np.float32).reshape(6, 2), [10, 11, 12, 13, 14, 15])
+    assert st.first_miss([10, 11, 12, 13, 14, 15], 0, 6) is None
+    assert st.first_miss([10, 11, 99, 13], 0, 4) == 2
+    assert st.first_miss([10, 11, 12, 13, 14, 15, 16], 0, 7) == 6  # never stored
+    st.put(3, np.ones((1, 2), dtype=np.float32), [7])  # a decode at 3 drops 4 and 5
+    assert st.n == 4 and st.first_miss([10, 11, 12, 7, 14], 0, 5) == 4
+    st.put(6, np.zeros((1, 2), dtype=np.float32), [8])  # a gap at 4, 5
+    assert st.first_miss([10, 11, 12, 7, 14, 15, 8], 3, 7) == 4
+    assert st.first_miss([10, 11, 12, 7, 14, 15, 8], 6, 7) is None
+    st.forget(7)  # keeps 3.. (margin 4): shifts once half the rows are behind
+    assert st.base == 3 and st.first_miss([10, 11, 12, 7], 2, 4) == 2
+    np.testing.assert_array_equal(st.get(3, 4), np.ones((1, 2)))
+
+
+def test_a_rewind_deeper_than_the_kept_rows_decodes_the_target_again(echo):
+    """With 8 rows kept, cutting a long history far back re-derives the features: the drafts are
+    those of a fresh decoder on the same prompt."""
+    from llama_cpp.speculative import make_decoder
+
+    from .util import greedy_sampler
+
+    prompt = echo.tokenize((" ".join([PROMPTS[0], PROMPTS[1]] * 2)).encode(), add_special=True)
+    cut = prompt[:12]
+    cfg = _cfg("feature", 4)
+    with make_decoder(echo, cfg, ctx_params=dict(CTX)) as fresh:
+        fresh.prefill(cut)
+        want = list(fresh.generate(greedy_sampler(), N_GEN))
+        want_counts = (fresh.stats.drafted, fresh.stats.accepted)
+    with make_decoder(echo, cfg, ctx_params=dict(CTX)) as dec:
+        dec.drafters[0]._rows.margin = 8
+        dec.prefill(prompt)
+        list(dec.generate(greedy_sampler(), 40))
+        assert dec.drafters[0]._rows.base > len(cut)  # the rows the cut needs were let go
+        dec.prefill(cut)
+        before = (dec.stats.drafted, dec.stats.accepted)
+        assert list(dec.generate(greedy_sampler(), N_GEN)) == want
+        assert (dec.stats.drafted - before[0], dec.stats.accepted - before[1]) == want_counts
