@@ -93,10 +93,11 @@ class ModelSettings(_Base):
     draft_model_num_pred_tokens: int = Field(default=10, ge=1, description="Most tokens prompt lookup drafts.")
     spec_type: str | None = Field(default=None, description="Speculative decoding, as llama.cpp's --spec-type "
                                   "names it (several joined by commas): draft-mtp (the model's NextN head), "
-                                  "draft-simple (draft_model_path), ngram-simple, ngram-map-k, ngram-map-k4v, "
-                                  "ngram-mod, ngram-cache. Such a model serves one request at a time.")
-    draft_model_path: str | None = Field(default=None, description="The draft-simple model (sharing the "
-                                         "target's vocabulary).")
+                                  "draft-simple, draft-eagle3, draft-dflash, draft-dspark (each with "
+                                  "draft_model_path), ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, "
+                                  "ngram-cache. Such a model serves one request at a time.")
+    draft_model_path: str | None = Field(default=None, description="The draft model of draft-simple (sharing the "
+                                         "target's vocabulary), draft-eagle3, draft-dflash or draft-dspark.")
     draft_n_max: int = Field(default=3, ge=1, description="Most tokens drafted per step.")
     draft_n_min: int = Field(default=0, ge=0, description="Shorter drafts are dropped.")
     draft_p_min: float = Field(default=0.0, ge=0.0, le=1.0, description="Stop drafting below this probability.")

@@ -66,9 +66,11 @@ def test_context_too_small_for_the_verify_batch(params, match):
         MTPDecoder(NoNativeModel(), dict(CTX, **params), SpecConfig(draft_n_max=8))
 
 
-def test_unimplemented_types_and_wrong_engine():
-    with pytest.raises(SpeculativeError, match="not implemented"):
-        MTPDecoder(NoNativeModel(), dict(CTX), SpecConfig("draft-eagle3"))
+def test_draft_types_need_their_file_and_the_right_engine():
+    with pytest.raises(SpeculativeError, match="needs a draft model"):
+        SpecConfig("draft-eagle3")
+    with pytest.raises(SpeculativeError, match="draft-mtp"):
+        MTPDecoder(NoNativeModel(), dict(CTX), SpecConfig("draft-eagle3", draft_model_path="d.gguf"))
     with pytest.raises(SpeculativeError, match="draft-mtp"):
         MTPDecoder(NoNativeModel(), dict(CTX), SpecConfig("draft-simple", draft_model_path="d.gguf"))
     with pytest.raises(SpeculativeError, match="draft-mtp"):

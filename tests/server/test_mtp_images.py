@@ -84,7 +84,8 @@ def test_every_speculative_kind_keeps_greedy_output(spec_server, alias):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"spec_type": "draft-eagle3"}, "not implemented"),
+    ({"spec_type": "draft-eagle3"}, "needs a draft model"),
+    ({"spec_type": "draft-dflash"}, "draft_model_path"),
     ({"spec_type": "draft-simple"}, "draft_model_path"),
     ({"spec_type": "ngram-bogus"}, "ngram-bogus"),
     ({"draft_model": "my-draft.gguf"}, "prompt-lookup-decoding"),
