@@ -179,3 +179,5 @@ def test_runtime_dirs_come_from_the_cross_compiler():
     dirs = repair_windows.runtime_dirs(config)
     found = {p.name for d in dirs for p in d.glob("*.dll")}
     assert {"libstdc++-6.dll", "libgcc_s_seh-1.dll", "libwinpthread-1.dll"} <= found
+    if cross_toolchain.shutil.which("clang-19") is not None:  # clang over the same GCC: the same folders
+        assert repair_windows.runtime_dirs(load_matrix().get("cpu-windows")) == dirs

@@ -68,14 +68,14 @@ def runtime_dirs(config: BuildConfig) -> list[Path]:
         return []
     from ..native.cross_toolchain import compiler_names
 
-    cc = compiler_names(spec)[0]
+    cc = [compiler_names(spec)[0], *([f"--target={spec.triple}"] if spec.uses_clang else [])]
     dirs: list[Path] = []
     for dll in ("libstdc++-6.dll", "libgcc_s_seh-1.dll", "libwinpthread-1.dll"):
-        out = proc.run([cc, f"-print-file-name={dll}"], what=f"{cc} -print-file-name", error=RepairError).stdout
+        out = proc.run([*cc, f"-print-file-name={dll}"], what=f"{cc[0]} -print-file-name", error=RepairError).stdout
         found = Path(out.strip())
-        if found.is_absolute() and found.is_file() and found.parent not in dirs:
-            dirs.append(found.parent)
-    sysroot_lib = Path("/usr") / spec.triple / "lib"
+        if found.is_absolute() and found.is_file() and found.parent.resolve() not in dirs:
+            dirs.append(found.parent.resolve())
+    sysroot_lib = (Path("/usr") / spec.triple / "lib").resolve()
     if sysroot_lib.is_dir() and sysroot_lib not in dirs:
         dirs.append(sysroot_lib)
     return dirs
