@@ -110,14 +110,14 @@ def _tampered(w, tmp_path, *, drop=(), add=None, flip=None):
 
 
 @pytest.mark.parametrize("case, checks, needle", [
-    ("tampered", {"library-hash"}, "llama_cpp/lib/ggml-cpu.dll: sha256"),
+    ("tampered", {"library-hash"}, "llama_cpp/lib/ggml-base.dll: sha256"),
     ("missing", {"dll-dependency"}, "imports libwinpthread-1.dll, which is not in the wheel"),
     ("nvcuda", {"graft", "driver-library"}, "nvcuda.dll: a GPU driver or NVIDIA runtime DLL was grafted"),
 ])
 def test_tampered_real_wheels_are_refused(repaired, real_native, win_repo, tmp_path, case, checks, needle):
     w = repaired.wheels[0]
     if case == "tampered":
-        bad = _tampered(w, tmp_path, flip="llama_cpp/lib/ggml-cpu.dll")
+        bad = _tampered(w, tmp_path, flip="llama_cpp/lib/ggml-base.dll")
     elif case == "missing":
         bad = _tampered(w, tmp_path, drop=(f"{LIBS}/libwinpthread-1.dll",))
     else:  # a real DLL under the driver's name, as a careless --add-path of System32 would graft it
