@@ -49,6 +49,10 @@ def test_committed_windows_configurations():
     assert dict(dev.cmake)["GGML_AVX2"] == "ON"
     # every variant (AMX included) needs clang; the one-backend build keeps MinGW's GCC
     assert full.cross.compiler == "clang-19" and "clang-19" in full.cross.apt
+    # clang over GCC's libstdc++: GCC's emulated TLS, libwinpthread linked, mingw-w64 10's __cpuidex set aside
+    for flags in (dict(full.cmake)["CMAKE_C_FLAGS"], dict(full.cmake)["CMAKE_CXX_FLAGS"]):
+        assert {"-femulated-tls", "-pthread", "-D__INTRINSIC_DEFINED___cpuidex"} <= set(flags.split())
+    assert "CMAKE_CXX_FLAGS" not in dict(dev.cmake)
     assert dev.cross.compiler == "gcc-posix" and "clang-19" not in dev.cross.apt
 
 
