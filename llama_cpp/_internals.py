@@ -306,6 +306,36 @@ def _struct_copy(C: Any, struct_type: Any, params: Any, what: str) -> Any:
     return copy
 
 
+_amx_verdict: bool | None = None
+
+
+def amx_kernels_unsafe() -> bool:
+    """True when the serving CPU backend has ggml's AMX kernels, which crash with SIGILL here.
+
+    At the pinned commit ``ggml_tile_config_init`` (ggml-cpu/amx/mmq.cpp) fills its tile
+    configuration on the stack and GCC drops those stores before ``ldtilecfg`` (only
+    ``palette_id`` survives), so the first tile instruction of an AMX matmul finds no tiles
+    configured: SIGILL on Sapphire Rapids and newer (llama.cpp PR #26954). The AMX kernels run
+    only on weights in the CPU_AMX extra buffer, so such models load with ``use_extra_bufts``
+    off (plain CPU buffers; ggml's x86 repacking goes with it). ``LLAMA_CPP_AMX=1`` keeps them,
+    for a build whose compiler keeps the configuration.
+    """
+    global _amx_verdict
+    if _amx_verdict is None:
+        from . import _loader
+
+        try:
+            info = _loader.system_info()
+        except Exception:  # noqa: BLE001 - no libraries: nothing to protect
+            info = ""
+        _amx_verdict = "AMX_INT8 = 1" in info and os.environ.get("LLAMA_CPP_AMX") != "1"
+        if _amx_verdict:
+            log.warning("this CPU backend has ggml's AMX kernels, whose tile configuration the compiler "
+                        "dropped (SIGILL on the first AMX matmul, llama.cpp PR #26954): models load without "
+                        "extra buffer types (no AMX, no CPU repacking); LLAMA_CPP_AMX=1 keeps them")
+    return _amx_verdict
+
+
 class LlamaModel(_Owned):
     """A loaded ``llama_model`` (weights + vocabulary).
 
@@ -358,6 +388,8 @@ class LlamaModel(_Owned):
         # loaded, and an MTP context over such a model aborts in C: remember what was asked for.
         self.load_mtp = bool(load_mtp)
         _gguf_guard.guard_model_file(self.path)
+        if lp.use_extra_bufts and not lp.vocab_only and amx_kernels_unsafe():
+            lp.use_extra_bufts = False
         with _logging.router().capture_problems() as problems:
             ptr = C.llama_model_load_from_file(os.fsencode(self.path), lp)
         del keep

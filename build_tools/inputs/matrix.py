@@ -13,7 +13,6 @@ from ..common.interpreters import VERSIONS
 from ..errors import ConfigError
 from .configs import BuildConfig, BuildMatrix, load_matrix
 
-
 # Where a configuration's jobs run, by its target (system, machine): GitHub's runner, and the
 # manylinux image whose glibc 2.28 the libraries link against (so auditwheel can tag them
 # manylinux_2_28; on the runner's own distro the tag would follow its newer glibc). The arm64
