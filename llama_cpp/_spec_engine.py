@@ -49,6 +49,33 @@ def tell_drafters(drafters: Sequence[Any], old: Sequence[int], new: Sequence[int
         d.begin(new)
 
 
+def share_threadpools(target: Any, ctx: Any) -> bool:
+    """Run ``ctx``'s graphs on ``target``'s CPU threadpools (kept alive while ``ctx`` lives).
+
+    Each context's pool polls for work after every graph (ggml's default ``poll`` 50). A draft
+    context with a pool of its own therefore computes while the target's workers still spin, and
+    the other way round: on a machine with as many cores as threads every barrier then waits for
+    a descheduled thread, and a step costs tens of times a plain decode (see "Speculative
+    decoding speed" in docs/architecture.md). The contexts never compute at the same time, so one
+    set of workers serves both. False (nothing changed) when the target has no pool or the
+    thread counts differ.
+    """
+    tref, dref = getattr(target, "_ref", None), getattr(ctx, "_ref", None)
+    tp, dp = getattr(target, "params", None), getattr(ctx, "params", None)
+    if tref is None or dref is None or tp is None or dp is None:
+        return False
+    if (tp.n_threads, tp.n_threads_batch) != (dp.n_threads, dp.n_threads_batch):
+        return False
+    pools = [p for p in tref._parents if p.name == "threadpool" and p.ptr is not None]
+    if not pools:
+        return False
+    for p in pools:
+        p.acquire()
+        dref._parents.append(p)  # released when ctx is freed
+    ctx._C.llama_attach_threadpool(ctx.ptr, pools[0].ptr, pools[1].ptr if len(pools) > 1 else None)
+    return True
+
+
 def propose(drafters: Sequence[Any], kv: list[int], id_last: int, k_max: int, n_vocab: int) -> tuple[list[int], Any]:
     """The first non-empty draft of ``drafters`` (cut to ``k_max`` tokens and to valid ids) and its drafter."""
     for d in drafters:

@@ -65,7 +65,15 @@ import numpy as np
 
 from ._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
 from ._spec_batch import RawExtBatch, SeqCheckpoint, common_prefix
-from ._spec_engine import DraftDecoder, DraftState, checked_prompt, propose, tell_drafters, verify_draft
+from ._spec_engine import (
+    DraftDecoder,
+    DraftState,
+    checked_prompt,
+    propose,
+    share_threadpools,
+    tell_drafters,
+    verify_draft,
+)
 from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
@@ -590,6 +598,10 @@ def build_drafters(model: Any, config: SpecConfig, target: Any) -> list[Any]:
                 out.append(cls(model, target, config.draft_model_path,  # type: ignore[arg-type]
                                n_max=config.draft_n_max, n_min=config.draft_n_min, p_min=config.draft_p_min,
                                ctx_params=inherited, n_gpu_layers=config.draft_n_gpu_layers, **kw))
+        for d in out:
+            ctx = getattr(d, "ctx", None)
+            if ctx is not None:
+                share_threadpools(target, ctx)
     except BaseException:
         for d in out:
             close = getattr(d, "close", None)
@@ -698,6 +710,7 @@ class MTPDecoder:
                            n_batch=target.n_batch(), n_ubatch=target.n_ubatch(), n_seq_max=1,
                            n_outputs_max=1, n_outputs_max_per_seq=1)
             self._draft = LlamaContext(model, ctx_other=target, **dparams)
+            share_threadpools(target, self._draft)
             C.llama_set_embeddings_nextn(target.ptr, True, False)   # h for every verified position
             C.llama_set_embeddings_nextn(self._draft.ptr, True, True)  # h for the draft's outputs only
             self._tbatch = LlamaBatchExt(target)
