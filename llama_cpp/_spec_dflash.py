@@ -256,6 +256,8 @@ class DFlashDrafter:
         self._drop(P)  # the features of rejected drafts
         first = self._first
         n_block = self.n_max + first
+        if P + n_block > len(self._ktok):
+            return []  # the block does not fit in the draft memory (n_ctx): no draft, as llama.cpp
         # DFlash2 reads its lattice, not logits: no outputs
         self._raw.decode([id_last] + [self.mask] * (n_block - 1), P, not self._top_k)
         self._n_mem = P + n_block

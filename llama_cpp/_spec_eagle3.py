@@ -164,7 +164,7 @@ class Eagle3Drafter:
             self._batch = LlamaBatchExt(self.ctx)
             self.n_dec = int(self.model.n_embd())
             self._raw = RawExtBatch(self._batch, self.ctx, self.n_dec)
-            self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd())
+            self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd(), target_model.n_layer())
             C.llama_set_embeddings_nextn(self.ctx.ptr, True, True)  # g rows (encoder) and pre-norm rows (outputs)
         except BaseException:
             self.close()
@@ -237,7 +237,9 @@ class Eagle3Drafter:
         P = len(hist) - 1
         # the seed pair (hist[P], g_{P-1}) is always decoded again: its row proposes the first token
         keep = min(self._n, max(common_prefix(self._hist, hist) - 1, 0), P - 1)
-        miss = self._rows.first_miss(hist, keep, P)
+        # every kept row is checked, not only those past the draft memory: after a state restore,
+        # rows made for another prefix may carry the same tokens from some position on
+        miss = self._rows.first_miss(hist, min(self._rows.base, keep), P)
         if miss is not None:  # positions this drafter never saw decoded (a restored state) or let go
             self._tl.redecode(hist, miss, P, self.observe)
         if self._n_mem > keep and not self.ctx.seq_rm(0, keep, -1):

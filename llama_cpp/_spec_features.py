@@ -50,7 +50,10 @@ def draft_header(path: str | os.PathLike[str], arch: str, kind: str) -> tuple[di
 
 def check_target_layers(path: str, layers: Any, *, target_arch: str | None, target_n_layer: int | None,
                         arch: str) -> list[int]:
-    """``layers`` (``<arch>.target_layers``) as ints, checked against the target where known."""
+    """``layers`` (``<arch>.target_layers``) as ints, checked against the target where known.
+
+    An EAGLE3 draft may name layer ``n_layer``: the target's final hidden state (llama.cpp reads
+    it through the NextN output); DFlash drafts read layer inputs only."""
     if not isinstance(layers, list) or not layers or not all(isinstance(x, int) for x in layers):
         raise SpeculativeError(f"{path}: {arch}.target_layers must list the target layers the draft reads, "
                                f"got {layers!r}")
@@ -58,10 +61,12 @@ def check_target_layers(path: str, layers: Any, *, target_arch: str | None, targ
         raise SpeculativeError(f"a {arch} draft reads target layer inputs, which llama.cpp's {target_arch!r} graph "
                                f"does not export: use a target of one of {', '.join(sorted(LAYER_INPUT_ARCHS))}")
     if target_n_layer is not None:
-        bad = [x for x in layers if not 0 <= x < target_n_layer]
+        top = target_n_layer if arch == "eagle3" else target_n_layer - 1
+        bad = [x for x in layers if not 0 <= x <= top]
         if bad:
             raise SpeculativeError(f"{path} reads target layers {layers}; this target has layers "
-                                   f"0..{target_n_layer - 1} (layer ids out of range)")
+                                   f"0..{target_n_layer - 1}{' (and n_layer, its output)' if top == target_n_layer else ''}"
+                                   " (layer ids out of range)")
     return [int(x) for x in layers]
 
 
@@ -82,23 +87,32 @@ def require_symbols(C: Any, extra: Sequence[str], kind: str) -> None:
 class TargetLayers:
     """The inputs of ``layers`` of one target context, for every token of its last decode."""
 
-    def __init__(self, C: Any, target: Any, layers: Sequence[int], n_embd: int) -> None:
+    def __init__(self, C: Any, target: Any, layers: Sequence[int], n_embd: int, n_layer: int | None = None) -> None:
         self._C = C
         self._target = target
         self.layers = list(layers)
         self.n_embd = int(n_embd)
         self.width = len(self.layers) * self.n_embd
         self._refill: Any = None
-        for lid in sorted(set(self.layers)):
+        # layer n_layer: the target's output hidden state, every token (as llama.cpp's EAGLE3 reads it)
+        self._final = n_layer if n_layer is not None and n_layer in self.layers else None
+        for lid in self._inputs():
             C.llama_set_embeddings_layer_inp(target.ptr, lid, True)
+        if self._final is not None:
+            C.llama_set_embeddings_nextn(target.ptr, True, False)
+
+    def _inputs(self) -> list[int]:
+        return sorted(set(self.layers) - {self._final})
 
     def close(self) -> None:
         if self._refill is not None:
             self._refill.close()
             self._refill = None
         if self._target is not None and self._target.ctx is not None:
-            for lid in sorted(set(self.layers)):
+            for lid in self._inputs():
                 self._C.llama_set_embeddings_layer_inp(self._target.ptr, lid, False)
+            if self._final is not None:
+                self._C.llama_set_embeddings_nextn(self._target.ptr, False, False)
         self._target = None
 
     def rows(self, m: int) -> np.ndarray:
@@ -106,7 +120,7 @@ class TargetLayers:
         C, tgt = self._C, self._target.ptr
         out = np.empty((m, self.width), dtype=np.float32)
         for k, lid in enumerate(self.layers):
-            ptr = C.llama_get_embeddings_layer_inp(tgt, lid)
+            ptr = C.llama_get_embeddings_nextn(tgt) if lid == self._final else C.llama_get_embeddings_layer_inp(tgt, lid)
             if not ptr:
                 raise SpeculativeError(f"the target context returned no inputs of layer {lid}")
             out[:, k * self.n_embd:(k + 1) * self.n_embd] = np.ctypeslib.as_array(ptr, shape=(m, self.n_embd))

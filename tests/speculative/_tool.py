@@ -43,3 +43,11 @@ def tool_stats(stderr: bytes, kind: str) -> tuple[int, int, list[float]]:
     assert m, err[-2000:]
     rates = re.search(kind + r": .*#acc rate/pos = \(([0-9., ]*)\)", err)
     return int(m.group(1)), int(m.group(2)), [float(x) for x in rates.group(1).split(",")] if rates and rates.group(1) else []
+
+
+def tool_drafted_tokens(stderr: bytes, kind: str) -> int:
+    """The tokens ``kind`` drafted in all (the tool's ``#gen tokens``), accepted or not."""
+    err = stderr.decode(errors="replace")
+    m = re.search(kind + r": .*#gen tokens =\s*(\d+)", err)
+    assert m, err[-2000:]
+    return int(m.group(1))

@@ -198,7 +198,7 @@ def test_dflash2_seeded_sampling_equals_plain(echo):
 def test_dflash2_matches_llama_speculative_simple(echo, target_path, run_tool, name, m):
     from llama_cpp.speculative import make_decoder
 
-    from ._tool import drive_like_tool, tool_stats
+    from ._tool import drive_like_tool, tool_drafted_tokens, tool_stats
 
     n = 32
     cfg = _cfg2(name, m, n_rs_seq=m)
@@ -215,6 +215,7 @@ def test_dflash2_matches_llama_speculative_simple(echo, target_path, run_tool, n
         text = proc.stdout.decode("utf-8", errors="replace").lstrip("\n")
         assert text.startswith(p) and text[len(p):].startswith(mine), (name, m, text[:200], mine[:200])
         n_drafts, n_acc, rates = tool_stats(proc.stderr, "draft-dflash")
+        assert st.drafted == tool_drafted_tokens(proc.stderr, "draft-dflash"), str(st)
         assert (st.drafted_at[0], st.accepted) == (n_drafts, n_acc), (name, m, p, str(st))
         assert my_rates == [r for r in rates if r], (name, m, p)
 
@@ -338,7 +339,7 @@ def test_matches_llama_speculative_simple(echo, target_path, run_tool, form, m):
     same drafts: as many, as many accepted, the same acceptance at every draft position."""
     from llama_cpp.speculative import make_decoder
 
-    from ._tool import drive_like_tool, tool_stats
+    from ._tool import drive_like_tool, tool_drafted_tokens, tool_stats
 
     n = 32
     draft = _draft(form)
@@ -355,5 +356,21 @@ def test_matches_llama_speculative_simple(echo, target_path, run_tool, form, m):
         text = proc.stdout.decode("utf-8", errors="replace").lstrip("\n")
         assert text.startswith(p) and text[len(p):].startswith(mine), (form, m, text[:200], mine[:200])
         n_drafts, n_acc, rates = tool_stats(proc.stderr, "draft-dflash")
+        assert st.drafted == tool_drafted_tokens(proc.stderr, "draft-dflash"), str(st)
         assert (st.drafted_at[0], st.accepted) == (n_drafts, n_acc), (form, m, p, str(st))
         assert my_rates == [r for r in rates if r], (form, m, p)
+
+
+@pytest.mark.parametrize("kind, form", [("draft-dflash", "first"), ("draft-eagle3", "echo")])
+def test_generation_runs_to_the_end_of_the_context(echo, kind, form):
+    # Near n_ctx the DFlash block (n_max + 1 entries) no longer fits the draft memory: no draft
+    # there, as llama.cpp, instead of a failed decode ending the generation.
+    from tests.mtp.util import plain_generate as plain_in
+
+    ctx = {**CTX, "n_ctx": 256}
+    prompt = echo.tokenize(PROMPTS[0].encode(), add_special=True)
+    n = 256 - len(prompt)
+    ref = plain_in(echo, prompt, n, None, ctx_params=ctx)
+    path = _draft(form) if kind == "draft-dflash" else str(fixture_path("eagle3_draft", form=form))
+    got, _st = spec_generate(echo, prompt, n, SpecConfig(kind, draft_model_path=path, draft_n_max=8), ctx=ctx)
+    assert got == ref and len(got) >= n - 1

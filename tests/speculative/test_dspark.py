@@ -151,7 +151,7 @@ def test_matches_llama_speculative_simple(echo, target_path, run_tool, name, m):
     """The tool's text and, driven as the tool drives it, the same drafts and acceptance per position."""
     from llama_cpp.speculative import make_decoder
 
-    from ._tool import drive_like_tool, tool_stats
+    from ._tool import drive_like_tool, tool_drafted_tokens, tool_stats
 
     n = 32
     draft = _draft(name)
@@ -170,5 +170,6 @@ def test_matches_llama_speculative_simple(echo, target_path, run_tool, name, m):
         text = proc.stdout.decode("utf-8", errors="replace").lstrip("\n")
         assert text.startswith(p) and text[len(p):].startswith(mine), (name, m, text[:200], mine[:200])
         n_drafts, n_acc, rates = tool_stats(proc.stderr, "draft-dspark")
+        assert st.drafted == tool_drafted_tokens(proc.stderr, "draft-dspark"), str(st)
         assert (st.drafted_at[0], st.accepted) == (n_drafts, n_acc), (name, m, p, str(st))
         assert my_rates == [r for r in rates if r], (name, m, p)

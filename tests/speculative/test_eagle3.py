@@ -257,7 +257,7 @@ KW = {"n_ctx": 512, "n_batch": 128, "n_ubatch": 128, "n_threads": 1, "n_threads_
     (lambda tmp: str(tmp / "missing.gguf"), "not a file"),
     (lambda tmp: str(fixture_path("draft_model")), "needs a draft whose general.architecture is 'eagle3'"),
     (lambda tmp: _draft(target_hidden_size=32), "hidden size 32"),
-    (lambda tmp: _draft(target_layers="0,1,2"), "out of range"),
+    (lambda tmp: _draft(target_layers="0,1,3"), "out of range"),
     (lambda tmp: _draft(target_layers="0,1"), "must list 3"),
 ])
 def test_drafts_that_do_not_fit_fail_before_loading(tmp_path, monkeypatch, draft, match):
@@ -329,7 +329,7 @@ def test_matches_llama_speculative_simple(echo, target_path, run_tool, form, m):
     same drafts: as many, as many accepted, and the same acceptance at every draft position."""
     from llama_cpp.speculative import make_decoder
 
-    from ._tool import drive_like_tool, tool_stats
+    from ._tool import drive_like_tool, tool_drafted_tokens, tool_stats
 
     n = 32
     draft = _draft(form)
@@ -346,6 +346,7 @@ def test_matches_llama_speculative_simple(echo, target_path, run_tool, form, m):
         text = proc.stdout.decode("utf-8", errors="replace").lstrip("\n")
         assert text.startswith(p) and text[len(p):].startswith(mine), (form, m, text[:200], mine[:200])
         n_drafts, n_acc, rates = tool_stats(proc.stderr, "draft-eagle3")
+        assert st.drafted == tool_drafted_tokens(proc.stderr, "draft-eagle3"), str(st)
         assert (st.drafted_at[0], st.accepted) == (n_drafts, n_acc), (form, m, p, str(st))
         assert my_rates == [r for r in rates if r], (form, m, p)
         if form == "echo":
@@ -480,3 +481,33 @@ def test_a_rewind_deeper_than_the_kept_rows_decodes_the_target_again(echo):
         before = (dec.stats.drafted, dec.stats.accepted)
         assert list(dec.generate(greedy_sampler(), N_GEN)) == want
         assert (dec.stats.drafted - before[0], dec.stats.accepted - before[1]) == want_counts
+
+
+@pytest.mark.parametrize("m", (2, 4))
+def test_layer_n_layer_is_the_targets_output_state(echo, target_path, run_tool, m):
+    """A draft may name layer ``n_layer`` (here 2): the target's final hidden state, read as llama.cpp
+    reads it (its NextN output). Same text and drafts as the tool; greedy output equals plain."""
+    from llama_cpp.speculative import make_decoder
+
+    from ._tool import drive_like_tool, tool_drafted_tokens, tool_stats
+
+    assert echo.n_layer() == 2
+    n, draft = 32, _draft("feature", target_layers="0,1,2")
+    p = "Once upon a time there was"
+    prompt = echo.tokenize(p.encode(), add_special=True, parse_special=True)
+    cfg = SpecConfig("draft-eagle3", draft_model_path=draft, draft_n_max=m, n_rs_seq=m)
+    with make_decoder(echo, cfg, ctx_params=dict(CTX)) as dec:
+        got, my_rates = drive_like_tool(dec, prompt, n)
+        st = dec.stats
+    assert got[:n] == plain_generate(echo, prompt, n)
+    mine = echo.detokenize(got[:n]).decode("utf-8", errors="replace")
+    proc = run_tool("llama-speculative-simple", "-m", target_path("echo"), "-md", draft,
+                    "--spec-type", "draft-eagle3", "--spec-draft-n-max", m, "-lv", 4, "--temp", "0", "-p", p, "-n", n,
+                    "-c", CTX["n_ctx"], "-t", 1, "-tb", 1, "--seed", 1,
+                    complete=lambda out, k=len(p) + len(mine.strip()): len(out.decode(errors="replace").strip()) >= k)
+    text = proc.stdout.decode("utf-8", errors="replace").lstrip("\n")
+    assert text.startswith(p) and text[len(p):].startswith(mine), (m, text[:200], mine[:200])
+    n_drafts, n_acc, rates = tool_stats(proc.stderr, "draft-eagle3")
+    assert st.drafted == tool_drafted_tokens(proc.stderr, "draft-eagle3"), str(st)
+    assert (st.drafted_at[0], st.accepted) == (n_drafts, n_acc), (m, str(st))
+    assert my_rates == [r for r in rates if r]
