@@ -62,7 +62,7 @@ class ReleaseSummary:
             lines.append(f"  {c.config}: {'OK' if c.ok else 'FAILED'}" + (f" ({c.error})" if c.error else ""))
             lines += [f"    {s.name:<9} {s.state:<8} {s.seconds:7.1f} s" for s in c.steps]
             if c.platform_tag:
-                lines.append(f"    manylinux tag (auditwheel show): {c.platform_tag}")
+                lines.append(f"    platform tag after repair: {c.platform_tag}")
             lines += [f"    {w.filename}  {w.size / 1e6:.1f} MB" for w in c.wheels]
         if self.index is not None:
             for v in self.index.variants():

@@ -1,4 +1,4 @@
-"""Repack a finished native build into CPython 3.10-3.14 wheels (or one py3 wheel), then auditwheel-retag."""
+"""Repack a finished native build into CPython 3.10-3.14 wheels (or one py3 wheel), then repair them (auditwheel on Linux, delvewheel on Windows)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_dist(p)
     p.add_argument("--platform-tag", default=None, help="tag before repair (default: this machine's)")
     p.add_argument("--epoch", type=int, default=None, help="SOURCE_DATE_EPOCH for the archive entries")
-    p.add_argument("--no-repair", action="store_true", help="skip auditwheel (keeps linux_* tags)")
+    p.add_argument("--no-repair", action="store_true", help="skip the repair (keeps linux_* tags; Windows wheels ungrafted)")
     p.add_argument("--build-native", action="store_true", help="build the native libraries if not cached")
     p.add_argument("--native-root", type=path_arg, default=None,
                    help="use this finished native build folder (e.g. a CI artifact) instead of the cache")
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         state = "reused (content key unchanged)" if res.reused else "built"
         print(f"{config.name}: {len(res.wheels)} wheels {state} in {res.seconds:.1f} s -> {dist.path}")
         if res.platform_tag:
-            print(f"  auditwheel: {res.platform_tag}")
+            print(f"  repaired: {res.platform_tag}")
         for w in res.wheels:
             print(f"  {w.filename}  {w.size / 1e6:6.1f} MB  {w.sha256[:16]}")
     return 0

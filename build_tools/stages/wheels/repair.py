@@ -5,7 +5,7 @@ libstdc++ and libgcc_s (and, for CUDA, the driver and NVIDIA's runtime wheels, w
 excluded): ``auditwheel show`` decides the manylinux tag, ``auditwheel repair`` applies it,
 and any change to a library or any grafted library is an error. The repaired wheel is then
 re-zipped deterministically with RECORD rewritten (:mod:`build_tools.stages.wheels.inwheel`).
-Windows wheels are repaired by delvewheel in the release workflow; macOS needs no repair.
+Windows wheels are repaired by delvewheel (:mod:`.repair_windows`).
 """
 
 from __future__ import annotations
