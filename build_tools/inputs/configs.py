@@ -30,6 +30,11 @@ _PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*==[0-9][A-Za-z0-9.+!\-]*$")
 
 CpuVariants = Literal["all", "single"]
 _CPU_VARIANTS = ("all", "single")
+Backend = Literal["cpu", "cuda", "vulkan", "metal"]
+_BACKENDS = ("cpu", "cuda", "vulkan", "metal")
+# Where a configuration that is not cross-built from Linux is built and runs: (system, machine),
+# as platform.system() and the normalised platform.machine() name them. None: Linux, this machine.
+PLATFORMS: dict[str, tuple[str, str]] = {"windows-x86_64": ("Windows", "x86_64"), "macos-arm64": ("Darwin", "arm64")}
 
 # Variables the recipe owns: a configuration may not override them through ``cmake``.
 RESERVED_CMAKE = frozenset(
@@ -38,7 +43,8 @@ RESERVED_CMAKE = frozenset(
         "GGML_BACKEND_DL", "GGML_NATIVE", "GGML_CPU_ALL_VARIANTS", "GGML_CUDA", "LLAMA_BUILD_NUMBER",
         "LLAMA_BUILD_COMMIT", "CMAKE_CUDA_ARCHITECTURES", "CMAKE_CUDA_COMPILER", "CUDAToolkit_ROOT",
         "GGML_VULKAN", "Vulkan_GLSLC_EXECUTABLE", "CMAKE_TOOLCHAIN_FILE", "CMAKE_SYSTEM_NAME",
-        "CMAKE_SYSTEM_PROCESSOR",
+        "CMAKE_SYSTEM_PROCESSOR", "GGML_METAL", "GGML_METAL_EMBED_LIBRARY", "CMAKE_OSX_DEPLOYMENT_TARGET",
+        "CMAKE_OSX_ARCHITECTURES",
     }
 )
 
@@ -132,7 +138,7 @@ class BuildConfig:
     """One native build configuration, fully resolved."""
 
     name: str
-    backend: Literal["cpu", "cuda", "vulkan"]
+    backend: Backend
     variant: str
     description: str
     cpu_variants: CpuVariants = "all"
@@ -143,7 +149,17 @@ class BuildConfig:
     release: bool = True
     vulkan: VulkanSpec | None = None
     cross: CrossSpec | None = None
+    platform: str | None = None  # a key of PLATFORMS: built natively there (None: Linux)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def target(self) -> tuple[str, str]:
+        """(system, machine) the libraries are built for: the cross target, the platform, else Linux x86-64."""
+        if self.cross is not None:
+            return self.cross.system_name, self.cross.system_processor
+        if self.platform is not None:
+            return PLATFORMS[self.platform]
+        return "Linux", "x86_64"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -159,6 +175,7 @@ class BuildConfig:
             "release": self.release,
             **({"vulkan": self.vulkan.to_json()} if self.vulkan else {}),
             **({"cross": self.cross.to_json()} if self.cross else {}),
+            **({"platform": self.platform} if self.platform else {}),
         }
 
 
@@ -183,7 +200,7 @@ class BuildMatrix:
 _TOP_KEYS = {"schema_version", "default", "config"}
 _CONFIG_KEYS = {
     "name", "extends", "backend", "variant", "description", "cpu_variants", "local_version",
-    "cmake", "wheel_size_budget_mb", "cuda", "release", "vulkan", "cross",
+    "cmake", "wheel_size_budget_mb", "cuda", "release", "vulkan", "cross", "platform",
 }
 _CROSS_KEYS = {"triple", "system_processor", "system_name", "apt", "dnf", "compiler"}
 _CROSS_COMPILER = re.compile(r"^(gcc(-posix|-win32)?|clang(-[0-9]{1,3})?)$")
@@ -327,8 +344,8 @@ def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:
     _check_keys(raw, _CONFIG_KEYS - {"extends"}, where)
     name = _typed(raw, "name", str, where)
     backend = _typed(raw, "backend", str, where)
-    if backend not in ("cpu", "cuda", "vulkan"):
-        raise ConfigError(f"{where}.backend: {backend!r} is not 'cpu', 'cuda' or 'vulkan'")
+    if backend not in _BACKENDS:
+        raise ConfigError(f"{where}.backend: {backend!r} is not one of {_BACKENDS}")
     variant = _typed(raw, "variant", str, where)
     if not _LOCAL.match(variant):
         raise ConfigError(f"{where}.variant: {variant!r} must be lowercase letters and digits")
@@ -368,6 +385,7 @@ def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:
     cross = _parse_cross(raw["cross"], f"{where}.cross") if "cross" in raw else None
     if cross is not None and backend == "cuda":
         raise ConfigError(f"{where}.cross: a CUDA build is not cross-compiled; build it on its own platform")
+    platform_name = _parse_platform(raw, where, backend, cross)
     return BuildConfig(
         name=name,
         backend=backend,  # type: ignore[arg-type]
@@ -381,7 +399,28 @@ def _parse_config(raw: dict[str, Any], where: str) -> BuildConfig:
         release=_typed(raw, "release", bool, where, True),
         vulkan=vulkan,
         cross=cross,
+        platform=platform_name,
     )
+
+
+def _parse_platform(raw: dict[str, Any], where: str, backend: str, cross: CrossSpec | None) -> str | None:
+    """``platform``: where a native (not cross) build runs; Metal exists only on macOS, and the
+    Vulkan and cross toolchains come from Linux package managers."""
+    name = _typed(raw, "platform", str, where, None)
+    if name is not None and name not in PLATFORMS:
+        raise ConfigError(f"{where}.platform: {name!r} is not one of {tuple(PLATFORMS)} "
+                          "(omit it for Linux; a cross build names its target in [config.cross])")
+    if name is not None and cross is not None:
+        raise ConfigError(f"{where}.platform: a cross build names its target in [config.cross]; remove one of them")
+    system = PLATFORMS[name][0] if name else "Linux"
+    if backend == "metal" and system != "Darwin":
+        raise ConfigError(f"{where}.backend: 'metal' needs platform = \"macos-arm64\" (Metal exists only on macOS)")
+    if system == "Darwin" and backend != "metal":
+        raise ConfigError(f"{where}.backend: a macOS configuration is backend = 'metal' (the Metal backend "
+                          "serves the GPU and the CPU variants beside it)")
+    if backend == "vulkan" and system != "Linux":
+        raise ConfigError(f"{where}.platform: the Vulkan toolchain is provisioned on Linux only; drop platform")
+    return name
 
 
 def parse_matrix(data: dict[str, Any], path: Path = CONFIGS_FILE) -> BuildMatrix:

@@ -95,6 +95,8 @@ class BuildPlan:
             "backend": self.config.backend,
             "defines": self.defines,
             "toolchain": self.toolchain_versions,
+            # only where it is set: the Linux configurations' keys stay as they were
+            **({"platform": self.config.platform} if self.config.platform else {}),
         }
 
     @property
@@ -104,6 +106,17 @@ class BuildPlan:
     @property
     def dir_name(self) -> str:
         return f"{self.config.name}-{self.key[:16]}"
+
+
+# Metal, its shader library compiled into libggml-metal (no .metallib file beside it to lose or
+# mismatch), for arm64 only; the deployment target is the wheel's macOS tag (wheels/build.py).
+MACOS_DEPLOYMENT_TARGET = "14.0"
+METAL_DEFINES = {
+    "GGML_METAL": "ON",
+    "GGML_METAL_EMBED_LIBRARY": "ON",
+    "CMAKE_OSX_ARCHITECTURES": "arm64",
+    "CMAKE_OSX_DEPLOYMENT_TARGET": MACOS_DEPLOYMENT_TARGET,
+}
 
 
 def cmake_defines(config: BuildConfig, lock: SourceLock) -> dict[str, str]:
@@ -133,6 +146,10 @@ def cmake_defines(config: BuildConfig, lock: SourceLock) -> dict[str, str]:
     }
     if config.backend == "vulkan":
         d["GGML_VULKAN"] = "ON"  # only here: the other configurations' keys stay as they were
+    if config.backend == "metal":
+        d.update(METAL_DEFINES)
+    if config.target[0] == "Darwin":
+        d["CMAKE_INSTALL_RPATH"] = "@loader_path"  # the dylibs find each other beside themselves
     if config.cuda is not None:
         d["CMAKE_CUDA_ARCHITECTURES"] = ";".join(config.cuda.architectures)
         if config.cuda.fa_quants is not None:
@@ -282,6 +299,8 @@ def _stage_libraries(bin_dir: Path, lib_dir: Path) -> list[str]:
         name = entry.name
         if is_elf(entry):
             name = read_dynamic(entry).soname or entry.name
+        elif entry.name.endswith(".dylib"):
+            name = _install_name(entry) or entry.name
         if (lib_dir / name).exists():
             raise NativeBuildError(f"two built libraries would be staged as {name}")
         shutil.copy2(entry, lib_dir / name)
@@ -290,6 +309,17 @@ def _stage_libraries(bin_dir: Path, lib_dir: Path) -> list[str]:
     if not staged:
         raise NativeBuildError(f"the build produced no libraries in {bin_dir}")
     return staged
+
+
+def _install_name(path: Path) -> str | None:
+    """A dylib's install name's file name (``@rpath/libllama.0.dylib``): what the others load it by."""
+    from llama_cpp._binfmt import read_dependencies
+
+    try:
+        install = read_dependencies(path).install_name
+    except ValueError as exc:
+        raise NativeBuildError(f"{path}: not a readable Mach-O library ({exc})") from None
+    return install.rsplit("/", 1)[-1] if install else None
 
 
 def _backend_names(names: list[str]) -> tuple[str, ...]:
@@ -351,7 +381,7 @@ def build(p: BuildPlan, *, jobs: int | None = None, force: bool = False) -> Nati
                 libraries=libs,
                 backends=_backend_names(staged),
             )
-            _check_runpath(libs)
+            _check_runpath(libs, p.defines["CMAKE_INSTALL_RPATH"])
             manifest.write(stage)  # last: a manifest marks the result finished
         seconds = time.monotonic() - started
         log.info("[%s] built %d libraries in %.0f s -> %s", p.config.name, len(libs), seconds, final)
@@ -365,12 +395,13 @@ def _remove_stale_staging(final: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def _check_runpath(libs: tuple[LibraryRecord, ...]) -> None:
+def _check_runpath(libs: tuple[LibraryRecord, ...], expected: str = "$ORIGIN") -> None:
+    """Only the recipe's own search path (``$ORIGIN``; a Mach-O file's LC_RPATH ``@loader_path``)."""
     for lib in libs:
-        if lib.rpath or (lib.runpath and lib.runpath != ("$ORIGIN",)):
+        if lib.rpath or (lib.runpath and lib.runpath != (expected,)):
             raise NativeBuildError(
-                f"{lib.path} has RUNPATH {lib.runpath} RPATH {lib.rpath}; expected only $ORIGIN "
-                "(the recipe sets CMAKE_INSTALL_RPATH=$ORIGIN; a build path leaked in)"
+                f"{lib.path} has RUNPATH {lib.runpath} RPATH {lib.rpath}; expected only {expected} "
+                f"(the recipe sets CMAKE_INSTALL_RPATH={expected}; a build path leaked in)"
             )
 
 

@@ -6,6 +6,11 @@
   a Vulkan device that runs on the CPU. ggml-vulkan skips CPU-type devices unless asked, so the
   workload gets ``GGML_VK_VISIBLE_DEVICES=0`` and the lavapipe driver alone (``VK_DRIVER_FILES``):
   a passing cell proves the layers ran through the Vulkan backend, not a silent CPU fallback.
+- metal (on GitHub's macos-14 runners): the release stages with no Metal device
+  (``GGML_METAL_DEVICES=0``): the Metal backend loads from the wheel and reports no device, the
+  CPU variants serve. The runners' paravirtual GPU advertises MTLGPUFamilyApple5 without simdgroup
+  reduction or matrix multiply, and ggml aborts on ops it then cannot encode (RMS_NORM), so a GPU
+  cell there would test the virtual machine, not the wheel.
 - a cross-built aarch64 configuration (on an x86-64 host): the release stages inside the arm64
   Debian userland under qemu-user (:mod:`.emulated`), on the interpreters Debian ships there.
 """
@@ -21,6 +26,7 @@ from ...inputs.configs import BuildConfig
 from .runner import STAGES, Sandbox
 from .workload import GPU_STAGES
 
+NO_METAL_DEVICE = {"GGML_METAL_DEVICES": "0"}  # ggml-metal registers that many devices (at most)
 ICD_DIRS = (Path("/usr/share/vulkan/icd.d"), Path("/etc/vulkan/icd.d"), Path("/usr/local/share/vulkan/icd.d"))
 
 
@@ -62,6 +68,8 @@ def target_for(config: BuildConfig, *, install: bool = True) -> SmokeTarget:
     userland when allowed)."""
     if config.cross is not None and not config.cross.is_native():
         return _emulated(config, install=install)
+    if config.backend == "metal":
+        return SmokeTarget(stages_for(config), env=dict(NO_METAL_DEVICE), device="cpu (no Metal device: GGML_METAL_DEVICES=0)")
     if config.backend != "vulkan":
         return SmokeTarget(stages_for(config))
     assert config.vulkan is not None

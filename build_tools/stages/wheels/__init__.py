@@ -3,7 +3,9 @@
 Input: a :class:`~build_tools.stages.native.build.NativeBuild` and :class:`WheelOptions`. Output:
 :class:`WheelsResult`, whose :class:`BuiltWheel` list is recorded in ``dist/<config>/wheels.json``
 (the wheels *record*). ``build`` assembles the archives (through ``inwheel``, deterministically),
-``sbom`` writes their CycloneDX SBOM, ``repair`` retags them with auditwheel, ``repair_windows`` grafts a Windows wheel's runtime with delvewheel.
+``sbom`` writes their CycloneDX SBOM, ``repair`` retags them with auditwheel, ``repair_windows``
+grafts a Windows wheel's runtime with delvewheel, ``repair_macos`` has delocate prove a macOS wheel
+needs nothing beyond macOS.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 from ...inputs.configs import BuildConfig
 from ..native.build import NativeBuild
-from . import build, repair, repair_windows
+from . import build, repair, repair_macos, repair_windows
 from .build import PYTHON_TAGS, BuiltWheel, WheelOptions, load_record
 
 __all__ = ["PYTHON_TAGS", "BuiltWheel", "WheelOptions", "WheelsResult", "load_record", "run"]
@@ -32,7 +34,7 @@ def run(nb: NativeBuild, config: BuildConfig, options: WheelOptions, *, repair_t
         force: bool = False) -> WheelsResult:
     """The stage: reuse the recorded wheels when their content key matches, else build (and repair) them."""
     started = time.monotonic()
-    if config.cross is not None:  # only here: the other configurations' wheel keys stay as they were
+    if config.cross is not None or config.platform is not None:  # only here: the other wheel keys stay as they were
         options = dataclasses.replace(options, platform_tag=build.target_platform_tag(config, options.platform_tag))
     key = build.content_key(nb.manifest, nb.manifest_path.read_bytes(), options, config, repair_tags)
     if not force:
@@ -48,6 +50,9 @@ def run(nb: NativeBuild, config: BuildConfig, options: WheelOptions, *, repair_t
         built, plat = result.wheels, result.platform_tag
         if any(repair_windows.is_windows_tag(w.platform_tag) for w in built):
             built = repair_windows.repair(built, nb.manifest, config, jobs=options.jobs).wheels
+            plat = built[0].platform_tag
+        if any(repair_macos.is_macos_tag(w.platform_tag) for w in built):
+            built = repair_macos.repair(built, nb.manifest, jobs=options.jobs).wheels
             plat = built[0].platform_tag
     build.clean_stale(options.out_dir, built)
     build.save_record(options.out_dir, key, built)

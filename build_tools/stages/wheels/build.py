@@ -172,15 +172,28 @@ _CROSS_TAGS = {("Linux", "aarch64"): "linux_aarch64", ("Linux", "x86_64"): "linu
                ("Windows", "x86_64"): "win_amd64"}
 
 
+def _macos_tag() -> str:
+    """The macOS tag of the libraries' deployment target (a macOS 11+ tag has minor version 0)."""
+    from ..native.build import MACOS_DEPLOYMENT_TARGET
+
+    major, _, minor = MACOS_DEPLOYMENT_TARGET.partition(".")
+    if minor.strip("0"):
+        raise ConfigError(f"MACOS_DEPLOYMENT_TARGET {MACOS_DEPLOYMENT_TARGET} is not X.0: pip's tags name "
+                          "only major macOS versions, so the wheel would claim releases the libraries refuse")
+    return f"macosx_{major}_0_arm64"
+
+
 def target_platform_tag(config: BuildConfig, requested: str) -> str:
     """The platform tag before repair for ``config``: ``requested`` (the host's by default), or, for
-    a cross build, its target's; an explicit tag that contradicts the target is refused."""
-    if config.cross is None:
+    a cross build or a ``platform``, its target's; an explicit tag that contradicts the target is refused."""
+    if config.cross is None and config.platform is None:
         return requested
-    target = _CROSS_TAGS[(config.cross.system_name, config.cross.system_processor)]
+    where = config.target
+    target = _macos_tag() if where == ("Darwin", "arm64") else _CROSS_TAGS[where]
     if requested not in (target, default_platform_tag()):
-        raise ConfigError(f"platform tag {requested!r} does not match {config.name}'s cross target "
-                          f"{config.cross.triple} ({target}); drop --platform-tag")
+        what = f"cross target {config.cross.triple}" if config.cross else f"platform {config.platform}"
+        raise ConfigError(f"platform tag {requested!r} does not match {config.name}'s {what} ({target}); "
+                          "drop --platform-tag")
     return target
 
 
