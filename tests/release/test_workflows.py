@@ -176,3 +176,111 @@ def test_python_lists_that_cannot_read_the_one_list_agree_with_it():
         "actions/setup-python@"))
     assert sorted(str(setup["with"]["python-version"]).split(), key=lambda v: tuple(map(int, v.split(".")))) \
         == list(VERSIONS)
+
+
+PLATFORM_JOBS = ("native", "wheels", "smoke")
+
+
+def _rows() -> dict[str, dict]:
+    return {r["config"]: r for r in ci_matrices()["configs"]["include"]}
+
+
+def test_windows_and_macos_rows_run_on_their_runner_without_a_container():
+    """Every release configuration's row follows RUNNERS by its target; Windows and macOS name no image
+    and get setup-python's interpreter for the tool, Linux rows keep their manylinux image's."""
+    from build_tools.inputs import matrix as ci
+
+    rows = _rows()
+    for config in load_matrix().configs.values():
+        if not config.release:
+            continue
+        row = rows[config.name]
+        assert (row["runner"], row["container"]) == ci.RUNNERS[config.target], config.name
+        assert row["tool_python"] == ("" if row["container"] else ci.TOOL_PYTHON), config.name
+    for name in ("cpu-windows-msvc", "cuda-12.8-windows", "cuda-13.0-windows"):
+        assert rows[name]["runner"] == "windows-2022" and rows[name]["container"] == ""
+        assert (rows[name]["cc"], rows[name]["cxx"]) == ("clang", "clang++")
+    assert rows["metal"]["runner"] == "macos-14" and rows["metal"]["container"] == "" and rows["metal"]["cc"] == ""
+    assert rows["cpu"]["cc"] == "" and rows["cpu"]["tool_python"] == ""
+    # CUDA 12's nvcc from NVIDIA's archives on Windows; CUDA 13 from its PyPI wheels (no system toolkit)
+    assert rows["cuda-12.8-windows"]["windows_cuda"] == ci.WINDOWS_CUDA["12.8"]
+    assert "cuda_nvcc" in rows["cuda-12.8-windows"]["windows_cuda_components"].split()
+    assert rows["cuda-13.0-windows"]["windows_cuda"] == "" and rows["cuda-12.8"]["windows_cuda"] == ""
+    smoke = [(r["config"], r["python"], r["runner"]) for r in ci_matrices()["smoke"]["include"]]
+    for name in ("cpu-windows-msvc", "metal"):
+        assert [(c, v) for c, v, _r in smoke if c == name] == [(name, v) for v in VERSIONS]
+
+
+def test_a_windows_configuration_without_a_cuda_release_is_refused(monkeypatch):
+    from build_tools.errors import ConfigError
+    from build_tools.inputs import matrix as ci
+
+    monkeypatch.setattr(ci, "WINDOWS_CUDA", {})
+    with pytest.raises(ConfigError, match="no Windows CUDA 12.8 release"):
+        ci.ci_matrices()
+    monkeypatch.undo()
+    monkeypatch.delitem(ci.RUNNERS, ("Darwin", "arm64"))
+    with pytest.raises(ConfigError, match="metal: the release workflow has no runner for Darwin arm64"):
+        ci.ci_matrices()
+
+
+def test_platform_jobs_run_bash_everywhere_and_say_so_where_they_do_not():
+    """Git Bash on Windows: the jobs that run there default to bash; a step in another shell is a
+    Windows-only step (its ``if`` says so)."""
+    jobs = _load("release.yml")["jobs"]
+    for name in PLATFORM_JOBS:
+        job = jobs[name]
+        assert job["defaults"]["run"]["shell"] == "bash", name
+        for step in job["steps"]:
+            if "run" in step and step.get("shell", "bash") != "bash":
+                assert "runner.os == 'Windows'" in step.get("if", ""), (name, step.get("name"))
+
+
+def test_platform_jobs_get_their_interpreter_from_the_row():
+    jobs = _load("release.yml")["jobs"]
+    for name in ("native", "wheels"):
+        job = jobs[name]
+        setup = [s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python@")]
+        assert len(setup) == 1 and setup[0]["if"] == "matrix.tool_python != ''", name
+        assert setup[0]["with"]["python-version"] == "${{ matrix.tool_python }}", name
+        assert job["env"]["PYTHON"] == "${{ matrix.container != '' && 'python3.12' || 'python' }}", name
+        for step in job["steps"]:
+            run = step.get("run", "")
+            assert not re.search(r"(?<![\w\"$])python3?(\.\d+)? -m", run), (name, run)  # always "$PYTHON"
+        assert job["container"] == "${{ matrix.container }}"
+    smoke = jobs["smoke"]
+    setup = next(s for s in smoke["steps"] if s.get("uses", "").startswith("actions/setup-python@"))
+    assert setup["with"]["python-version"] == "${{ matrix.python }}" and "if" not in setup
+
+
+def test_windows_steps_set_up_msvc_and_cuda_only_on_windows():
+    steps = _load("release.yml")["jobs"]["native"]["steps"]
+    msvc = next(s for s in steps if "vcvars64" in s.get("run", ""))
+    assert msvc["if"] == "runner.os == 'Windows'" and msvc["shell"] == "cmd"
+    assert msvc["env"] == {"ROW_CC": "${{ matrix.cc }}", "ROW_CXX": "${{ matrix.cxx }}"}
+    assert "GITHUB_ENV" in msvc["run"] and "CUDAHOSTCXX=cl" in msvc["run"]
+    dnf = next(s for s in steps if "dnf install" in s.get("run", ""))
+    assert dnf["if"] == "matrix.system_cuda != '' && runner.os == 'Linux'"
+    win_cuda = next(s for s in steps if "redistrib_" in s.get("run", ""))
+    assert win_cuda["if"] == "matrix.windows_cuda != ''"
+    assert win_cuda["env"]["CUDA_RELEASE"] == "${{ matrix.windows_cuda }}"
+    assert "sha256sum -c" in win_cuda["run"] and "CUDA_HOME=" in win_cuda["run"]
+    # the native build travels as a tar Python writes and reads, whatever the runner's path syntax
+    pack = next(s for s in steps if "tarfile" in s.get("run", ""))
+    assert pack["env"]["NATIVE_DIR"] == "${{ steps.key.outputs.dir }}"
+    unpack = " ".join(s.get("run", "") for s in _load("release.yml")["jobs"]["wheels"]["steps"])
+    assert "-m tarfile -e" in unpack and "tar -C" not in unpack
+
+
+def test_the_publish_gate_covers_every_platform():
+    """The gate loops over ``names`` (every release configuration, Windows and macOS too) and needs
+    every smoke cell; PyPI gets the cpu index, where Windows and macOS wheels are."""
+    names = ci_matrices()["names"].split()
+    for name in ("cpu-windows-msvc", "cuda-12.8-windows", "cuda-13.0-windows", "metal"):
+        assert name in names
+    jobs = _load("release.yml")["jobs"]
+    assert {"smoke", "wheels"} <= _needs(jobs["publish"])
+    m = load_matrix()
+    assert {m.get(n).variant for n in ("cpu-windows-msvc", "metal")} == {"cpu"}
+    pypi = next(s for s in jobs["publish"]["steps"] if "pypi/" in s.get("run", ""))
+    assert "whl/cpu/" in pypi["run"]

@@ -14,6 +14,7 @@ workflow's macos-14 job.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import struct
@@ -108,6 +109,9 @@ def dependency_problems(files: Mapping[str, bytes], lib_names: Sequence[str], ar
 
 def _delocate(args: Sequence[str], cwd: Path, macos_version: str) -> str:
     # MACOSX_DEPLOYMENT_TARGET: delocate refuses a library that needs a newer macOS than the tag says.
+    if importlib.util.find_spec("delocate") is None:
+        raise RepairError("delocate is not installed: pip install -r requirements/release.txt on macOS "
+                          "(or pass --no-repair to keep the wheels as built)")
     cmd = [sys.executable, "-m", "delocate.cmd.delocate_wheel", *args]
     env = {**os.environ, "MACOSX_DEPLOYMENT_TARGET": macos_version}
     try:
@@ -115,9 +119,6 @@ def _delocate(args: Sequence[str], cwd: Path, macos_version: str) -> str:
     except subprocess.TimeoutExpired:
         raise RepairError("delocate-wheel ran for more than 600 s") from None
     out = done.stdout + done.stderr
-    if "No module named delocate" in out:
-        raise RepairError("delocate is not installed: pip install -r requirements/release.txt on macOS "
-                          "(or pass --no-repair to keep the wheels as built)")
     if done.returncode != 0:
         tail = "\n".join(out.strip().splitlines()[-15:])
         raise RepairError(f"delocate-wheel failed with exit code {done.returncode}:\n{tail}")
