@@ -38,7 +38,14 @@ import numpy as np
 
 from ._errors import SpeculativeError
 from ._spec_batch import RawExtBatch
-from ._spec_features import TargetLayers, check_target_layers, draft_header, loaded_layers, require_symbols
+from ._spec_features import (
+    FeatureDraftParts,
+    TargetLayers,
+    check_target_layers,
+    draft_header,
+    open_draft,
+    require_symbols,
+)
 
 log = logging.getLogger("llama_cpp.speculative")
 
@@ -97,7 +104,7 @@ def check_draft_header(path: str | os.PathLike[str], *, target_arch: str | None 
     return layers, int(block), bool(anchor), conf, top_k
 
 
-class DFlashDrafter:
+class DFlashDrafter(FeatureDraftParts):
     """The ``draft-dflash`` (or, with ``dspark``, ``draft-dspark``) drafter over its own draft model and
     context (owned by it)."""
 
@@ -106,7 +113,7 @@ class DFlashDrafter:
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0,
                  dspark: bool = False) -> None:
-        from ._internals import LlamaContext, LlamaModel
+        from ._internals import LlamaModel
         from ._spec_draft import check_vocab_compatible
         from .llama_batch import LlamaBatchExt
 
@@ -135,18 +142,10 @@ class DFlashDrafter:
             log.info("DFlash: draft_n_max=%d exceeds the trained block size %d; drafting %d", n_max, block, self.n_max)
         self._C = C
         try:
-            self.model = LlamaModel(p, n_gpu_layers=n_gpu_layers)
-            loaded = loaded_layers(C, self.model)
-            if loaded != layers:
-                raise SpeculativeError(f"{p}: llama.cpp loaded target layers {loaded}, the header lists {layers}")
+            self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers)
             self.mask = int(C.llama_vocab_mask(self.model.vocab))
             if self.mask < 0:
                 raise SpeculativeError(f"{p}: llama.cpp found no mask token in this DFlash draft")
-            params = dict(ctx_params)
-            params.update(n_ctx=target_ctx.n_ctx(), n_batch=target_ctx.n_batch(), n_ubatch=target_ctx.n_ubatch(),
-                          n_seq_max=1, n_rs_seq=0, embeddings=False)
-            params.pop("ctx_type", None)
-            self.ctx = LlamaContext(self.model, ctx_other=target_ctx, **params)
             causal = self.model.metadata.get("dflash.attention.causal", "false") == "true"
             C.llama_set_causal_attn(self.ctx.ptr, causal)
             self._batch = LlamaBatchExt(self.ctx)
@@ -166,16 +165,6 @@ class DFlashDrafter:
         self._n_ubatch = self.ctx.n_ubatch()
         self._ktok = np.full(target_ctx.n_ctx(), -1, dtype=np.int64)  # target token whose features sit at p
         self.reset()
-
-    def close(self) -> None:
-        if self._tl is not None:
-            self._tl.close()
-            self._tl = None
-        for name in ("_batch", "ctx", "model"):  # the batch first: it points into the context
-            obj = getattr(self, name, None)
-            if obj is not None:
-                obj.close()
-                setattr(self, name, None)
 
     def reset(self) -> None:
         if self.ctx is not None:

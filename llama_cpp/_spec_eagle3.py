@@ -37,10 +37,11 @@ from ._errors import SpeculativeError
 from ._spec_batch import RawExtBatch, common_prefix
 from ._spec_features import (
     LAYER_INPUT_ARCHS,
+    FeatureDraftParts,
     TargetLayers,
     check_target_layers,
     draft_header,
-    loaded_layers,
+    open_draft,
     require_symbols,
 )
 
@@ -129,7 +130,7 @@ class _RowStore:
             self.n -= d
 
 
-class Eagle3Drafter:
+class Eagle3Drafter(FeatureDraftParts):
     """The ``draft-eagle3`` drafter over its own draft model and context (owned by it)."""
 
     kind = "draft-eagle3"
@@ -137,7 +138,7 @@ class Eagle3Drafter:
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0) -> None:
-        from ._internals import LlamaContext, LlamaModel
+        from ._internals import LlamaModel
         from ._spec_draft import check_vocab_compatible
         from .llama_batch import LlamaBatchExt
 
@@ -152,15 +153,7 @@ class Eagle3Drafter:
             check_vocab_compatible(target_model, vocab, p)
         self._C = C
         try:
-            self.model = LlamaModel(p, n_gpu_layers=n_gpu_layers)
-            loaded = loaded_layers(C, self.model)
-            if loaded != layers:
-                raise SpeculativeError(f"{p}: llama.cpp loaded target layers {loaded}, the header lists {layers}")
-            params = dict(ctx_params)
-            params.update(n_ctx=target_ctx.n_ctx(), n_batch=target_ctx.n_batch(), n_ubatch=target_ctx.n_ubatch(),
-                          n_seq_max=1, n_rs_seq=0, embeddings=False)
-            params.pop("ctx_type", None)
-            self.ctx = LlamaContext(self.model, ctx_other=target_ctx, **params)
+            self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers)
             self._batch = LlamaBatchExt(self.ctx)
             self.n_dec = int(self.model.n_embd())
             self._raw = RawExtBatch(self._batch, self.ctx, self.n_dec)
@@ -177,16 +170,6 @@ class Eagle3Drafter:
         self._n_batch = self.ctx.n_batch()
         self._rows = _RowStore(self.n_dec, max(_ROW_MARGIN, self._n_batch))  # g_p, the encoder's output
         self.reset()
-
-    def close(self) -> None:
-        if self._tl is not None:
-            self._tl.close()
-            self._tl = None
-        for name in ("_batch", "ctx", "model"):  # the batch first: it points into the context
-            obj = getattr(self, name, None)
-            if obj is not None:
-                obj.close()
-                setattr(self, name, None)
 
     def reset(self) -> None:
         if self.ctx is not None:

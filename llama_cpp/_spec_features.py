@@ -6,6 +6,8 @@
 - :class:`TargetLayers`: turns a target context's layer-input outputs on (and off again on
   close), reads the concatenated rows of its last decode, and decodes a span of the history
   again when a drafter needs rows it never saw (a restored state).
+- :func:`open_draft` / :class:`FeatureDraftParts`: the draft model and its context over the
+  target's memory sizes, and the one order in which a drafter's native parts are freed.
 """
 
 from __future__ import annotations
@@ -84,6 +86,47 @@ def require_symbols(C: Any, extra: Sequence[str], kind: str) -> None:
                                     f"{kind} needs): use a build from the pinned source")
 
 
+def open_draft(C: Any, path: str, layers: Sequence[int], target_ctx: Any, ctx_params: Any,
+               n_gpu_layers: int) -> tuple[Any, Any]:
+    """(model, context) of the draft at ``path``: llama.cpp's loaded target layers must be the header's;
+    the context has the target's sizes, one sequence without snapshots, and reads the target's
+    embeddings and memory (``ctx_other``)."""
+    from ._internals import LlamaContext, LlamaModel
+
+    model = LlamaModel(path, n_gpu_layers=n_gpu_layers)
+    try:
+        loaded = loaded_layers(C, model)
+        if loaded != list(layers):
+            raise SpeculativeError(f"{path}: llama.cpp loaded target layers {loaded}, the header lists {list(layers)}")
+        params = dict(ctx_params)
+        params.update(n_ctx=target_ctx.n_ctx(), n_batch=target_ctx.n_batch(), n_ubatch=target_ctx.n_ubatch(),
+                      n_seq_max=1, n_rs_seq=0, embeddings=False)
+        params.pop("ctx_type", None)
+        return model, LlamaContext(model, ctx_other=target_ctx, **params)
+    except BaseException:
+        model.close()
+        raise
+
+
+class FeatureDraftParts:
+    """The native parts an EAGLE3 or DFlash drafter owns, freed in one order by :meth:`close`."""
+
+    _tl: Any = None
+    _batch: Any = None
+    ctx: Any = None
+    model: Any = None
+
+    def close(self) -> None:
+        if self._tl is not None:
+            self._tl.close()
+            self._tl = None
+        for name in ("_batch", "ctx", "model"):  # the batch first: it points into the context
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.close()
+                setattr(self, name, None)
+
+
 class TargetLayers:
     """The inputs of ``layers`` of one target context, for every token of its last decode."""
 
@@ -140,5 +183,5 @@ class TargetLayers:
         self._refill.decode(list(hist[first:end]), first, "none", observe)
 
 
-__all__ = ["LAYER_INPUT_ARCHS", "TargetLayers", "check_target_layers", "draft_header", "loaded_layers",
-           "require_symbols"]
+__all__ = ["LAYER_INPUT_ARCHS", "FeatureDraftParts", "TargetLayers", "check_target_layers", "draft_header",
+           "loaded_layers", "open_draft", "require_symbols"]
