@@ -188,6 +188,13 @@ class SeqCheckpoint:
             raise LlamaError("llama_state_seq_set_data_ext could not restore the rollback checkpoint")
 
 
+def top_k_share(scores: np.ndarray, best: int, k: int) -> float:
+    """The probability of ``scores[best]`` under a softmax over the top ``k`` scores (llama.cpp's
+    top-k draft sampler: a draft stops where it falls under ``draft_p_min``)."""
+    top = np.partition(scores, -k)[-k:] if k < scores.shape[0] else scores
+    return 1.0 / float(np.exp(top.astype(np.float64) - float(scores[best])).sum())
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token lists."""
     n = min(len(a), len(b))

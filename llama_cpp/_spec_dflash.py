@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import SpeculativeError
-from ._spec_batch import RawExtBatch
+from ._spec_batch import RawExtBatch, top_k_share
 from ._spec_features import (
     FeatureDraftParts,
     TargetLayers,
@@ -216,10 +216,8 @@ class DFlashDrafter(FeatureDraftParts):
             row = lattice[i]
             scores = row[k + pred * k:k + (pred + 1) * k]
             pred = int(np.argmax(scores))
-            if self.p_min > 0.0:
-                p = 1.0 / float(np.exp(scores.astype(np.float64) - float(scores[pred])).sum())
-                if p < self.p_min:
-                    break
+            if self.p_min > 0.0 and top_k_share(scores, pred, k) < self.p_min:
+                break
             tok = int(row[pred])
             if not 0 <= tok < self.n_vocab_target:
                 break

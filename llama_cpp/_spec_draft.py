@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import SpeculativeError
-from ._spec_batch import RawBatch, SeqCheckpoint, common_prefix
+from ._spec_batch import RawBatch, SeqCheckpoint, common_prefix, top_k_share
 from .llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 log = logging.getLogger("llama_cpp.speculative")
@@ -189,11 +189,8 @@ class DraftModel:
         while True:
             logits = ctx.logits_ith(-1)
             best = int(np.argmax(logits))
-            if self.p_min > 0.0:
-                top = np.partition(logits, -k)[-k:] if k < logits.shape[0] else logits
-                p = 1.0 / float(np.exp(top.astype(np.float64) - float(logits[best])).sum())
-                if p < self.p_min:
-                    break
+            if self.p_min > 0.0 and top_k_share(logits, best, k) < self.p_min:
+                break
             if best >= self.n_vocab_target:
                 break  # a token the target does not have (vocabularies may differ in size)
             out.append(best)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import SpeculativeError
-from ._spec_batch import RawExtBatch, common_prefix
+from ._spec_batch import RawExtBatch, common_prefix, top_k_share
 from ._spec_features import (
     LAYER_INPUT_ARCHS,
     FeatureDraftParts,
@@ -247,11 +247,8 @@ class Eagle3Drafter(FeatureDraftParts):
         while True:
             logits = ctx.logits_ith(-1)
             best = int(np.argmax(logits))
-            if self.p_min > 0.0:
-                top = np.partition(logits, -k)[-k:] if k < logits.shape[0] else logits
-                p = 1.0 / float(np.exp(top.astype(np.float64) - float(logits[best])).sum())
-                if p < self.p_min:
-                    break
+            if self.p_min > 0.0 and top_k_share(logits, best, k) < self.p_min:
+                break
             if best >= self.n_vocab_target:
                 break
             out.append(best)
