@@ -1,54 +1,57 @@
 """Speculative decoding, every implemented type: ours vs ``llama-speculative-simple`` vs plain.
 
-    python benchmarks/speculative.py [--types T,...] [--drafts 2,4,8] [--n-gen G] [--threads N]
-                                     [--reps R] [--target PATH --prompt TEXT [--draft PATH]]
+    python benchmarks/speculative.py [--cases C,...] [--types T,...] [--drafts 1,2,3,4] [--n-gen G]
+                                     [--threads N] [--reps R] [--tool-poll P] [--cpu]
+                                     [--target PATH --prompt TEXT [--draft PATH]]
 
 One row per (case, type, draft size): our tokens/s (generation only, after the prompt), the tool's
 "decoded ... speed" from the same build, plain greedy token-at-a-time tokens/s on the same target
-context parameters, ours/tool, ours/plain, and both acceptance rates. Same model, threads and
-context size on both sides; greedy (``--temp 0``). Medians over ``--reps``; no assertions.
+context parameters, and the ratios, each the median over ``--reps`` rounds of plain, ours and the
+tool run back to back (the machine is shared: the load average ends each row); both acceptance
+rates; whether our tokens equal plain decoding's. Same model, threads and context size on both
+sides; greedy (``--temp 0``). No assertions. ``--cpu`` adds CPU-time columns (one thread on
+both sides): ours is the process CPU time of ``generate()``, the tool's the CPU time of a run
+with ``-n G`` minus one with ``-n G/4`` per extra decoded token.
 
-Wall-clock rates swing by 2x on a shared machine, so the ``cpu`` columns repeat the comparison
-in CPU time (one thread on both sides): ours is the process CPU time of ``generate()``, the tool's
-is the CPU time of a run with ``-n G`` minus one with ``-n G/4`` per extra decoded token.
+Cases (fixtures generated on first use):
 
-Cases (tiny fixtures, generated on first use):
-
-- ``echo-cycle``: the qwen35 echo target (hybrid) with a prompt that repeats the cycle its greedy
-  output ends in: every n-gram draft is right.
+- ``echo-cycle`` / ``large-cycle``: the qwen35 echo target (tiny / ``qwen35_mtp_large``) with a
+  prompt that repeats the cycle its greedy output ends in: every n-gram draft is right.
 - ``bpe-text``: the pure-attention ``llama_bpe`` target with a repetitive text prompt.
 - ``draft-echo`` / ``draft-noisy``: ``draft-simple`` with the one-layer draft fixture on the
   echo target (100 % / partial acceptance).
-- ``mtp-echo`` / ``mtp-noisy``: ``draft-mtp`` with the target's own NextN head.
+- ``eagle3-echo``, ``dflash-first``, ``dspark-first``: the feature drafts on the echo target.
+- ``mtp-echo`` / ``mtp-noisy`` / ``large-mtp`` / ``large-mtp-noisy``: ``draft-mtp`` with the
+  target's own NextN head (the large ones: 89 M parameters in f16, where decoding costs).
 
-``--target``/``--prompt`` (and ``--draft``) add a case for a real model.
+``--target``/``--prompt`` (and ``--draft``) run a real model instead.
 
-Findings on the tiny fixtures (one thread, CPU-time columns; see REPORT-E for tables):
+Findings (docs/architecture.md, "Speculative decoding speed", has the numbers):
 
-- n-gram types and draft-simple run at 0.8-1.3x the tool's CPU rate with the same tokens. On
-  the attention target over 201 tokens the accepted counts equal the tool's for every n-gram type
-  and size; drafted counts are equal (map-k, map-k4v, cache) or within one draft (simple, mod),
-  which matches how each side cuts its last drafts to the ``-n`` budget.
-- MTP runs at 0.88-1.0x the tool at 100 % acceptance and 1.06-1.16x at partial acceptance. What
-  remains is Python per drafted token (about ten ctypes calls and an argmax over the logits,
-  where the tool samples top-k in the graph).
-- On these models a decode is mostly fixed overhead, so a step of k + 2 decodes (k drafts, the
-  verify, the catch-up) cannot beat one decode per token: MTP is slower than plain decoding here
-  in the tool too. Speed-ups need models whose decode cost grows with the model.
-- ``llama-speculative-simple`` reports 100 % acceptance on hybrid/recurrent targets whatever the
-  draft: after a partial acceptance it restores its checkpoint and re-verifies the accepted
-  tokens as a new draft, and counts only that pass.
+- ``-t 1`` on ``large-mtp``: ours equals the tool (0.98-1.00) and beats plain decoding from
+  ``draft_n_max`` 1 (1.4x) to 8 (2.4x); 2.07x at 4.
+- ``-t 2``: the tool's default ``--poll 50`` keeps its target pool's workers spinning while its
+  draft context computes, which on two cores makes it several times slower than plain decoding;
+  ``--tool-poll 0`` compares against the tool without that (our draft contexts share the
+  target's pool). Any ``-t 2`` number needs a quiet machine.
+- Tiny fixtures: a decode is fixed overhead, so speculation loses to plain decoding in the tool
+  too; ours/tool is 0.9-1.7 there.
+- ``llama-speculative-simple`` reports 100 % acceptance for draft-simple on hybrid targets
+  whatever the draft: after a partial acceptance it restores its checkpoint and re-verifies the
+  accepted tokens as a new draft, and counts only that pass.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import resource
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,6 +64,7 @@ from generation import native_tools  # noqa: E402 (a sibling script)
 NGRAM = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 TEXT = ("the cat sat on the mat and the dog sat on the log and the cat sat on the mat and the dog sat "
         "on the log and the cat sat on the")
+PROMPT = "Once upon a time there was"
 
 
 def _ngram_kw(m: int) -> dict:
@@ -68,6 +72,10 @@ def _ngram_kw(m: int) -> dict:
     return {"ngram_simple": {"size_n": n, "size_m": m}, "ngram_map_k": {"size_n": 2, "size_m": m},
             "ngram_map_k4v": {"size_n": 2, "size_m": m}, "ngram_mod": {"n_match": 2, "n_max": m, "n_min": 1},
             "ngram_cache": {"n_draft": 8}}
+
+
+FEATURE = ("draft-eagle3", "draft-dflash", "draft-dspark")
+DRAFTED = ("draft-simple",) + FEATURE
 
 
 def _tool_args(spec_type: str, m: int, draft: Path | None) -> list[str]:
@@ -81,9 +89,20 @@ def _tool_args(spec_type: str, m: int, draft: Path | None) -> list[str]:
         return ["--spec-ngram-mod-n-match", "2", "--spec-ngram-mod-n-max", str(m), "--spec-ngram-mod-n-min", "1"]
     if spec_type == "ngram-cache":
         return []
-    if spec_type == "draft-simple":
+    if spec_type in DRAFTED:
         return ["-md", str(draft), "--spec-draft-n-max", str(m)]
     return ["--spec-draft-n-max", str(m)]  # draft-mtp
+
+
+def spec_config(spec_type: str, m: int, draft: Path | None):
+    """Our configuration for the tool's ``--spec-type spec_type`` with ``_tool_args(spec_type, m)``."""
+    from llama_cpp.speculative import SpecConfig
+
+    if spec_type in NGRAM:
+        return SpecConfig(spec_type, draft_n_max=3, **_ngram_kw(m))
+    # the feature drafters roll back with n_rs_seq snapshots, as the tool's context does for them
+    kw = {"n_rs_seq": m} if spec_type in FEATURE else {}
+    return SpecConfig(spec_type, draft_n_max=m, draft_model_path=str(draft) if spec_type in DRAFTED else None, **kw)
 
 
 def plain_tps(model, prompt: list[int], n_gen: int, ctx_params: dict) -> tuple[float, list[int], float]:
@@ -133,30 +152,37 @@ def _children_cpu() -> float:
 
 
 def tool(tools: Path, env: dict, path: Path, prompt: str, n_gen: int, spec_type: str, m: int,
-         draft: Path | None, threads: int, n_ctx: int) -> tuple[float | None, float | None, int, float]:
-    """(decode tok/s, acceptance, tokens decoded, CPU seconds of the whole run)."""
+         draft: Path | None, threads: int, n_ctx: int,
+         extra: Sequence[str] = ()) -> tuple[float | None, float | None, int, float]:
+    """(decode tok/s, acceptance, tokens decoded, CPU seconds of the run).
+
+    The tool's log thread is not joined at exit, so its last lines are sometimes lost: a run
+    without its speed line is repeated."""
     cmd = [str(tools / "llama-speculative-simple"), "-m", str(path), "--spec-type", spec_type,
            *_tool_args(spec_type, m, draft), "--temp", "0", "-p", prompt, "-n", str(n_gen), "-c", str(n_ctx),
-           "-t", str(threads), "-tb", str(threads), "--seed", "1"]
-    c0 = _children_cpu()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, env=env)
-    cpu = _children_cpu() - c0
-    speed = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", proc.stderr)
-    acc = re.search(r"accept\s+=\s+([\d.]+)%", proc.stderr)
+           "-t", str(threads), "-tb", str(threads), "--seed", "1", *extra]
+    for _ in range(6):
+        c0 = _children_cpu()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, env=env)
+        cpu = _children_cpu() - c0
+        speed = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", proc.stderr)
+        acc = re.search(r"accept\s+=\s+([\d.]+)%", proc.stderr)
+        if proc.returncode != 0 or (speed and acc):
+            break
     if proc.returncode != 0 or not speed:
         print(f"    llama-speculative-simple failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
         return None, None, 0, cpu
     return float(speed.group(3)), (float(acc.group(1)) / 100 if acc else None), int(speed.group(1)), cpu
 
 
-def tool_cpu_per_token(tools, env, path, text, n_gen, spec_type, m, draft, threads, n_ctx, reps) -> float:
+def tool_cpu_per_token(tools, env, path, text, n_gen, spec_type, m, draft, threads, n_ctx, reps, extra) -> float:
     """CPU seconds per generated token of the tool: (long run - short run) / token difference, so
     loading and the prompt cancel out. CPU time, unlike wall time, is not inflated by other load."""
     vals = []
     for _ in range(reps):
-        _, _, n_long, c_long = tool(tools, env, path, text, n_gen, spec_type, m, draft, threads, n_ctx)
+        _, _, n_long, c_long = tool(tools, env, path, text, n_gen, spec_type, m, draft, threads, n_ctx, extra)
         _, _, n_short, c_short = tool(tools, env, path, text, max(n_gen // 4, 1), spec_type, m, draft, threads,
-                                      n_ctx)
+                                      n_ctx, extra)
         if n_long > n_short:
             vals.append((c_long - c_short) / (n_long - n_short))
     return statistics.median(vals) if vals else float("nan")
@@ -179,62 +205,108 @@ def _cycle_text(model) -> str:
     return model.detokenize(cyc * reps).decode("utf-8", errors="replace")
 
 
+def _load() -> str:
+    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _med(xs: list[float]) -> float:
+    xs = [x for x in xs if x == x]
+    return statistics.median(xs) if xs else float("nan")
+
+
 def run_case(label: str, path: Path, prompt_text: str | None, types: list[str], drafts: list[int], args,
              tools: Path, env: dict, draft: Path | None = None, mtp: bool = False) -> None:
+    """One table: per (type, draft size), ``--reps`` rounds of plain, ours and the tool back to back;
+    rates are medians, ratios the medians of each round's ratio."""
     from llama_cpp._internals import LlamaModel
-    from llama_cpp.speculative import SpecConfig, load_mtp_model
+    from llama_cpp.speculative import load_mtp_model
 
     ctx = {"n_ctx": args.n_ctx, "n_batch": 256, "n_ubatch": 256, "n_threads": args.threads,
            "n_threads_batch": args.threads}
+    extra = ["--poll", str(args.tool_poll), "--poll-batch", str(args.tool_poll)] if args.tool_poll is not None else []
     model = load_mtp_model(path) if mtp else LlamaModel(path)
     try:
         text = prompt_text if prompt_text is not None else _cycle_text(model)
         prompt = model.tokenize(text.encode(), add_special=True, parse_special=True)
-        base = [plain_tps(model, prompt, args.n_gen, ctx) for _ in range(args.reps)]
-        plain = statistics.median(t for t, _, _ in base)
-        plain_cpu = statistics.median(len(o) / c for _, o, c in base if c > 0)
-        ref = base[0][1]
-        print(f"\n{label}: {path.name}, prompt {len(prompt)} tokens, plain {plain:.1f} tok/s wall, "
-              f"{plain_cpu:.1f} tok/s cpu")
-        print(f"  {'type':<14} {'n':>3} {'ours':>9} {'tool':>9} {'ours/tool':>9} {'ours/plain':>10} "
-              f"{'ours cpu':>9} {'tool cpu':>9} {'cpu o/t':>8} {'cpu o/pl':>9} {'accept':>7} {'tool acc':>8}  tokens")
+        ref = plain_tps(model, prompt, args.n_gen, ctx)[1]
+        print(f"\n{label}: {path.name} ({path.stat().st_size / 2**20:.1f} MiB), prompt {len(prompt)} tokens, "
+              f"-t {args.threads}, {args.n_gen} tokens, {args.reps} rounds"
+              + (f", tool --poll {args.tool_poll}" if extra else "") + f"; {_load()}")
+        cpu_head = f" {'ours cpu':>9} {'tool cpu':>9} {'cpu o/t':>8}" if args.cpu else ""
+        print(f"  {'type':<14} {'n':>3} {'ours':>8} {'tool':>8} {'plain':>8} {'ours/tool':>9} {'ours/plain':>10} "
+              f"{'tool/plain':>10}{cpu_head} {'accept':>7} {'tool acc':>8}  tokens  load")
         for spec_type in types:
             for m in drafts:
-                kw = _ngram_kw(m) if spec_type in NGRAM else {}
-                cfg = SpecConfig(spec_type, draft_n_max=m if spec_type not in NGRAM else 3,
-                                 draft_model_path=str(draft) if spec_type == "draft-simple" else None, **kw)
-                runs = [ours(model, prompt, args.n_gen, ctx, cfg) for _ in range(args.reps)]
-                tps = statistics.median(st.tokens_per_second for st, _, _ in runs)
-                cpu_tps = statistics.median(len(t) / c for _, t, c in runs if c > 0)
-                st, toks, _ = runs[0]
-                t_runs = [tool(tools, env, path, text, args.n_gen, spec_type, m, draft, args.threads, args.n_ctx)
-                          for _ in range(args.reps)]
-                t_tps = [r[0] for r in t_runs if r[0] is not None]
-                t_med = statistics.median(t_tps) if t_tps else float("nan")
-                t_acc = t_runs[0][1]
-                t_cpu = 1.0 / tool_cpu_per_token(tools, env, path, text, args.n_gen, spec_type, m, draft,
-                                                 args.threads, args.n_ctx, args.reps)
+                cfg = spec_config(spec_type, m, draft)
+                o_tps, t_tps, p_tps, o_t, o_p, t_p = [], [], [], [], [], []
+                st = toks = t_acc = None
+                for _ in range(args.reps):
+                    p = plain_tps(model, prompt, args.n_gen, ctx)[0]
+                    st, toks, _ = ours(model, prompt, args.n_gen, ctx, cfg)
+                    t, t_acc, _, _ = tool(tools, env, path, text, args.n_gen, spec_type, m, draft, args.threads,
+                                          args.n_ctx, extra)
+                    o = st.tokens_per_second
+                    t = t if t is not None else float("nan")
+                    o_tps.append(o), t_tps.append(t), p_tps.append(p)
+                    o_t.append(o / t), o_p.append(o / p), t_p.append(t / p)
+                cpu_cols = ""
+                if args.cpu:
+                    runs = [ours(model, prompt, args.n_gen, ctx, cfg) for _ in range(args.reps)]
+                    cpu_tps = _med([len(tk) / c for _, tk, c in runs if c > 0])
+                    t_cpu = 1.0 / tool_cpu_per_token(tools, env, path, text, args.n_gen, spec_type, m, draft,
+                                                     args.threads, args.n_ctx, args.reps, extra)
+                    cpu_cols = f" {cpu_tps:9.1f} {t_cpu:9.1f} {cpu_tps / t_cpu:8.2f}"
                 same = "same" if toks == ref[:len(toks)] else "DIFFERENT"
-                print(f"  {spec_type:<14} {m:>3} {tps:9.1f} {t_med:9.1f} {tps / t_med:9.2f} {tps / plain:10.2f} "
-                      f"{cpu_tps:9.1f} {t_cpu:9.1f} {cpu_tps / t_cpu:8.2f} {cpu_tps / plain_cpu:9.2f} "
-                      f"{100 * st.acceptance_rate:6.1f}% {100 * t_acc if t_acc is not None else float('nan'):7.1f}%"
-                      f"  {same}")
+                t_acc_s = f"{100 * t_acc:7.1f}%" if t_acc is not None else f"{'-':>8}"
+                print(f"  {spec_type:<14} {m:>3} {_med(o_tps):8.1f} {_med(t_tps):8.1f} {_med(p_tps):8.1f} "
+                      f"{_med(o_t):9.2f} {_med(o_p):10.2f} {_med(t_p):10.2f}{cpu_cols} "
+                      f"{100 * st.acceptance_rate:6.1f}% {t_acc_s}  {same:<6}  {os.getloadavg()[0]:.2f}",
+                      flush=True)
                 if spec_type == "ngram-cache":
                     break  # llama.cpp fixes its draft length at 8
     finally:
         model.close()
 
 
+#: case name -> (target fixture (name, params), prompt (None: the echo cycle), types it runs,
+#:               draft fixture (name, params) or None, whether the target loads its NextN layers)
+CASES: dict[str, tuple[tuple[str, dict], str | None, tuple[str, ...], tuple[str, dict] | None, bool]] = {
+    "echo-cycle": (("qwen35_mtp", {"form": "echo"}), None, NGRAM, None, False),
+    "bpe-text": (("llama_bpe", {}), TEXT, NGRAM, None, False),
+    "draft-echo": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-simple",), ("draft_model", {"form": "echo"}),
+                   False),
+    "draft-noisy": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-simple",), ("draft_model", {"form": "noisy"}),
+                    False),
+    "eagle3-echo": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-eagle3",), ("eagle3_draft", {"form": "echo"}),
+                    False),
+    "dflash-first": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-dflash",),
+                     ("dflash_draft", {"form": "first"}), False),
+    "dspark-first": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-dspark",),
+                     ("dflash_draft", {"form": "first", "markov": "zero"}), False),
+    "mtp-echo": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-mtp",), None, True),
+    "mtp-noisy": (("qwen35_mtp", {"form": "noisy"}), PROMPT, ("draft-mtp",), None, True),
+    "large-mtp": (("qwen35_mtp_large", {"form": "echo"}), PROMPT, ("draft-mtp",), None, True),
+    "large-mtp-noisy": (("qwen35_mtp_large", {"form": "noisy"}), PROMPT, ("draft-mtp",), None, True),
+    "large-cycle": (("qwen35_mtp_large", {"form": "echo"}), None, NGRAM, None, False),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--types", default=",".join(NGRAM + ("draft-simple", "draft-mtp")))
-    ap.add_argument("--drafts", default="2,4,8")
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
+    ap.add_argument("--types", default=",".join(NGRAM + DRAFTED + ("draft-mtp",)),
+                    help="only these types (of each case's)")
+    ap.add_argument("--drafts", default="1,2,3,4")
     ap.add_argument("--n-gen", type=int, default=128)
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--target", type=Path, help="a real target model (adds a case)")
-    ap.add_argument("--draft", type=Path, help="its draft model (draft-simple)")
+    ap.add_argument("--cpu", action="store_true", help="add CPU-time columns (more tool runs)")
+    ap.add_argument("--tool-poll", type=int, default=None,
+                    help="the tool's --poll/--poll-batch (its default 50 spins its target pool's workers "
+                         "while its draft context computes; 0 is what our shared pool amounts to)")
+    ap.add_argument("--target", type=Path, help="a real target model (replaces the cases)")
+    ap.add_argument("--draft", type=Path, help="its draft model (draft-simple, -eagle3, -dflash, -dspark)")
     ap.add_argument("--prompt", default=TEXT)
     args = ap.parse_args(argv)
     types = [t for t in args.types.split(",") if t]
@@ -242,22 +314,17 @@ def main(argv: list[str] | None = None) -> int:
     tools, env = native_tools()
     from build_tools.fixtures import fixture_path
 
-    ngram = [t for t in types if t in NGRAM]
-    if args.target is None:
-        if ngram:
-            run_case("echo-cycle", fixture_path("qwen35_mtp", form="echo"), None, ngram, drafts, args, tools, env)
-            run_case("bpe-text", fixture_path("llama_bpe"), args.prompt, ngram, drafts, args, tools, env)
-        if "draft-simple" in types:
-            for form in ("echo", "noisy"):
-                run_case(f"draft-{form}", fixture_path("qwen35_mtp", form="echo"), "Once upon a time there was",
-                         ["draft-simple"], drafts, args, tools, env, draft=fixture_path("draft_model", form=form))
-        if "draft-mtp" in types:
-            for form in ("echo", "noisy"):
-                run_case(f"mtp-{form}", fixture_path("qwen35_mtp", form=form), "Once upon a time there was",
-                         ["draft-mtp"], drafts, args, tools, env, mtp=True)
-    else:
-        run_case("model", args.target, args.prompt, [t for t in types if t != "draft-mtp" or True], drafts, args,
-                 tools, env, draft=args.draft, mtp="draft-mtp" in types)
+    if args.target is not None:
+        run_case("model", args.target, args.prompt, types, drafts, args, tools, env, draft=args.draft,
+                 mtp="draft-mtp" in types)
+        return 0
+    for name in [c for c in args.cases.split(",") if c]:
+        (tname, tparams), prompt, case_types, dspec, mtp = CASES[name]
+        run_types = [t for t in case_types if t in types]
+        if run_types:
+            draft = fixture_path(dspec[0], **dspec[1]) if dspec else None
+            run_case(name, fixture_path(tname, **tparams), prompt, run_types, drafts, args, tools, env,
+                     draft=draft, mtp=mtp)
     return 0
 
 
