@@ -181,8 +181,28 @@ def test_python_lists_that_cannot_read_the_one_list_agree_with_it():
 PLATFORM_JOBS = ("native", "wheels", "smoke")
 
 
+# Not released until cuda_toolkit.py provisions Windows toolkits; their rows are checked as if they were.
+WINDOWS_CUDA = ("cuda-12.8-windows", "cuda-13.0-windows")
+
+
+def _released_windows_cuda():
+    import dataclasses
+
+    m = load_matrix()
+    configs = {n: (dataclasses.replace(c, release=True) if n in WINDOWS_CUDA else c) for n, c in m.configs.items()}
+    return dataclasses.replace(m, configs=configs)
+
+
 def _rows() -> dict[str, dict]:
-    return {r["config"]: r for r in ci_matrices()["configs"]["include"]}
+    return {r["config"]: r for r in ci_matrices(_released_windows_cuda())["configs"]["include"]}
+
+
+def test_windows_cuda_is_not_released_before_its_toolkit():
+    from build_tools.stages.native import cuda_toolkit
+
+    names = ci_matrices()["names"].split()
+    assert not set(WINDOWS_CUDA) & set(names)
+    assert "nvcc.exe" not in Path(cuda_toolkit.__file__).read_text()  # when it is, release them
 
 
 def test_windows_and_macos_rows_run_on_their_runner_without_a_container():
@@ -191,7 +211,7 @@ def test_windows_and_macos_rows_run_on_their_runner_without_a_container():
     from build_tools.inputs import matrix as ci
 
     rows = _rows()
-    for config in load_matrix().configs.values():
+    for config in _released_windows_cuda().configs.values():
         if not config.release:
             continue
         row = rows[config.name]
@@ -217,7 +237,7 @@ def test_a_windows_configuration_without_a_cuda_release_is_refused(monkeypatch):
 
     monkeypatch.setattr(ci, "WINDOWS_CUDA", {})
     with pytest.raises(ConfigError, match="no Windows CUDA 12.8 release"):
-        ci.ci_matrices()
+        ci.ci_matrices(_released_windows_cuda())
     monkeypatch.undo()
     monkeypatch.delitem(ci.RUNNERS, ("Darwin", "arm64"))
     with pytest.raises(ConfigError, match="metal: the release workflow has no runner for Darwin arm64"):
@@ -276,8 +296,9 @@ def test_the_publish_gate_covers_every_platform():
     """The gate loops over ``names`` (every release configuration, Windows and macOS too) and needs
     every smoke cell; PyPI gets the cpu index, where Windows and macOS wheels are."""
     names = ci_matrices()["names"].split()
-    for name in ("cpu-windows-msvc", "cuda-12.8-windows", "cuda-13.0-windows", "metal"):
+    for name in ("cpu-windows-msvc", "metal"):
         assert name in names
+    assert set(WINDOWS_CUDA) <= set(ci_matrices(_released_windows_cuda())["names"].split())
     jobs = _load("release.yml")["jobs"]
     assert {"smoke", "wheels"} <= _needs(jobs["publish"])
     m = load_matrix()
