@@ -3,7 +3,7 @@ tag by auditwheel, validated, and smoke-tested inside the arm64 userland under q
 ggml must pick one of the wheel's own CPU variants.
 
 Runs when the cross build and the userland are cached (``nox -s release -- cpu-aarch64`` makes
-both: about 3 minutes of native build and 6 of userland, cold); otherwise it skips, saying so.
+all: about 3 minutes of native build and 4-5 per userland, cold); otherwise it skips, saying so.
 """
 
 from __future__ import annotations
@@ -38,25 +38,32 @@ def cross_build() -> native.NativeBuild:
                 "(or python -m build_tools native cpu-aarch64-dev)")
 
 
-def test_cross_wheel_is_repaired_validated_and_runs_emulated(cross_build, userland, tmp_path):
+def test_cross_wheel_is_repaired_validated_and_runs_emulated(cross_build, userlands, tmp_path):
+    from build_tools.common.interpreters import Interpreter
+    from build_tools.stages.smoke.target import SmokeTarget
+
     config = load_matrix().get(cross_build.config.name)
     out = tmp_path / config.name
-    wr = stage_wheels.run(cross_build, config, wheels.WheelOptions(out_dir=out, python_tags=("cp311", "cp312")))
+    wr = stage_wheels.run(cross_build, config,
+                          wheels.WheelOptions(out_dir=out, python_tags=("cp311", "cp312", "cp313")))
     assert wr.platform_tag and wr.platform_tag.startswith("manylinux_") and wr.platform_tag.endswith("_aarch64")
     assert all(w.path.name.endswith(f"-{wr.platform_tag}.whl") for w in wr.wheels)
 
     rep = validate.run(wr.wheels, cross_build.manifest, config, out, twine=False)
     assert rep.ok, rep.render()
 
-    report = smoke.run(wr.wheels, userland.interpreters(["3.11", "3.12"]), smoke.fixture_models(),
-                       sandbox=userland, use_cache=False)
+    target = SmokeTarget(smoke.stages_for(config), sandboxes=userlands)
+    interps = target.interpreters([Interpreter(v) for v in ("3.11", "3.12", "3.13")])
+    report = smoke.run(wr.wheels, interps, smoke.fixture_models(), sandbox_for=target.sandbox_for, use_cache=False)
     assert report.ok, report.render()
     passed = [r for r in report.results if r.status == "pass"]
-    assert [r.python for r in passed] == ["3.11"]  # bookworm's Python; 3.12 is a skip naming why
+    assert [r.python for r in passed] == ["3.11", "3.13"]  # bookworm's and trixie's; 3.12 is a skip naming why
     skipped = next(r for r in report.results if r.status == "skip")
-    assert "not in the arm64 Debian bookworm userland" in skipped.reason
-    libs = passed[0].stages["libraries"]["detail"]
-    assert "on aarch64" in libs and "CPU backend libggml-cpu-" in libs, libs
-    variants = {lib.name for lib in cross_build.manifest.libraries if lib.name.startswith("libggml-cpu-")}
-    assert any(v in libs for v in variants) or "libggml-cpu.so" in libs, (libs, variants)
-    assert passed[0].stages["mtp"]["status"] == "pass" and passed[0].stages["embedding"]["status"] == "pass"
+    assert "bookworm userland" in skipped.reason and "trixie userland" in skipped.reason
+    assert [target.sandbox_for(i).suite for i in interps if i.found] == ["bookworm", "trixie"]
+    variants = {lib.name for lib in cross_build.manifest.libraries if lib.name.startswith("libggml-cpu")}
+    for cell in passed:
+        libs = cell.stages["libraries"]["detail"]
+        assert "on aarch64" in libs and "CPU backend libggml-cpu" in libs, libs
+        assert any(v in libs for v in variants), (libs, variants)
+        assert cell.stages["mtp"]["status"] == "pass" and cell.stages["embedding"]["status"] == "pass"

@@ -28,6 +28,8 @@ from ...common.paths import cache_root
 from ...errors import ToolNotFoundError
 
 MIRROR = "http://deb.debian.org/debian"
+# One userland per suite, for the Python each ships: bookworm 3.11, trixie 3.13.
+SUITES = ("bookworm", "trixie")
 HOST_PACKAGES = ("qemu-user-static", "debootstrap")
 PACKAGES = ("python3", "python3-venv")
 BINFMT = Path("/proc/sys/fs/binfmt_misc")

@@ -284,16 +284,17 @@ def _cached(key_file: Path) -> SmokeResult | None:
 def run(wheels: Sequence[BuiltWheel], interpreters: Sequence[Interpreter], models: SmokeModels, *,
         stages: Sequence[str] = STAGES, jobs: int | None = None, timeout: float = 600.0,
         strict: bool = False, use_cache: bool = True, require_gpu: bool = False,
-        env: Mapping[str, str] | None = None, sandbox: Sandbox | None = None) -> SmokeReport:
+        env: Mapping[str, str] | None = None,
+        sandbox_for: Callable[[Interpreter], Sandbox | None] | None = None) -> SmokeReport:
     """Every compatible (wheel, interpreter) cell, in parallel; missing interpreters are skips.
 
-    ``env`` is added to each workload's environment (a software Vulkan device, say); with
-    ``sandbox`` the cells run inside it, on its ``interpreters``."""
+    ``env`` is added to each workload's environment (a software Vulkan device, say);
+    ``sandbox_for`` names the sandbox an interpreter lives in (its path is a path inside it)."""
     unknown = [s for s in stages if s not in workload.REGISTRY]
     if unknown:
         raise SmokeInputError(f"unknown smoke stage {unknown[0]!r}; choose from {list(workload.REGISTRY)}")
     results: list[SmokeResult] = []
-    todo: list[tuple[BuiltWheel, Interpreter, Path]] = []
+    todo: list[tuple[BuiltWheel, Interpreter, Path, Sandbox | None]] = []
     digest = models.digest()
     cache = cache_root() / "smoke" / "results"
     for w in wheels:
@@ -305,15 +306,16 @@ def run(wheels: Sequence[BuiltWheel], interpreters: Sequence[Interpreter], model
                 results.append(SmokeResult(w.filename, w.sha256, i.version, "skip",
                                            f"Python {i.version} {i.reason or 'not found'}"))
                 continue
+            sandbox = sandbox_for(i) if sandbox_for else None
             key_file = cache / f"{_cell_key(w, i, stages, digest, require_gpu, env, sandbox)}.json"
             hit = _cached(key_file) if use_cache and key_file.is_file() else None
             if hit is not None:
                 results.append(hit)
             else:
-                todo.append((w, i, key_file))
+                todo.append((w, i, key_file, sandbox))
 
-    def one(item: tuple[BuiltWheel, Interpreter, Path]) -> SmokeResult:
-        w, i, key_file = item
+    def one(item: tuple[BuiltWheel, Interpreter, Path, Sandbox | None]) -> SmokeResult:
+        w, i, key_file, sandbox = item
         r = run_cell(w, i, models, stages=stages, timeout=timeout, require_gpu=require_gpu, env=env, sandbox=sandbox)
         log.info("[smoke] %s on %s: %s %s (%.0f s)", w.filename, i.version, r.status, r.reason, r.seconds)
         if r.status == "pass":  # a later run may reuse it (use_cache only controls reading)

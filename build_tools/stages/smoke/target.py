@@ -36,13 +36,27 @@ class SmokeTarget:
     require_gpu: bool = False
     env: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"  # what the GPU side runs on, for the report
-    sandbox: Sandbox | None = None  # cells run in another machine's userland (emulated)
+    sandboxes: tuple[Sandbox, ...] = ()  # cells run in another machine's userlands (emulated)
 
     def interpreters(self, host: list[interpreters.Interpreter]) -> list[interpreters.Interpreter]:
-        """The interpreters the cells run on: the host's, or the same versions inside the sandbox."""
-        if self.sandbox is None:
+        """The interpreters the cells run on: the host's, or the same versions from the first
+        sandbox that has each (a skip naming every sandbox's reason otherwise)."""
+        if not self.sandboxes:
             return host
-        return self.sandbox.interpreters([i.version for i in host])
+        out = []
+        for i in host:
+            found = [sb.interpreters([i.version])[0] for sb in self.sandboxes]
+            hit = next((f for f in found if f.found), None)
+            out.append(hit or interpreters.Interpreter(i.version, reason="; ".join(f.reason or "not found" for f in found)))
+        return out
+
+    def sandbox_for(self, interp: interpreters.Interpreter) -> Sandbox | None:
+        """The sandbox ``interp`` (one of :meth:`interpreters`) lives in; None on the host."""
+        return next((sb for sb in self.sandboxes if sb.interpreters([interp.version])[0].path == interp.path), None)
+
+    @property
+    def runs_in_sandboxes(self) -> bool:
+        return bool(self.sandboxes)
 
 
 def lavapipe_icd(dirs: tuple[Path, ...] | None = None) -> Path | None:
@@ -91,5 +105,6 @@ def _emulated(config: BuildConfig, *, install: bool) -> SmokeTarget:
     if (config.cross.system_name, config.cross.system_processor) != ("Linux", "aarch64"):
         raise SmokeInputError(f"{config.name}: no emulated userland for {config.cross.triple} wheels; smoke-test "
                               "them on their own platform (the release workflow's job for it)")
-    userland = emulated.ensure(install=install)
-    return SmokeTarget(stages_for(config), sandbox=userland, device=f"qemu-user, Debian {userland.suite} arm64")
+    userlands = tuple(emulated.ensure(suite, install=install) for suite in emulated.SUITES)
+    return SmokeTarget(stages_for(config), sandboxes=userlands,
+                       device=f"qemu-user, Debian {' and '.join(u.suite for u in userlands)} arm64")
