@@ -20,7 +20,9 @@ Each check has a name; a failing wheel's report lists every failure by that name
     size-budget         the wheel exceeds the configuration's wheel_size_budget_mb
     cuda-runtime        a CUDA wheel lacks a runtime Requires-Dist of its configuration
     driver-library      the wheel carries a GPU driver, runtime or loader (CUDA, Vulkan)
-    architecture        an ELF file in the package is built for another machine than the platform tag names
+    architecture        an ELF, PE or Mach-O file in the package is built for another machine than the platform tag names
+    dylib-dependency    a macOS dylib loads a library neither in the wheel nor in macOS, has an LC_RPATH other than
+                        @loader_path, or delocate copied a library in (.dylibs/)
     graft               (Windows) a file delvewheel's <dist>.libs/ should not hold: not a DLL of the
                         libraries' machine, a driver's or Windows' own DLL, or one nothing imports
     dll-dependency      (Windows) a DLL imports one that is neither in the wheel, nor Windows', nor a driver's
@@ -56,6 +58,7 @@ from ..inputs.configs import BuildConfig
 from .native.manifest import MANIFEST_NAME, NativeManifest
 from .wheels.build import PACKAGE, BuiltWheel, dist_info_name, expected_version, payload_entries, read_project
 from .wheels.inwheel import parse_wheel_name, record_hash
+from .wheels.repair_macos import dependency_problems, is_macos_tag, tag_arch
 from .wheels.repair_windows import DELVEWHEEL_RECORD, INIT, graft_problems, is_windows_tag, libs_dir, unpatched_init
 from .wheels.sbom import SBOM_NAME
 
@@ -297,6 +300,16 @@ def _check_architecture(rep: WheelReport, zf: zipfile.ZipFile, names: Sequence[s
                                      f"tagged {platform_tag} ({arch[want]}): rebuild it from that platform's native build")
 
 
+def _check_macos(rep: WheelReport, zf: zipfile.ZipFile, names: Sequence[str], lib_names: set[str],
+                 platform_tag: str) -> None:
+    """A macOS wheel's dylibs: thin Mach-O files of the tag's architecture, loading only each other
+    and macOS, with LC_RPATH @loader_path only, and nothing copied in by delocate."""
+    files = {n: zf.read(n) for n in names if n.startswith(f"{PACKAGE}/") or "/.dylibs/" in f"/{n}"}
+    for problem in dependency_problems(files, sorted(lib_names), tag_arch(platform_tag)):
+        wrong_arch = "not a Mach-O library" in problem or " file in an " in problem
+        rep.fail("architecture" if wrong_arch else "dylib-dependency", problem)
+
+
 def _check_embedded_manifest(rep: WheelReport, zf: zipfile.ZipFile, manifest: NativeManifest) -> None:
     try:
         embedded = json.loads(zf.read(f"{PACKAGE}/{MANIFEST_NAME}"))
@@ -501,6 +514,8 @@ def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: Bui
                     rep.fail("driver-library", f"{n}: a GPU driver, runtime or loader (CUDA, Vulkan) must come "
                                                "from the system or NVIDIA's wheels, never from this wheel")
             _check_architecture(rep, zf, names, parse_wheel_name(w.path.name).platform)
+            if is_macos_tag(parse_wheel_name(w.path.name).platform):
+                _check_macos(rep, zf, names, lib_names, parse_wheel_name(w.path.name).platform)
             _check_sbom(rep, zf, dist_info, manifest)
             _check_metadata_deps(rep, meta, config)
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:  # a damaged member
