@@ -25,6 +25,11 @@ def run(args: argparse.Namespace) -> int:
             raise ToolNotFoundError("uv is not installed: pip install uv (nox -s lock installs it)")
         body = tools_lock.RELEASE_LOCK.with_suffix(".lock.tmp")
         try:
+            # uv keeps the pins of an existing output file: start from the current lock, so that only
+            # what the requirements force moves (an empty file would re-pin everything to the newest)
+            if tools_lock.RELEASE_LOCK.is_file():
+                old = tools_lock.RELEASE_LOCK.read_text(encoding="utf-8")
+                body.write_text(old.removeprefix(tools_lock.HEADER), encoding="utf-8")
             proc.run(tools_lock.compile_command(uv, out=body), what="uv pip compile", capture=False)
             tmp = tools_lock.RELEASE_LOCK.with_suffix(".lock.new")
             tmp.write_text(tools_lock.HEADER + body.read_text(encoding="utf-8"), encoding="utf-8")

@@ -45,3 +45,29 @@ def test_an_unhashed_or_unpinned_entry_is_reported():
     found = tools_lock.problems(REQS, lock)
     assert "extra-thing is not pinned with == in the lock" in found
     assert "other==1.0 has no --hash=sha256 in the lock" in found
+
+
+def test_relocking_starts_from_the_current_pins(tmp_path, monkeypatch):
+    """uv keeps the pins already in its output file: the lock command hands it the current lock
+    (an empty file would move every pin to the newest release)."""
+    import argparse
+    import shutil
+    import stat
+
+    from build_tools.commands import lock as lock_cmd
+    from build_tools.inputs import tools_lock
+
+    lock, reqs, seen = tmp_path / "release.lock", tmp_path / "release.txt", tmp_path / "seen.txt"
+    shutil.copyfile(tools_lock.RELEASE_LOCK, lock)
+    shutil.copyfile(tools_lock.RELEASE_REQUIREMENTS, reqs)
+    uv = tmp_path / "uv"
+    # a stand-in uv: records the output file it was given and leaves it as it is (all pins kept)
+    uv.write_text(f'#!/bin/sh\nfor a; do last=$prev; prev=$a; done\ncp "$prev" {seen}\n')
+    uv.chmod(uv.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(tools_lock, "RELEASE_LOCK", lock)
+    monkeypatch.setattr(tools_lock, "RELEASE_REQUIREMENTS", reqs)
+    monkeypatch.setattr(lock_cmd.shutil, "which", lambda name: str(uv) if name == "uv" else None)
+    before = lock.read_text()
+    assert lock_cmd.run(argparse.Namespace(check=False)) == 0
+    assert seen.read_text() == before.removeprefix(tools_lock.HEADER)  # uv saw the current pins
+    assert lock.read_text() == before
