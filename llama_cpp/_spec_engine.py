@@ -269,7 +269,13 @@ class DraftDecoder:
                 kv.clear()
         rest = body[len(kv):]
         if rest:
-            self._decode(rest, len(kv), outputs=False)
+            try:
+                self._decode(rest, len(kv), outputs=False)
+            except BaseException:
+                # the target may hold part of ``rest`` (or a drafter's observer failed after it did):
+                # start from a clear memory next time rather than decode over those positions
+                self._dirty = True
+                raise
             kv.extend(rest)
         self._id_last = toks[-1]
         tell_drafters(self._drafters, old_hist, body)

@@ -511,3 +511,29 @@ def test_layer_n_layer_is_the_targets_output_state(echo, target_path, run_tool, 
     assert st.drafted == tool_drafted_tokens(proc.stderr, "draft-eagle3"), str(st)
     assert (st.drafted_at[0], st.accepted) == (n_drafts, n_acc), (m, str(st))
     assert my_rates == [r for r in rates if r]
+
+
+def test_a_failed_prefill_leaves_the_decoder_usable(echo, monkeypatch):
+    """A drafter's observer failing after the target decoded a prefill chunk: the next prefill starts
+    from a clear target memory instead of decoding over positions it already holds."""
+    from llama_cpp._spec_eagle3 import Eagle3Drafter
+    from llama_cpp.speculative import make_decoder
+
+    from .util import greedy_sampler
+
+    real, fail = Eagle3Drafter.observe, {"now": True}
+
+    def observe(self, tokens, pos0):
+        if fail["now"]:
+            fail["now"] = False
+            raise RuntimeError("observer failed")
+        return real(self, tokens, pos0)
+
+    monkeypatch.setattr(Eagle3Drafter, "observe", observe)
+    prompt = echo.tokenize(PROMPTS[1].encode(), add_special=True)
+    with make_decoder(echo, _cfg("echo", 3), ctx_params=dict(CTX)) as dec:
+        with pytest.raises(RuntimeError, match="observer failed"):
+            dec.prefill(prompt)
+        dec.prefill(prompt)
+        got = list(dec.generate(greedy_sampler(), N_GEN))
+    assert got == plain_generate(echo, prompt, N_GEN)
