@@ -111,7 +111,7 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
             target = smoke.target_for(config)
             srep = smoke.run(wr.wheels, target.interpreters(interps), models, stages=target.stages, jobs=jobs,
                              strict=strict, use_cache=smoke_cache, require_gpu=target.require_gpu, env=target.env,
-                             sandbox_for=target.sandbox_for if target.runs_in_sandboxes else None)
+                             sandbox_for=target.sandbox_for)
             smoke.save_report(srep, out_dir.path)
             cs.smoke_table = srep.render()
             n_cached = sum(r.cached for r in srep.results)

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             report = smoke.run(wheels, target.interpreters(interps), models, stages=stages, jobs=options.jobs,
                                timeout=args.timeout, strict=options.strict, use_cache=not args.no_cache,
                                require_gpu=args.require_gpu or target.require_gpu, env=target.env,
-                               sandbox_for=target.sandbox_for if target.runs_in_sandboxes else None)
+                               sandbox_for=target.sandbox_for)
         smoke.save_report(report, dist.path)
         print(report.render())
         if not report.ok:

@@ -4,19 +4,17 @@ wheels, and stand-ins for delocate-wheel's effect on them."""
 
 from __future__ import annotations
 
-import hashlib
-import shutil
 from pathlib import Path
 
 import pytest
 
 from build_tools.inputs.configs import load_matrix
 from build_tools.stages.native.build import NativeBuild
-from build_tools.stages.native.manifest import NativeManifest, describe_library
 from build_tools.stages.wheels import build as wheels
 from build_tools.stages.wheels.inwheel import Entry, read_entries, write_wheel
 
 from ..abi.fake_binaries import macho_dylib
+from ..native_fakes import fake_native_build, snapshot_sources
 
 CONFIG = "metal"
 SYSTEM = ("/usr/lib/libc++.1.dylib", "/usr/lib/libSystem.B.dylib")
@@ -56,28 +54,14 @@ def mac_config():
 def mac_repo(tmp_path_factory) -> Path:
     """A snapshot of the package sources (the working tree may change while the tests run)."""
     root = tmp_path_factory.mktemp("macrepo")
-    src = Path(wheels.REPO_ROOT)
-    shutil.copytree(src / "llama_cpp", root / "llama_cpp", ignore=shutil.ignore_patterns("__pycache__", "lib"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        if (src / name).is_file():
-            shutil.copyfile(src / name, root / name)
-    return root
+    return snapshot_sources(root)
 
 
 @pytest.fixture(scope="session")
 def mac_native(mac_config, tmp_path_factory) -> NativeBuild:
     root = tmp_path_factory.mktemp("macnative") / f"{CONFIG}-fake"
-    (root / "lib").mkdir(parents=True)
-    for name, needed in LIBRARIES.items():
-        (root / "lib" / name).write_bytes(dylib(name, needed))
-    libs = tuple(describe_library(root, f"lib/{name}") for name in LIBRARIES)
-    key = hashlib.sha256(b"".join(lib.sha256.encode() for lib in libs)).hexdigest()
-    manifest = NativeManifest(
-        config=mac_config.to_json(), key=key, key_inputs={}, source={"commit": "0" * 40, "build_number": 1},
-        toolchain={"versions": {"cc": "fake"}}, cmake={"configure": [], "build": []}, libraries=libs,
-        backends=("cpu-apple_m1", "metal"))
-    manifest.write(root)
-    return NativeBuild(mac_config, key, root, manifest, reused=True)
+    libraries = {name: dylib(name, needed) for name, needed in LIBRARIES.items()}
+    return fake_native_build(root, mac_config, libraries, ("cpu-apple_m1", "metal"))
 
 
 @pytest.fixture()

@@ -17,6 +17,8 @@ from build_tools.stages.native.build import NativeBuild
 from build_tools.stages.native.manifest import LibraryRecord, NativeManifest
 from build_tools.stages.wheels import build as wheels
 
+from ..native_fakes import snapshot_sources
+
 
 @pytest.fixture(scope="session")
 def config(native_build):
@@ -28,12 +30,7 @@ def repo(tmp_path_factory) -> Path:
     """A snapshot of the package sources, so that wheels built during the session stay comparable
     even while the working tree is being edited."""
     root = tmp_path_factory.mktemp("repo")
-    src = Path(wheels.REPO_ROOT)
-    shutil.copytree(src / "llama_cpp", root / "llama_cpp", ignore=shutil.ignore_patterns("__pycache__", "lib"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        if (src / name).is_file():
-            shutil.copyfile(src / name, root / name)
-    return root
+    return snapshot_sources(root)
 
 
 @pytest.fixture(scope="session")

@@ -3,20 +3,18 @@ a stand-in for delvewheel's graft (its effect on a wheel, as observed on the rea
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from build_tools.inputs.configs import load_matrix
 from build_tools.stages.native.build import NativeBuild
-from build_tools.stages.native.manifest import NativeManifest, describe_library
 from build_tools.stages.wheels import build as wheels
 from build_tools.stages.wheels.inwheel import Entry, read_entries, write_wheel
 from build_tools.stages.wheels.repair_windows import DELVEWHEEL_RECORD, INIT
 
+from ..native_fakes import fake_native_build, snapshot_sources
 from .fake_pe import make_pe
 
 # The configuration the real-build and Wine tests look for (nox -s windows -- CONFIG sets it).
@@ -88,29 +86,15 @@ def win_config():
 def win_repo(tmp_path_factory) -> Path:
     """A snapshot of the package sources (the working tree may change while the tests run)."""
     root = tmp_path_factory.mktemp("winrepo")
-    src = Path(wheels.REPO_ROOT)
-    shutil.copytree(src / "llama_cpp", root / "llama_cpp", ignore=shutil.ignore_patterns("__pycache__", "lib"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        if (src / name).is_file():
-            shutil.copyfile(src / name, root / name)
-    return root
+    return snapshot_sources(root)
 
 
 @pytest.fixture(scope="session")
 def fake_native(win_config, tmp_path_factory) -> NativeBuild:
     """A stand-in native build of the MinGW configuration: fake PE DLLs with the real import graph."""
     root = tmp_path_factory.mktemp("winnative") / f"{CONFIG}-fake"
-    (root / "lib").mkdir(parents=True)
-    for name, imports in LIBRARIES.items():
-        (root / "lib" / name).write_bytes(make_pe(imports, payload=name.encode()))
-    libs = tuple(describe_library(root, f"lib/{name}") for name in LIBRARIES)
-    key = hashlib.sha256(b"".join(lib.sha256.encode() for lib in libs)).hexdigest()
-    manifest = NativeManifest(
-        config=win_config.to_json(), key=key, key_inputs={}, source={"commit": "0" * 40, "build_number": 1},
-        toolchain={"versions": {"cc": "fake"}}, cmake={"configure": [], "build": []}, libraries=libs,
-        backends=("cpu",))
-    manifest.write(root)
-    return NativeBuild(win_config, key, root, manifest, reused=True)
+    libraries = {name: make_pe(imports, payload=name.encode()) for name, imports in LIBRARIES.items()}
+    return fake_native_build(root, win_config, libraries, ("cpu",))
 
 
 @pytest.fixture(scope="session")

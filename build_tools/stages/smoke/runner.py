@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -138,8 +139,6 @@ def dependency_wheelhouse(python: Path, interp: Interpreter, reqs: Sequence[str]
     """A cached folder of binary wheels satisfying ``reqs`` for ``interp`` (downloaded once, then offline).
 
     For a sandbox's interpreter the host's pip downloads them, for the sandbox's platform."""
-    import sys
-
     where = f"-{sandbox.machine}" if sandbox else ""
     house = cache_root() / "smoke" / "wheelhouse" / f"{interp.tag}-{interp.full_version}{where}"
     platform = sandbox.pip_platform(interp) if sandbox else []

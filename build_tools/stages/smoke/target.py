@@ -54,10 +54,6 @@ class SmokeTarget:
         """The sandbox ``interp`` (one of :meth:`interpreters`) lives in; None on the host."""
         return next((sb for sb in self.sandboxes if sb.interpreters([interp.version])[0].path == interp.path), None)
 
-    @property
-    def runs_in_sandboxes(self) -> bool:
-        return bool(self.sandboxes)
-
 
 def lavapipe_icd(dirs: tuple[Path, ...] | None = None) -> Path | None:
     """The lavapipe ICD manifest (``lvp_icd.<arch>.json``), if Mesa's Vulkan drivers are installed."""
