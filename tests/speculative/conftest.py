@@ -36,3 +36,22 @@ def targets(target_path) -> Iterator[dict]:
 @pytest.fixture(scope="session")
 def draft_path():
     return lambda form="echo", **kw: fixture_path("draft_model", form=form, **kw)
+
+
+@pytest.fixture(scope="session")
+def echo(targets):
+    """The echo target (its NextN head and the draft fixtures agree with it by construction)."""
+    return targets["echo"]
+
+
+@pytest.fixture(scope="session")
+def references(echo) -> dict:
+    """Prompt -> (tokens, plain greedy continuation of N_GEN tokens) on the echo target
+    (test_equivalence keeps its own, over every target)."""
+    from .util import N_GEN, PROMPTS, plain_generate
+
+    out = {}
+    for p in PROMPTS:
+        toks = echo.tokenize(p.encode(), add_special=True)
+        out[p] = (toks, plain_generate(echo, toks, N_GEN))
+    return out

@@ -29,20 +29,6 @@ def _cfg(name: str, n: int, **kw) -> SpecConfig:
     return SpecConfig("draft-dspark", draft_model_path=_draft(name), draft_n_max=n, **kw)
 
 
-@pytest.fixture(scope="module")
-def echo(targets):
-    return targets["echo"]
-
-
-@pytest.fixture(scope="module")
-def references(echo) -> dict:
-    out = {}
-    for p in PROMPTS:
-        toks = echo.tokenize(p.encode(), add_special=True)
-        out[p] = (toks, plain_generate(echo, toks, N_GEN))
-    return out
-
-
 @pytest.mark.parametrize("name", DRAFTS)
 @pytest.mark.parametrize("n", (1, 4, 16))
 def test_greedy_equals_plain_and_acceptance_lands_where_built(echo, references, name, n):

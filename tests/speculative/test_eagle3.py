@@ -25,20 +25,6 @@ def _cfg(form: str, n: int, **kw) -> SpecConfig:
     return SpecConfig("draft-eagle3", draft_model_path=_draft(form), draft_n_max=n, **kw)
 
 
-@pytest.fixture(scope="module")
-def echo(targets):
-    return targets["echo"]
-
-
-@pytest.fixture(scope="module")
-def references(echo) -> dict:
-    out = {}
-    for p in PROMPTS:
-        toks = echo.tokenize(p.encode(), add_special=True)
-        out[p] = (toks, plain_generate(echo, toks, N_GEN))
-    return out
-
-
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("n", DRAFTS)
 def test_greedy_equals_plain(echo, references, form, n):
