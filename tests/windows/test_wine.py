@@ -12,8 +12,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path, PureWindowsPath
 
 import pytest
@@ -31,6 +34,8 @@ from .conftest import CONFIG
 
 PROMPT = "Once upon a time the little cat"
 TIMEOUT = 300
+POLL = 0.5
+GRACE = 20  # seconds a program may take to exit once its output is complete
 ATTEMPTS = 4  # common/log.cpp's worker is never joined at exit: a truncated run is repeated
 MAKE = f"python -m build_tools native {CONFIG} --tools"
 
@@ -63,32 +68,81 @@ def win_tools() -> Path:
     return nb.tools_dir
 
 
+def _wineserver(wine: str) -> str | None:
+    return shutil.which("wineserver") or next(
+        (str(p) for p in (Path(wine).parent / "wineserver", Path("/usr/lib/wine/wineserver64")) if p.is_file()), None)
+
+
 @pytest.fixture(scope="module")
-def wine_env(win_config) -> dict[str, str]:
+def wine_env(win_config) -> Iterator[dict[str, str]]:
     wine = _wine()
     if wine is None:
         pytest.skip("Wine is not installed: apt-get install wine64")
     dirs = runtime_dirs(win_config)
     if not dirs:
         pytest.skip("the MinGW-w64 runtime DLLs are not installed: apt-get install g++-mingw-w64-x86-64-posix")
-    prefix = cache_root() / "wine" / "prefix"  # a first run creates it (wineboot: seconds)
+    prefix = cache_root() / "wine" / "prefix"
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    return {**os.environ, "WINE": wine, "WINEPREFIX": str(prefix), "WINEDEBUG": "-all",
-            "WINEDLLOVERRIDES": "mscoree,mshtml=", "WINEPATH": ";".join(f"Z:{d}" for d in dirs)}
+    env = {**os.environ, "WINE": wine, "WINEPREFIX": str(prefix), "WINEDEBUG": "-all",
+           "WINEDLLOVERRIDES": "mscoree,mshtml=", "WINEPATH": ";".join(f"Z:{d}" for d in dirs)}
+    # Create or update the prefix first, detached: wineboot's services and the wineserver outlive
+    # the program that started them, and must not hold a test's output open.
+    started = time.monotonic()
+    subprocess.run([wine, "wineboot", "-u"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, start_new_session=True, check=False, timeout=TIMEOUT)
+    print(f"wineboot: {time.monotonic() - started:.1f} s")
+    yield env
+    server = _wineserver(wine)
+    if server is not None:
+        subprocess.run([server, "-k"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False, timeout=60)
 
 
 def _run(env: dict[str, str], program: Path, *args: object, done) -> subprocess.CompletedProcess[str]:
+    """Run ``program`` (under Wine for an .exe) until it exits, or until its output is ``done`` and
+    it has had GRACE seconds more to exit: a Wine process can outlive its program's work."""
     cmd = [env["WINE"], str(program), *map(str, args)] if program.suffix == ".exe" else [str(program), *map(str, args)]
     for _ in range(ATTEMPTS):
         started = time.monotonic()
-        r = subprocess.run(cmd, check=False, capture_output=True, text=True, errors="replace", env=env,
-                           timeout=TIMEOUT)
-        print(f"{program.name}: {time.monotonic() - started:.1f} s")
-        if r.returncode != 0:
+        r, late = _run_once(cmd, env, done)
+        print(f"{program.name}: {time.monotonic() - started:.1f} s" + (" (killed after its output was done)" if late else ""))
+        if not late and r.returncode != 0:
             raise AssertionError(f"{program.name} failed ({r.returncode}):\n{r.stderr[-3000:]}")
         if done(r):
             return r
     raise AssertionError(f"{program.name} kept printing truncated output:\n{r.stdout[-500:]}\n{r.stderr[-1500:]}")
+
+
+def _run_once(cmd: list[str], env: dict[str, str], done) -> tuple[subprocess.CompletedProcess[str], bool]:
+    # Files, not pipes: a pipe stays open while any process that inherited it lives on.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        def result(code: int) -> subprocess.CompletedProcess[str]:
+            texts = []
+            for f in (out, err):
+                f.seek(0)
+                texts.append(f.read().decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n"))
+            return subprocess.CompletedProcess(cmd, code, *texts)
+
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                                start_new_session=True)
+        deadline, finished_at = time.monotonic() + TIMEOUT, None
+        try:
+            while True:
+                try:
+                    return result(proc.wait(timeout=POLL)), False
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.monotonic()
+                if finished_at is None and done(result(0)):
+                    finished_at = now
+                if finished_at is not None and now - finished_at > GRACE:
+                    return result(0), True
+                if now > deadline:
+                    raise AssertionError(f"{cmd[-1]} ran past {TIMEOUT} s:\n{result(0).stderr[-3000:]}")
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def _reference() -> str:
