@@ -57,7 +57,8 @@ def _pypi_tools_dir() -> Path:
 def _from_pypi(requirement: str, exe: str) -> Path:
     """Install ``requirement`` from the package index into the cache and return its executable."""
     target = _pypi_tools_dir()
-    found = target / "bin" / exe
+    # pip's --prefix puts console scripts in Scripts\ with an .exe suffix on Windows
+    found = target / "Scripts" / f"{exe}.exe" if os.name == "nt" else target / "bin" / exe
     if found.exists():
         return found
     log.info("%s not found on PATH (or too old): installing %s from the package index", exe, requirement)
