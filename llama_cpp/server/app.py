@@ -406,10 +406,10 @@ def _routes(app: FastAPI) -> None:
                               for m in reg}
         return JSONResponse(body, status_code=200 if ready else 503)
 
-    @app.get("/v1/models", dependencies=auth, tags=["OpenAI V1"])
+    @app.get("/v1/models", dependencies=auth, tags=["OpenAI V1"], response_model_exclude_none=True)
     @_guarded
     async def list_models(request: Request) -> ModelList:
-        return ModelList(data=[ModelData(id=m.alias) for m in _registry(request)])
+        return ModelList(data=[ModelData(id=m.alias, speculative=m.speculative_info()) for m in _registry(request)])
 
     @app.post("/v1/completions", dependencies=auth, tags=["OpenAI V1"])
     @app.post("/v1/engines/copilot-codex/completions", dependencies=auth, include_in_schema=False)

@@ -16,8 +16,14 @@ thread loops:
 A request's greedy output is the one ``Llama.create_completion`` gives for it alone: the same
 prompt tokens, sampler chain, limits and chunk rendering.
 
-:class:`SerialEngine` runs one request at a time through ``Llama`` itself (MTP, image chat,
-embedding models, or ``n_parallel=0``). Both bound their waiting queue: :class:`QueueFull`.
+With a :class:`~llama_cpp._spec_slots.SlotSpeculation` (n-gram types, ``draft-simple``, upstream's
+prompt lookup) step 2 adds each generating slot's draft after its pending token, all rows outputs;
+step 3 picks at those rows in turn while they match the draft, removes the rejected rows from the
+slot's sequence and hands the kept tokens to the same per-token code, so the output is unchanged.
+
+:class:`SerialEngine` runs one request at a time through ``Llama`` itself (MTP and the other
+hidden-state drafts, speculation on recurrent or hybrid models, image chat, embedding models, or
+``n_parallel=0``). Both bound their waiting queue: :class:`QueueFull`.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import numpy as np
 from .. import _sampling
 from .._errors import DecodeError
 from .._generation import TextStream, _Logprobs, char_len
+from .._spec_slots import remove_rejected, verify_rows
 from ..llama import Llama
 from ..llama_grammar import LlamaGrammar
 
@@ -157,7 +164,7 @@ def completion_chunk(req: GenRequest, data: bytes, reason: str | None, lps: Any)
 
 class _Slot:
     __slots__ = ("seq", "job", "req", "chain", "grammar", "pick", "text", "lp", "pending", "n_fed", "pos",
-                 "next_tok", "produced", "n_gen", "t_start", "t_first", "kv", "n_cached", "chars")
+                 "next_tok", "produced", "n_gen", "t_start", "t_first", "kv", "n_cached", "chars", "spec")
 
     def __init__(self, seq: int, job: Job, req: GenRequest) -> None:
         self.seq = seq
@@ -179,6 +186,7 @@ class _Slot:
         self.kv: list[int] = []  # the tokens this sequence holds in the KV cache, in order
         self.n_cached = 0  # prompt tokens reused from the previous request on this sequence
         self.chars = 0  # characters of prompt + text before the next token (logprob offsets)
+        self.spec: Any = None  # the request's drafters (a speculating engine)
 
     @property
     def prefilling(self) -> bool:
@@ -238,7 +246,7 @@ class SlotEngine(_Lifecycle):
     serial = False
 
     def __init__(self, llama: Llama, n_slots: int, n_ctx_slot: int, max_queue: int,
-                 cache_prompt: bool = True) -> None:
+                 cache_prompt: bool = True, spec: Any = None) -> None:
         self.llama = llama
         self.model = llama.model
         self.ctx = llama.ctx
@@ -269,6 +277,8 @@ class SlotEngine(_Lifecycle):
         self._out = Outbox()
         self._is_eog: dict[int, bool] = {}
         self._pieces: dict[int, bytes] = {}
+        # a SlotSpeculation (llama_cpp._spec_slots): each step verifies every slot's draft (owned here)
+        self.spec = spec
         self._thread = threading.Thread(target=self._run, name="llama-slots", daemon=True)
         self._thread.start()
 
@@ -317,8 +327,15 @@ class SlotEngine(_Lifecycle):
 
     def stats(self) -> dict[str, Any]:
         with self._cv:
-            return {"engine": "slots", "slots": self.n_slots, "active": len(self._active),
-                    "waiting": len(self._waiting), "n_ctx_slot": self.n_ctx_slot}
+            out: dict[str, Any] = {"engine": "slots", "slots": self.n_slots, "active": len(self._active),
+                                   "waiting": len(self._waiting), "n_ctx_slot": self.n_ctx_slot}
+            if self.spec is not None:
+                st = self.spec.stats
+                out["speculative"] = {"types": list(self.spec.types), "steps": st.steps, "generated": st.generated,
+                                      "drafted": st.drafted, "accepted": st.accepted,
+                                      "acceptance_rate": st.acceptance_rate, "drafted_by": dict(st.drafted_by),
+                                      "accepted_by": dict(st.accepted_by)}
+            return out
 
     def _cancel_running(self) -> None:
         for s in self._active:
@@ -327,6 +344,8 @@ class SlotEngine(_Lifecycle):
     def _free(self) -> None:
         self._struct = None
         self._batch.close()
+        if self.spec is not None:
+            self.spec.close()
         self.llama.close()
 
     # -- the scheduler thread -----------------------------------------------------------------
@@ -385,6 +404,8 @@ class SlotEngine(_Lifecycle):
             _sampling.prime_penalties(s.chain, req.prompt_tokens, self.llama.last_n_tokens_size)
             want_lp = req.logprobs is not None and req.logprobs >= 0
             s.pick = _sampling.token_picker(self.model, s.chain, s.grammar, want_lp)
+            if self.spec is not None:
+                s.spec = self.spec.start(req.prompt_tokens)
             s.lp = _Logprobs(self.model, req.logprobs)
             if req.echo or (want_lp and req.prompt_chars is None):
                 head = self.model.detokenize(req.prompt_tokens)
@@ -423,6 +444,9 @@ class SlotEngine(_Lifecycle):
         tok_arr, pos_arr, seq_arr, nseq_arr, logit_arr = (batch.token_arr, batch.pos, batch.seq_ids,
                                                           batch.n_seq_id, batch.logits)
         outputs: list[tuple[_Slot, int]] = []
+        # speculating slots: (slot, row of its pending token, its draft, the drafter, that token's position)
+        verifies: list[tuple[_Slot, int, list[int], Any, int]] = []
+        drafts = self._drafts() if self.spec is not None else {}
         n = 0
         for s in self._active:
             if s.next_tok is not None:
@@ -431,7 +455,19 @@ class SlotEngine(_Lifecycle):
                 seq_arr[n, 0] = s.seq
                 nseq_arr[n] = 1
                 logit_arr[n] = 1
-                outputs.append((s, n))
+                draft, src = drafts.get(s.seq, (None, None))
+                if draft:
+                    k = len(draft)
+                    rows = slice(n + 1, n + 1 + k)
+                    tok_arr[rows] = draft
+                    pos_arr[rows] = np.arange(s.pos + 1, s.pos + 1 + k)
+                    seq_arr[rows, 0] = s.seq
+                    nseq_arr[rows] = 1
+                    logit_arr[rows] = 1
+                    verifies.append((s, n, draft, src, s.pos))
+                    n += k
+                else:
+                    outputs.append((s, n))
                 s.kv.append(s.next_tok)
                 s.pos += 1
                 s.next_tok = None
@@ -460,8 +496,18 @@ class SlotEngine(_Lifecycle):
             raise DecodeError(f"llama_decode returned {rc} for a batch of {batch.n_tokens} tokens "
                               f"({len(self._active)} requests)")
         self.steps += 1
+        for s, first, draft, src, pos0 in verifies:
+            try:
+                self._verify(s, first, draft, src, pos0)
+            except Exception as exc:  # this request's sampler, grammar or hook: it alone ends
+                log.warning("request in slot %d failed: %s", s.seq, exc)
+                self._out.put(s.job, "error", exc)
+                if s in self._active:
+                    self._release(s)
         for s, i in outputs:
             try:
+                if s.spec is not None:
+                    self.spec.accepted(s.spec, None, 0, 0, 1)  # a step without a draft
                 tok, row = s.pick(self.ctx, i)
                 self._accept(s, tok, None if row is None else np.array(row))
             except Exception as exc:  # this request's sampler, grammar or hook: it alone ends
@@ -469,6 +515,46 @@ class SlotEngine(_Lifecycle):
                 self._out.put(s.job, "error", exc)
                 if s in self._active:
                     self._release(s)
+
+    def _drafts(self) -> dict[int, tuple[list[int], Any]]:
+        """Each generating slot's draft for this step (by sequence), within the context and the batch."""
+        gen = [s for s in self._active if s.next_tok is not None and s.spec is not None]
+        if not gen:
+            return {}
+        n_rows = sum(1 for s in self._active if s.next_tok is not None)
+        share = (self.n_batch - n_rows) // len(gen)
+        items = []
+        for s in gen:
+            # the last draft row stays inside the slot's context and within max_tokens, as plain decoding stops
+            k_max = min(self.spec.n_max, share, self.n_ctx_slot - 1 - s.pos, s.req.max_tokens - s.produced - 1)
+            items.append((s.spec, s.seq, s.kv, s.next_tok, max(0, k_max)))
+        return {s.seq: d for s, d in zip(gen, self.spec.propose(items))}
+
+    def _verify(self, s: _Slot, first: int, draft: list[int], src: Any, pos0: int) -> None:
+        """Slot ``s``'s verify rows: pick at each until the draft is left, drop the rejected rows from
+        its sequence, then hand the tokens to :meth:`_accept` one by one, as plain steps would."""
+        toks, rows, n_acc = verify_rows(s.pick, self.ctx, first, draft, self._eog)
+        n_keep = len(toks)  # the memory keeps the pending token and the accepted drafts: pos0..pos0+n_keep-1
+        if n_keep < len(draft) + 1:
+            remove_rejected(self.ctx, s.seq, pos0 + n_keep)
+        self.spec.accepted(s.spec, src, len(draft), n_acc, n_keep)
+        for j, tok in enumerate(toks):
+            if j:
+                s.kv.append(toks[j - 1])  # the accepted draft token at this row is in the memory
+                s.pos += 1
+                s.next_tok = None
+            self._accept(s, tok, rows[j])
+            if s.job.done:
+                break
+        if s.job.done and s.pos < pos0 + n_keep and not self.ctx.closed:
+            # finished before its last accepted rows: they must not outlive the request in the cache
+            self.ctx.seq_rm(s.seq, s.pos, -1)
+
+    def _eog(self, tok: int) -> bool:
+        eog = self._is_eog.get(tok)
+        if eog is None:
+            eog = self._is_eog[tok] = bool(self.model.is_eog(tok))
+        return eog
 
     def _accept(self, s: _Slot, tok: int, row: np.ndarray | None) -> None:
         """One sampled token of slot ``s``: text, chunks, and whether the slot goes on."""
@@ -514,6 +600,8 @@ class SlotEngine(_Lifecycle):
         final["timings"] = {"prompt_ms": 1000 * ((s.t_first or now) - s.t_start), "predicted_ms": 1000 * gen_s,
                             "predicted_n": s.n_gen, "slot": s.seq}
         final["usage"]["prompt_tokens_cached"] = s.n_cached
+        if s.spec is not None:
+            final["usage"]["speculative"] = s.spec.stats.as_dict()
         self._out.put(s.job, "chunk", final)
         self._out.put(s.job, "end")
         self._release(s, keep_cache=True)

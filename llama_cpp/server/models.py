@@ -52,6 +52,9 @@ class ServedModel:
         self.llama: Llama | None = None
         self.engine: SlotEngine | SerialEngine | None = None
         self.n_ctx_slot = 0
+        self.serial = settings.serial
+        # why a speculating model is served one request at a time (None: it speculates in its slots)
+        self.spec_note: str | None = settings.spec_serial_reason
         self._lock = threading.Lock()
 
     @property
@@ -65,7 +68,7 @@ class ServedModel:
             assert self.llama is not None
             return self.llama
 
-    def _llama_kwargs(self) -> dict[str, Any]:
+    def _llama_kwargs(self, serial: bool) -> dict[str, Any]:
         s = self.settings
         kw: dict[str, Any] = dict(
             n_gpu_layers=s.n_gpu_layers, split_mode=s.split_mode, main_gpu=s.main_gpu, tensor_split=s.tensor_split,
@@ -78,12 +81,13 @@ class ServedModel:
             flash_attn=s.flash_attn, last_n_tokens_size=s.last_n_tokens_size, lora_base=s.lora_base,
             lora_path=s.lora_path, numa=bool(s.numa), chat_format=s.chat_format, type_k=s.type_k, type_v=s.type_v,
             verbose=False)
-        if s.serial:
+        if serial:
             kw["n_ctx"] = s.n_ctx
         else:
             kw["n_ctx"] = s.n_ctx * s.n_parallel
             kw["n_seq_max"] = s.n_parallel
             kw["kv_unified"] = True
+            return kw  # the slot engine speculates itself (SlotSpeculation)
         spec = s.spec_config()
         if spec is not None:
             kw["speculative"] = spec
@@ -109,23 +113,71 @@ class ServedModel:
                 log.info("loading %s: %d%%", self.alias, tenth * 10)
             return True
 
+        serial = s.serial
         log.info("loading model %s from %s (%s)", self.alias, s.model,
-                 "one request at a time" if s.serial else f"{s.n_parallel} slots of {s.n_ctx} tokens")
-        llama = Llama(s.model, progress_callback=progress, **self._llama_kwargs())
+                 "one request at a time" if serial else f"{s.n_parallel} slots of {s.n_ctx} tokens")
+        llama = Llama(s.model, progress_callback=progress, **self._llama_kwargs(serial))
+        if not serial and s.speculates and not s.vocab_only:
+            from .._spec_slots import model_unsupported
+
+            note = model_unsupported(llama.model)
+            if note is not None:
+                log.warning("model %s: speculation (%s) %s", self.alias, ", ".join(self.spec_types()), note)
+                llama.close()
+                serial, self.spec_note = True, note
+                llama = Llama(s.model, progress_callback=progress, **self._llama_kwargs(serial))
+        elif self.spec_note is not None:
+            log.warning("model %s: speculation (%s) %s", self.alias, ", ".join(self.spec_types()), self.spec_note)
         try:
             if s.vocab_only:
                 engine = None
-            elif s.serial:
+            elif serial:
                 self.n_ctx_slot = llama.n_ctx()
                 engine = SerialEngine(llama, s.max_queue, interrupt=self.interrupt_requests)
             else:
                 self.n_ctx_slot = llama.n_ctx() // s.n_parallel
-                engine = SlotEngine(llama, s.n_parallel, self.n_ctx_slot, s.max_queue, cache_prompt=s.cache_prompt)
+                engine = SlotEngine(llama, s.n_parallel, self.n_ctx_slot, s.max_queue, cache_prompt=s.cache_prompt,
+                                    spec=self._slot_speculation(llama))
         except BaseException:
             llama.close()
             raise
-        self.llama, self.engine = llama, engine
+        self.llama, self.engine, self.serial = llama, engine, serial
         log.info("model %s ready", self.alias)
+
+    def spec_types(self) -> list[str]:
+        """The speculative types this model runs (upstream's prompt lookup as ``prompt-lookup``)."""
+        spec = self.settings.spec_config()
+        if spec is not None:
+            return [t.value for t in spec.types]
+        return ["prompt-lookup"] if self.settings.draft_model is not None else []
+
+    def _slot_speculation(self, llama: Llama) -> Any:
+        """The slot engine's drafters (None when the model does not speculate)."""
+        s = self.settings
+        if not s.speculates:
+            return None
+        from .._spec_slots import SlotSpeculation
+
+        lookup = None
+        if s.draft_model is not None:
+            from ..llama_speculative import LlamaPromptLookupDecoding
+
+            lookup = LlamaPromptLookupDecoding(num_pred_tokens=s.draft_model_num_pred_tokens)
+        log.info("model %s speculates (%s) in each of its %d slots", self.alias, ", ".join(self.spec_types()),
+                 s.n_parallel)
+        return SlotSpeculation(llama.model, llama.ctx, s.n_parallel, config=s.spec_config(), prompt_lookup=lookup)
+
+    def speculative_info(self) -> dict[str, Any] | None:
+        """How this model speculates, for ``/v1/models``: its types, the engine, and why it is serial."""
+        types = self.spec_types()
+        if not types:
+            return None
+        info: dict[str, Any] = {"types": types, "engine": "serial" if self.serial else "slots"}
+        if self.spec_note is not None:
+            info["serial_reason"] = self.spec_note
+        elif not self.loaded and not self.serial:
+            info["note"] = "a recurrent or hybrid model moves to the serial engine when it loads"
+        return info
 
     def drain(self, timeout: float) -> None:
         if self.engine is not None:

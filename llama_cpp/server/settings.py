@@ -95,12 +95,23 @@ class ModelSettings(_Base):
                                   "names it (several joined by commas): draft-mtp (the model's NextN head), "
                                   "draft-simple, draft-eagle3, draft-dflash, draft-dspark (each with "
                                   "draft_model_path), ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, "
-                                  "ngram-cache. Such a model serves one request at a time.")
+                                  "ngram-cache. The n-gram types and draft-simple speculate in every slot; "
+                                  "the others (and recurrent or hybrid models) serve one request at a time.")
     draft_model_path: str | None = Field(default=None, description="The draft model of draft-simple (sharing the "
                                          "target's vocabulary), draft-eagle3, draft-dflash or draft-dspark.")
     draft_n_max: int = Field(default=3, ge=1, description="Most tokens drafted per step.")
     draft_n_min: int = Field(default=0, ge=0, description="Shorter drafts are dropped.")
     draft_p_min: float = Field(default=0.0, ge=0.0, le=1.0, description="Stop drafting below this probability.")
+    spec_ngram_simple: dict[str, int] | None = Field(default=None, description="ngram-simple parameters, as "
+                                                     "llama.cpp's --spec-ngram-simple-*: size_n, size_m.")
+    spec_ngram_map_k: dict[str, int] | None = Field(default=None, description="ngram-map-k parameters: size_n, "
+                                                    "size_m, min_hits.")
+    spec_ngram_map_k4v: dict[str, int] | None = Field(default=None, description="ngram-map-k4v parameters: "
+                                                      "size_n, size_m, min_hits.")
+    spec_ngram_mod: dict[str, int] | None = Field(default=None, description="ngram-mod parameters: n_match, "
+                                                  "n_min, n_max.")
+    spec_ngram_cache: dict[str, Any] | None = Field(default=None, description="ngram-cache parameters: n_draft, "
+                                                    "lookup_cache_static, lookup_cache_dynamic (file paths).")
     # KV cache quantization
     type_k: int | None = Field(default=None, description="The K cache type (a ggml type id).")
     type_v: int | None = Field(default=None, description="The V cache type (a ggml type id).")
@@ -166,8 +177,10 @@ class ModelSettings(_Base):
             return None
         from ..speculative import SpecConfig
 
+        ngram = {name: value for name in ("ngram_simple", "ngram_map_k", "ngram_map_k4v", "ngram_mod", "ngram_cache")
+                 if (value := getattr(self, "spec_" + name)) is not None}
         cfg = SpecConfig(spec_type=self.spec_type, draft_n_max=self.draft_n_max, draft_n_min=self.draft_n_min,
-                         draft_p_min=self.draft_p_min, draft_model_path=self.draft_model_path)
+                         draft_p_min=self.draft_p_min, draft_model_path=self.draft_model_path, **ngram)
         return cfg if cfg.enabled else None
 
     @property
@@ -176,9 +189,21 @@ class ModelSettings(_Base):
         return self.draft_model is not None or self.spec_config() is not None
 
     @property
+    def spec_serial_reason(self) -> str | None:
+        """Why this model's speculative types keep it on one request at a time (None: they run in slots)."""
+        spec = self.spec_config()
+        if spec is None:
+            return None
+        from .._spec_slots import slot_unsupported
+
+        return slot_unsupported(spec)
+
+    @property
     def serial(self) -> bool:
-        """Whether this model is served one request at a time (see the package docstring)."""
-        return self.n_parallel == 0 or self.speculates or bool(self.clip_model_path) or self.embedding
+        """Whether this model is served one request at a time (see the package docstring); a recurrent
+        or hybrid model that speculates is too, which only loading it tells (``ServedModel``)."""
+        return (self.n_parallel == 0 or self.spec_serial_reason is not None or bool(self.clip_model_path)
+                or self.embedding)
 
 
 class ServerSettings(_Base):

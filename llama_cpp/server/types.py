@@ -97,6 +97,7 @@ class ModelData(BaseModel):
     object: Literal["model"] = "model"
     owned_by: str = "me"
     permissions: list[str] = []
+    speculative: dict[str, Any] | None = None  # types, engine (slots or serial) and why serial; absent when none
 
 
 class ModelList(BaseModel):

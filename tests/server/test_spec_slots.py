@@ -1,0 +1,251 @@
+"""Speculative decoding in the slot engine: concurrent requests on a speculating model give what the
+same request gives alone without speculation (greedy and seeded, grammar, stop strings, streaming).
+
+The target is the ``draft_model(form="echo")`` fixture, a pure-attention llama model whose next
+token depends only on the current one, so its greedy output runs into a cycle (repetition for the
+n-gram types). Drafting for it: the same model (``echo``: every draft accepted), ``noisy`` (some
+accepted) and ``constant`` (none accepted). ``qwen35_mtp`` (hybrid) shows the types and model
+kinds that stay on the serial engine.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import httpx
+import pytest
+
+from build_tools.fixtures import fixture_path
+from tests.speculative.util import always_prompt, echo_cycle, partial_prompt
+
+SMALL = {"spec_ngram_simple": {"size_n": 2, "size_m": 8}, "spec_ngram_map_k": {"size_n": 2, "size_m": 8},
+         "spec_ngram_map_k4v": {"size_n": 2, "size_m": 8, "min_hits": 1},
+         "spec_ngram_mod": {"n_match": 2, "n_max": 8, "n_min": 1}, "spec_ngram_cache": {"n_draft": 8}}
+NGRAM = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+DRAFTS = ("echo", "noisy", "constant")
+SLOT = {"n_parallel": 4, "n_ctx": 256, "n_batch": 128, "max_queue": 16}
+N_GEN = 48
+
+
+def target() -> str:
+    return str(fixture_path("draft_model", form="echo"))
+
+
+@pytest.fixture(scope="module")
+def srv(start_server):
+    """One plain model (the reference), one per n-gram type, one per draft form, prompt lookup, and two
+    that stay serial: draft-mtp, and an n-gram type on a hybrid model."""
+    models: list[dict[str, Any]] = [{"model": target(), "model_alias": "plain", **SLOT}]
+    models += [{"model": target(), "model_alias": t, "spec_type": t, **SMALL, **SLOT} for t in NGRAM]
+    models.append({"model": target(), "model_alias": "ngram-all", "spec_type": ",".join(NGRAM), **SMALL, **SLOT})
+    models += [{"model": target(), "model_alias": f"draft-{form}", "spec_type": "draft-simple",
+                "draft_model_path": str(fixture_path("draft_model", form=form)), "draft_n_max": 4, **SLOT}
+               for form in DRAFTS]
+    models.append({"model": target(), "model_alias": "ngram+draft", "spec_type": "ngram-simple,draft-simple",
+                   "draft_model_path": str(fixture_path("draft_model", form="noisy")), "draft_n_max": 4,
+                   **SMALL, **SLOT})
+    models.append({"model": target(), "model_alias": "lookup", "draft_model": "prompt-lookup-decoding",
+                   "draft_model_num_pred_tokens": 6, **SLOT})
+    hybrid = str(fixture_path("qwen35_mtp", form="echo"))
+    models.append({"model": hybrid, "model_alias": "mtp", "spec_type": "draft-mtp", **SLOT})
+    models.append({"model": hybrid, "model_alias": "hybrid-ngram", "spec_type": "ngram-simple", **SMALL, **SLOT})
+    return start_server(models, max_tokens_limit=200)
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    """Token prompts: two repeated echo cycles (every n-gram draft right), a cycle broken by another
+    token (partly wrong), and a text without repetition."""
+    from llama_cpp._internals import LlamaModel
+
+    with LlamaModel(target()) as m:
+        text = m.tokenize(b"the cat sat on the mat and then", add_special=True)
+        cyc = echo_cycle(m, 513)
+        other = next(t for t in text if t not in cyc)
+        return [always_prompt(m, 512, 50), always_prompt(m, 511, 30), partial_prompt(m, 513, other), text]
+
+
+def complete(srv, model: str, prompt: Any, stream: bool = False, **kw: Any) -> dict[str, Any]:
+    """The response of one /v1/completions request (a stream joined: text, finish_reason, usage)."""
+    # no repeat penalty by default: it would steer the echo target out of its cycle
+    body = {"model": model, "prompt": prompt, "max_tokens": N_GEN, "temperature": 0, "repeat_penalty": 1.0,
+            "stream": stream, **kw}
+    with httpx.Client(timeout=120) as http:
+        if not stream:
+            r = http.post(srv.url + "/v1/completions", json=body)
+            assert r.status_code == 200, r.text
+            return r.json()
+        text, reason, usage, pieces = "", None, None, 0
+        with http.stream("POST", srv.url + "/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if not line.startswith("data:") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                text += chunk["choices"][0]["text"]
+                pieces += 1
+                reason = chunk["choices"][0]["finish_reason"] or reason
+                usage = chunk.get("usage") or usage
+        return {"choices": [{"text": text, "finish_reason": reason}], "usage": usage, "pieces": pieces}
+
+
+def concurrently(srv, model: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run ``complete(srv, model, **call)`` for every call at once (threads released together)."""
+    out: dict[int, dict[str, Any]] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(calls))
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            out[i] = complete(srv, model, **calls[i])
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert not errors, errors
+    return [out[i] for i in range(len(calls))]
+
+
+def alone(srv, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same calls on the plain model, one at a time."""
+    return [complete(srv, "plain", **c) for c in calls]
+
+
+def assert_same(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g["choices"][0]["text"] == w["choices"][0]["text"], i
+        assert g["choices"][0]["finish_reason"] == w["choices"][0]["finish_reason"], i
+        for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            assert g["usage"][k] == w["usage"][k], (i, k)
+
+
+def assert_kv_matches_bookkeeping(engine) -> None:
+    """Each free sequence holds exactly the tokens the engine caches: no rejected draft row is left."""
+    for seq in range(engine.n_slots):
+        assert engine.ctx.seq_pos_max(seq) + 1 == len(engine.cached[seq]), seq
+
+
+def speculative(resp: dict[str, Any]) -> dict[str, Any]:
+    return resp["usage"]["speculative"]
+
+
+@pytest.mark.parametrize("model", [*NGRAM, "ngram-all"])
+def test_ngram_types_in_slots_equal_plain(srv, prompts, model):
+    calls = [{"prompt": p, "stream": i % 2 == 1} for i, p in enumerate(prompts)]
+    want = alone(srv, calls)
+    got = concurrently(srv, model, calls)
+    assert_same(got, want)
+    # the repeated cycle is drafted right: accepted tokens, several tokens per verify step
+    st = speculative(got[0])
+    assert st["accepted"] > 0 and st["tokens_per_step"] > 1.0
+    assert st["generated"] == got[0]["usage"]["completion_tokens"]
+    engine = srv.engine(model)
+    assert engine.stats()["speculative"]["accepted"] >= st["accepted"]
+    assert_kv_matches_bookkeeping(engine)
+
+
+@pytest.mark.parametrize("form", DRAFTS)
+def test_draft_simple_in_slots_equal_plain(srv, prompts, form):
+    calls = [{"prompt": p, "stream": i % 2 == 0} for i, p in enumerate(prompts)]
+    want = alone(srv, calls)
+    got = concurrently(srv, f"draft-{form}", calls)
+    assert_same(got, want)
+    stats = [speculative(g) for g in got]
+    drafted, accepted = sum(s["drafted"] for s in stats), sum(s["accepted"] for s in stats)
+    assert drafted > 0
+    if form == "echo":  # the draft is the target: every drafted token is accepted
+        assert accepted == drafted
+        assert all(s["tokens_per_step"] > 2.0 for s in stats)
+    elif form == "constant":  # the draft's token is never the target's
+        assert accepted == 0
+    else:
+        assert 0 < accepted < drafted
+    assert_kv_matches_bookkeeping(srv.engine(f"draft-{form}"))
+
+
+@pytest.mark.parametrize("model", ["ngram+draft", "lookup"])
+def test_combined_types_and_prompt_lookup_in_slots(srv, prompts, model):
+    calls = [{"prompt": p} for p in prompts]
+    got = concurrently(srv, model, calls)
+    assert_same(got, alone(srv, calls))
+    assert speculative(got[0])["accepted"] > 0
+    if model == "ngram+draft":  # the n-gram type drafts first; the draft model where it has nothing
+        by = srv.engine(model).stats()["speculative"]["drafted_by"]
+        assert by.get("ngram-simple", 0) > 0 and by.get("draft-simple", 0) > 0
+
+
+@pytest.mark.parametrize("model", ["ngram-all", "draft-noisy"])
+def test_seeded_sampling_and_grammar_equal_plain(srv, prompts, model):
+    seeded = {"temperature": 0.9, "seed": 11, "top_k": 40, "top_p": 0.95, "repeat_penalty": 1.0}
+    letters = 'root ::= [a-zA-Z ]+'
+    calls: list[dict[str, Any]] = [{"prompt": prompts[0], **seeded}, {"prompt": prompts[1], **seeded, "seed": 12, "stream": True},
+             {"prompt": prompts[0], "grammar": letters}, {"prompt": prompts[3], "grammar": letters, **seeded}]
+    calls.append({"prompt": prompts[2], "logprobs": 2})
+    got = concurrently(srv, model, calls)
+    want = alone(srv, calls)
+    assert_same(got, want)
+    assert all(c.isalpha() or c == " " for c in got[2]["choices"][0]["text"])
+    lp, want_lp = got[4]["choices"][0]["logprobs"], want[4]["choices"][0]["logprobs"]
+    assert lp["tokens"] == want_lp["tokens"] and lp["text_offset"] == want_lp["text_offset"]
+    assert [sorted(t) for t in lp["top_logprobs"]] == [sorted(t) for t in want_lp["top_logprobs"]]
+    assert lp["token_logprobs"] == pytest.approx(want_lp["token_logprobs"], abs=1e-4)
+
+
+def test_stop_strings_and_limits_mid_draft(srv, prompts):
+    """A stop string, max_tokens or end inside an accepted draft ends the request at the plain point
+    and leaves no draft row in the slot's cache; a stream still comes in pieces."""
+    plain = complete(srv, "plain", prompts[0], max_tokens=40)["choices"][0]["text"]
+    stop = plain[len(plain) // 2:len(plain) // 2 + 3]
+    calls = [{"prompt": prompts[0], "stop": [stop], "stream": True}, {"prompt": prompts[0], "stop": [stop]},
+             {"prompt": prompts[1], "max_tokens": 7}, {"prompt": prompts[2], "max_tokens": 13, "stream": True}]
+    want = alone(srv, calls)
+    for model in ("draft-echo", "ngram-simple"):
+        got = concurrently(srv, model, calls)
+        assert_same(got, want)
+        assert got[0]["choices"][0]["finish_reason"] == "stop"
+        assert got[2]["usage"]["completion_tokens"] == 7
+        assert got[3]["pieces"] > 2  # streamed per verified chunk, not in one piece
+        assert_kv_matches_bookkeeping(srv.engine(model))
+    # the cached prefix of a finished request is reused by the next one: same answer again
+    again = complete(srv, "draft-echo", prompts[0], stop=[stop])
+    assert again["choices"][0]["text"] == want[1]["choices"][0]["text"]
+    assert again["usage"]["prompt_tokens_cached"] > 0
+
+
+def test_models_report_where_they_speculate(srv, prompts):
+    with httpx.Client(timeout=60) as http:
+        data = {m["id"]: m for m in http.get(srv.url + "/v1/models").json()["data"]}
+    assert "speculative" not in data["plain"]
+    for alias in (*NGRAM, "draft-echo", "ngram+draft"):
+        assert data[alias]["speculative"]["engine"] == "slots", alias
+        assert not srv.engine(alias).serial
+    assert data["lookup"]["speculative"] == {"types": ["prompt-lookup"], "engine": "slots"}
+    mtp = data["mtp"]["speculative"]
+    assert mtp["engine"] == "serial" and "draft-mtp" in mtp["serial_reason"]
+    hyb = data["hybrid-ngram"]["speculative"]
+    assert hyb["engine"] == "serial" and "recurrent" in hyb["serial_reason"]
+    assert srv.engine("mtp").serial and srv.engine("hybrid-ngram").serial
+    # the serial models still answer (one at a time), with their own statistics
+    r = complete(srv, "hybrid-ngram", "the cat sat on the mat", max_tokens=8)
+    assert r["usage"]["completion_tokens"] == 8
+
+
+def test_settings_refuse_bad_ngram_parameters():
+    from llama_cpp.server.settings import ModelSettings
+
+    with pytest.raises(ValueError, match="size_n"):
+        ModelSettings(model=target(), spec_type="ngram-simple", spec_ngram_simple={"size_n": 0})
+    with pytest.raises(ValueError, match="n_min"):
+        ModelSettings(model=target(), spec_type="ngram-mod", spec_ngram_mod={"n_min": 9, "n_max": 4})
+    s = ModelSettings(model=target(), spec_type="ngram-simple", n_parallel=2)
+    assert not s.serial and s.spec_serial_reason is None
+    s = ModelSettings(model=target(), spec_type="draft-mtp", n_parallel=2)
+    assert s.serial and "draft-mtp" in s.spec_serial_reason
+
