@@ -2,9 +2,12 @@
 
 Types (llama.cpp's ``common_speculative_type`` names, :class:`SpeculativeType`):
 
-- ``draft-mtp``: :class:`MTPDecoder` below, the model's own NextN head (the first one: with
-  several heads llama.cpp chains them only for step35-style models, head ``i`` drafting step
-  ``i``; gemma4-style shared-memory heads run in one graph; neither is done here yet).
+- ``draft-mtp``: :class:`MTPDecoder` below, the model's own NextN head(s). With several heads
+  (step35, hy-v3, mimo2: the architectures whose MTP graph takes ``llama_set_nextn_layer_offset``
+  and allows more than one block) they are chained as llama.cpp chains them: draft step ``i``
+  runs head ``i``, so a draft is at most as long as there are heads (``draft_n_max`` is capped,
+  as in llama.cpp). gemma4-style heads sharing the target's memory belong to a separate
+  assistant model and are not served here.
 - ``draft-simple`` (a separate draft model, :mod:`llama_cpp._spec_draft`), ``draft-eagle3`` (an
   EAGLE3 draft head fed with target hidden states, :mod:`llama_cpp._spec_eagle3`), ``draft-dflash``
   (a DFlash block-diffusion draft over target hidden states, :mod:`llama_cpp._spec_dflash`, with
@@ -51,6 +54,7 @@ the sampler is argmax.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import enum
 import logging
@@ -87,6 +91,10 @@ _NEXTN_SYMBOLS = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn", "l
 _INHERITED_PARAMS = ("n_threads", "n_threads_batch", "flash_attn_type", "type_k", "type_v", "offload_kqv",
                      "op_offload", "kv_unified", "no_perf")
 _DRAFT_TOP_K = 10  # the draft's confidence is its top token's share of the top 10, as in llama.cpp
+#: Architectures whose MTP graph runs any of several NextN blocks (``il = n_layer +
+#: nextn_layer_offset``) without asserting a single one; every other MTP graph of the pinned
+#: llama.cpp aborts the process when a model declares more than one.
+CHAINED_NEXTN_ARCHS = frozenset(("step35", "hy-v3", "mimo2"))
 
 
 class SpeculativeType(str, enum.Enum):
@@ -433,6 +441,8 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig) -> None:
                 f"{os.fspath(path)} has no NextN (MTP) layers (<arch>.nextn_predict_layers is 0 or absent): "
                 "MTP speculative decoding needs a model converted with its MTP head; use "
                 "SpecConfig(spec_type='none') or another model")
+        if n is not None and n > 1:
+            _check_nextn_heads(_gguf_arch(path), n, os.fspath(path))
     if SpeculativeType.DRAFT_SIMPLE in config.types:
         dm = os.fspath(config.draft_model_path)  # type: ignore[arg-type]
         if not os.path.isfile(dm):
@@ -536,6 +546,16 @@ def load_mtp_model(path: str | os.PathLike[str], **model_kwargs: Any) -> Any:
     check_model_file(path, SpecConfig(spec_type=SpeculativeType.DRAFT_MTP))
     model_kwargs.pop("load_mtp", None)
     return LlamaModel(path, load_mtp=True, **model_kwargs)
+
+
+def _check_nextn_heads(arch: str | None, n: int, what: str) -> None:
+    """Several NextN heads only where llama.cpp's MTP graph can run each of them."""
+    if n > 1 and arch not in CHAINED_NEXTN_ARCHS:
+        raise SpeculativeError(
+            f"{what} declares {n} NextN (MTP) layers, but llama.cpp's {arch!r} MTP graph runs exactly one "
+            f"(it would abort the process): several heads are chained only for "
+            f"{', '.join(sorted(CHAINED_NEXTN_ARCHS))}; convert the model with one MTP layer or use "
+            "another speculative type")
 
 
 def _check_mtp_loaded(model: Any) -> None:
@@ -654,6 +674,11 @@ class MTPDecoder:
     MTP draft context; pass ``target=`` to adopt a target context created with
     :func:`target_context_params`. Then :meth:`prefill` the token history (the last token is
     kept pending: it opens the first verify batch) and iterate :meth:`generate`.
+
+    A model with several NextN heads (:data:`CHAINED_NEXTN_ARCHS`) has them chained as in
+    llama.cpp: draft step ``i`` runs head ``i`` over the whole draft so far, the draft context's
+    catch-up runs once per head, and :attr:`draft_n_max` is ``config.draft_n_max`` capped at
+    :attr:`n_heads`.
     """
 
     def __init__(self, model: Any, ctx_params: Mapping[str, Any] | None, config: SpecConfig, *,
@@ -692,8 +717,21 @@ class MTPDecoder:
                 f"this llama.cpp build does not export {', '.join(missing)} (the MTP staging API): use a "
                 "build from the pinned source")
         self._C = C
-        if n_nextn > 1:
-            log.info("model has %d NextN heads; drafting uses the first one for every position", n_nextn)
+        # llama.cpp's modes: one head; several heads chained (draft step i runs head i); heads
+        # sharing the target's memory (a separate gemma4-assistant model: refused below)
+        self.n_heads = max(1, int(n_nextn))
+        self._chain = self.n_heads > 1
+        if self._chain:
+            _check_nextn_heads(model.metadata.get("general.architecture"), self.n_heads, "this model")
+            if not C.__bindings__.functions["llama_set_nextn_layer_offset"].available():
+                raise OptionalSymbolMissing(
+                    "this llama.cpp build does not export llama_set_nextn_layer_offset, which chaining "
+                    f"{self.n_heads} NextN heads needs: use a build from the pinned source")
+        #: the longest MTP draft: ``config.draft_n_max``, capped at the number of chained heads
+        self.draft_n_max = min(config.draft_n_max, self.n_heads) if self._chain else config.draft_n_max
+        if self.draft_n_max < config.draft_n_max:
+            log.info("draft_n_max=%d capped at the model's %d chained NextN heads (as llama.cpp does)",
+                     config.draft_n_max, self.n_heads)
 
         owns_target = target is None
         if owns_target:
@@ -710,6 +748,10 @@ class MTPDecoder:
                            n_batch=target.n_batch(), n_ubatch=target.n_ubatch(), n_seq_max=1,
                            n_outputs_max=1, n_outputs_max_per_seq=1)
             self._draft = LlamaContext(model, ctx_other=target, **dparams)
+            if self._mem_shared():
+                raise SpeculativeError(
+                    "this MTP draft context shares the target's memory (gemma4-assistant style heads run in "
+                    "one graph): that mode is not implemented here; use a model with its own NextN layers")
             share_threadpools(target, self._draft)
             C.llama_set_embeddings_nextn(target.ptr, True, False)   # h for every verified position
             C.llama_set_embeddings_nextn(self._draft.ptr, True, True)  # h for the draft's outputs only
@@ -826,6 +868,21 @@ class MTPDecoder:
             raise SpeculativeError("the target context returned no NextN hidden states")
         return np.ctypeslib.as_array(ptr, shape=(n, self.n_embd)).copy()
 
+    def _mem_shared(self) -> bool:
+        """llama.cpp's ``is_mem_shared``: the draft context kept the target as its ``ctx_other``."""
+        fn = self._C.__bindings__.functions.get("llama_get_ctx_other")
+        if fn is None or not fn.available():
+            return False
+        other = self._C.llama_get_ctx_other(self._draft.ptr)
+        addr = lambda p: ctypes.cast(p, ctypes.c_void_p).value if p else None  # noqa: E731
+        return other is not None and addr(other) == addr(self._target.ptr)
+
+    def _set_head(self, i: int) -> None:
+        """Select NextN head ``i`` for the draft context's next decodes (llama.cpp aborts out of range)."""
+        if not 0 <= i < self.n_heads:
+            raise SpeculativeError(f"internal error: NextN head {i} of {self.n_heads}")
+        self._C.llama_set_nextn_layer_offset(self._draft.ptr, int(i))
+
     def _draft_row(self, i: int) -> np.ndarray:
         ptr = self._C.llama_get_embeddings_nextn_ith(self._draft.ptr, int(i))
         if not ptr:
@@ -838,11 +895,30 @@ class MTPDecoder:
         return self._target_rows(len(tokens))
 
     def _decode_draft_pairs(self, tokens: Sequence[int], rows: Sequence[np.ndarray], pos0: int) -> None:
-        """Feed ``(x_p, h_{p-1})`` pairs to the draft context (its KV only, no outputs)."""
+        """Feed ``(x_p, h_{p-1})`` pairs to the draft context (its KV only, no outputs).
+
+        Chained heads: once per head, each writing its own layer's KV at ``pos0..`` (llama.cpp's
+        ``process``: the positions are removed and decoded again under each head; the cells come
+        back in the same order, so every earlier head's layer keeps what it wrote there).
+        """
         n = len(tokens)
-        for s in range(0, n, self.n_batch):
-            e = min(n, s + self.n_batch)
-            self._draw.decode(tokens[s:e], pos0 + s, False, rows[s:e])
+        if not self._chain:
+            for s in range(0, n, self.n_batch):
+                e = min(n, s + self.n_batch)
+                self._draw.decode(tokens[s:e], pos0 + s, False, rows[s:e])
+            self._n_dft = pos0 + n
+            return
+        dft = self._draft
+        try:
+            for head in range(self.n_heads):
+                if not dft.seq_rm(0, pos0, -1):
+                    raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
+                self._set_head(head)
+                for s in range(0, n, self.n_batch):
+                    e = min(n, s + self.n_batch)
+                    self._draw.decode(tokens[s:e], pos0 + s, False, rows[s:e])
+        finally:
+            self._set_head(0)  # the default for every other decode
         self._n_dft = pos0 + n
 
     def _extend(self, tokens: Sequence[int]) -> None:
@@ -913,6 +989,16 @@ class MTPDecoder:
             return lambda i: int(sampler(tgt, i))
         raise TypeError("sampler must be a LlamaSampler or a callable (context, batch_index) -> token")
 
+    def _confident(self, logits: np.ndarray, best: int) -> bool:
+        """Whether the draft's top token clears ``draft_p_min`` (its share of the top-k softmax)."""
+        p_min = self.config.draft_p_min
+        if p_min <= 0.0:
+            return True
+        k = self._topk
+        top = np.partition(logits, -k)[-k:] if k < logits.shape[0] else logits
+        p = 1.0 / float(np.exp(top.astype(np.float64) - float(logits[best])).sum())
+        return p >= p_min
+
     def _propose(self, k_max: int) -> list[int]:
         """Draft up to ``k_max`` tokens from ``(id_last, h_{n_past-1})`` (greedy on the MTP head)."""
         dft = self._draft
@@ -922,27 +1008,58 @@ class MTPDecoder:
         self._n_dft = min(self._n_dft, P)
         if self._n_dft < P:
             raise SpeculativeError(f"internal error: draft memory holds {self._n_dft} of {P} positions")
+        if self._chain:
+            return self._propose_chain(P, k_max)
         cfg = self.config
         out: list[int] = []
         tok, h = self._id_last, self._pending_h
-        k = self._topk
         raw = self._draw
         while True:
             raw.decode((tok,), P + len(out), True, (h,))
             self._n_dft = P + len(out) + 1
             logits = dft.logits_ith(0)
             best = int(np.argmax(logits))
-            if cfg.draft_p_min > 0.0:
-                top = np.partition(logits, -k)[-k:] if k < logits.shape[0] else logits
-                m = float(logits[best])
-                p = 1.0 / float(np.exp(top.astype(np.float64) - m).sum())
-                if p < cfg.draft_p_min:
-                    break
+            if not self._confident(logits, best):
+                break
             out.append(best)
             if len(out) >= k_max:
                 break
             tok, h = best, self._draft_row(0)
         if len(out) < cfg.draft_n_min:
+            out = []
+        return out
+
+    def _propose_chain(self, P: int, k_max: int) -> list[int]:
+        """llama.cpp's chained draft: step ``i`` runs head ``i`` over the whole draft so far.
+
+        Each head has its own layer (and KV), which the catch-up filled only below ``P``: so step
+        ``i`` removes the draft region and decodes ``[id_last, d_0 .. d_{i-1}]`` at ``P..`` with
+        the hidden rows ``[h_{P-1}, h'_0 .. h'_{i-1}]`` (``h'_j``: head ``j``'s output at its last row).
+        """
+        dft, raw = self._draft, self._draw
+        toks: list[int] = [self._id_last]  # type: ignore[list-item]
+        rows: list[np.ndarray] = [self._pending_h]
+        out: list[int] = []
+        try:
+            for i in range(min(k_max, self.n_heads)):
+                if not dft.seq_rm(0, P, -1):
+                    raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
+                self._set_head(i)
+                raw.decode(toks, P, "last", rows)
+                self._n_dft = P + len(toks)
+                last = len(toks) - 1
+                logits = dft.logits_ith(last)
+                best = int(np.argmax(logits))
+                if not self._confident(logits, best):
+                    break
+                out.append(best)
+                if len(out) >= k_max:
+                    break
+                rows.append(self._draft_row(last))
+                toks.append(best)
+        finally:
+            self._set_head(0)
+        if len(out) < self.config.draft_n_min:
             out = []
         return out
 
@@ -978,9 +1095,10 @@ class MTPDecoder:
                 if self._extra and k_max > 0:
                     draft, src = propose(self._extra, self._kv, self._id_last, k_max, model.n_vocab)
                 # the MTP head drafts (and decodes (id_last, h_prev) at P) only when no other type did
-                drafted_here = src is None and k_max >= max(cfg.draft_n_min, 1)
+                k_mtp = min(k_max, self.draft_n_max)
+                drafted_here = src is None and k_mtp >= max(cfg.draft_n_min, 1)
                 if src is None:
-                    draft = self._propose(k_max) if drafted_here else []
+                    draft = self._propose(k_mtp) if drafted_here else []
                 k = len(draft)
                 t1 = clock()
                 st.t_draft += t1 - t0
@@ -1027,8 +1145,9 @@ class MTPDecoder:
                 t3 = clock()
                 st.t_rollback += t3 - t2
 
-                # draft memory: keep < P (+ P itself if drafting decoded (id_last, h_prev) there)
-                keep_dft = P + 1 if drafted_here else P
+                # draft memory: keep < P (+ P itself if drafting decoded (id_last, h_prev) there;
+                # chained heads decode P again under every head, as llama.cpp's process() does)
+                keep_dft = P + 1 if drafted_here and not self._chain else P
                 if self._n_dft > keep_dft and not dft.seq_rm(0, keep_dft, -1):
                     raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
                 self._n_dft = min(self._n_dft, keep_dft)
@@ -1100,6 +1219,7 @@ class MTPDecoder:
 
 
 __all__ = [
+    "CHAINED_NEXTN_ARCHS",
     "DRAFT_N_MAX_LIMIT",
     "DraftDecoder",
     "DraftState",
