@@ -355,13 +355,19 @@ _STRICT_PERCENT = (75, 66, 66, 66)
 NgramCounts = dict[tuple[int, ...], dict[int, int]]
 
 
-def _cache_update(cache: NgramCounts, tokens: Sequence[int], n_new: int) -> None:
+def _cache_update(cache: NgramCounts, tokens: Sequence[int], n_new: int,
+                  picks: dict[tuple[int, ...], int | None] | None = None) -> None:
+    """Count the continuations of the n-grams ending in the last ``n_new`` tokens; ``picks`` (the
+    memo of :func:`_pick_primary` over ``cache``) forgets the n-grams whose counts changed."""
     size = len(tokens)
     for k in range(NGRAM_MIN, NGRAM_MAX + 1):
         for i in range(max(size - n_new, k), size):
-            part = cache.setdefault(tuple(tokens[i - k:i]), {})
+            gram = tuple(tokens[i - k:i])
+            part = cache.setdefault(gram, {})
             t = tokens[i]
             part[t] = part.get(t, 0) + 1
+            if picks is not None:
+                picks.pop(gram, None)
 
 
 def load_ngram_cache(path: str | os.PathLike[str]) -> NgramCounts:
@@ -392,23 +398,46 @@ def load_ngram_cache(path: str | os.PathLike[str]) -> NgramCounts:
     return out
 
 
-def _pick_primary(cache: NgramCounts, grams: list[tuple[int, ...] | None], static_part: dict[int, int],
-                  min_samples: Sequence[int], min_percent: Sequence[int]) -> int | None:
-    for i in range(len(grams) - 1, -1, -1):  # longest n-gram first
-        g = grams[i]
-        part = cache.get(g) if g is not None else None
-        if part is None:
-            continue
-        best_p = best_s = total = 0
-        best = None
-        for tok, cnt in part.items():
-            cs = 100 * static_part[tok] if tok in static_part else 1
-            if cnt * cs > best_p * best_s:
-                best, best_p, best_s = tok, cnt, cs
-            total += cnt
-        if total < min_samples[i] or 100 * best_p < min_percent[i] * total:
-            continue
-        return best
+def _pick_part(part: dict[int, int] | None, static_part: dict[int, int], min_samples: int,
+               min_percent: int) -> int | None:
+    """The continuation ``part`` drafts after one n-gram (weighted by the static cache), or None."""
+    if part is None:
+        return None
+    best_p = best_s = total = 0
+    best = None
+    for tok, cnt in part.items():
+        cs = 100 * static_part[tok] if tok in static_part else 1
+        if cnt * cs > best_p * best_s:
+            best, best_p, best_s = tok, cnt, cs
+        total += cnt
+    if total < min_samples or 100 * best_p < min_percent * total:
+        return None
+    return best
+
+
+_UNSET = object()
+_EMPTY: dict[int, int] = {}
+
+
+def _pick_primary(cache: NgramCounts, seq: Sequence[int], static_part: dict[int, int],
+                  min_samples: Sequence[int], min_percent: Sequence[int],
+                  picks: dict[tuple[int, ...], int | None] | None = None) -> int | None:
+    """The continuation of the longest n-gram ending ``seq`` (``NGRAM_MIN..NGRAM_MAX`` tokens) that
+    qualifies in ``cache``. ``picks`` memoizes the answer per n-gram while no static weights apply
+    (whoever updates ``cache`` drops the n-grams whose counts changed)."""
+    end = len(seq)
+    memo = picks is not None and not static_part
+    for k in range(min(NGRAM_MAX, end), NGRAM_MIN - 1, -1):  # longest n-gram first
+        g = tuple(seq[end - k:end])
+        if memo:
+            tok = picks.get(g, _UNSET)  # type: ignore[union-attr, arg-type]
+            if tok is _UNSET:
+                tok = picks[g] = _pick_part(cache.get(g), static_part, min_samples[k - 1],  # type: ignore[index]
+                                            min_percent[k - 1])
+        else:
+            tok = _pick_part(cache.get(g), static_part, min_samples[k - 1], min_percent[k - 1])
+        if tok is not None:
+            return tok  # type: ignore[return-value]
     return None
 
 
@@ -443,6 +472,9 @@ class NgramCache:
     def reset(self) -> None:
         self.context: NgramCounts = {}
         self.cache_size = 0
+        # memoized picks per n-gram (see _pick_primary); the dynamic cache never changes here
+        self._picks_context: dict[tuple[int, ...], int | None] = {}
+        self._picks_dynamic: dict[tuple[int, ...], int | None] = {}
 
     def rewind(self, n_keep: int) -> None:
         self.reset()  # the context counts are rebuilt from the history at the next draft
@@ -451,26 +483,29 @@ class NgramCache:
         pass
 
     def draft(self, prompt: list[int], id_last: int) -> list[int]:
-        if self.cache_size < len(prompt) + 1:
+        n_prompt = len(prompt)
+        if self.cache_size < n_prompt + 1:
             # like llama.cpp, only n-grams within each newly appended chunk are counted
             new = prompt[self.cache_size:] + [id_last]
-            _cache_update(self.context, new, len(new))
-            self.cache_size = len(prompt) + 1
-        inp = prompt + [id_last]
-        if len(inp) < NGRAM_STATIC:
+            _cache_update(self.context, new, len(new), self._picks_context)
+            self.cache_size = n_prompt + 1
+        if n_prompt + 1 < NGRAM_STATIC:
             return []
-        seq = inp  # the drafted tokens are appended after the input
+        # the lookups read the last NGRAM_MAX tokens of the input and the drafted ones after it
+        # (a window holds at least k tokens exactly when the whole input does)
+        seq = prompt[max(n_prompt - (NGRAM_MAX - 1), 0):]
+        seq.append(id_last)
+        static = self.static
         out: list[int] = []
         while len(out) < self.n_draft:
-            end = len(seq)
-            s_gram = tuple(seq[end - NGRAM_STATIC:end])
-            static_part = self.static.get(s_gram, {})
-            grams = [tuple(seq[end - k:end]) if end >= k else None for k in range(NGRAM_MIN, NGRAM_MAX + 1)]
-            tok = _pick_primary(self.context, grams, static_part, _LAX_SAMPLES, _LAX_PERCENT)
-            if tok is None:
-                tok = _pick_primary(self.dynamic, grams, static_part, _STRICT_SAMPLES, _STRICT_PERCENT)
-            if tok is None:
-                tok = _pick_static(self.static, s_gram)
+            s_gram = tuple(seq[len(seq) - NGRAM_STATIC:])
+            static_part = static.get(s_gram, _EMPTY) if static else _EMPTY
+            tok = _pick_primary(self.context, seq, static_part, _LAX_SAMPLES, _LAX_PERCENT, self._picks_context)
+            if tok is None and self.dynamic:
+                tok = _pick_primary(self.dynamic, seq, static_part, _STRICT_SAMPLES, _STRICT_PERCENT,
+                                    self._picks_dynamic)
+            if tok is None and static:
+                tok = _pick_static(static, s_gram)
             if tok is None:
                 break
             out.append(tok)

@@ -1,0 +1,165 @@
+"""The fast paths of the n-gram drafters and the verify loop keep their meaning.
+
+``NgramCache`` memoizes its picks per n-gram and looks only at the tail of the history: its
+drafts must equal a direct count over the whole history (the algorithm of llama.cpp's
+``common/ngram-cache.cpp``, written out here) under growth, rewinds and file caches. A decoder
+warms up only the target context it created, and leaves it empty.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from llama_cpp._spec_ngram import NgramCache
+
+from .util import CTX, config, plain_generate
+
+
+def _counts(tokens: list[int], start: int) -> dict[tuple[int, ...], dict[int, int]]:
+    """Continuation counts of the 1..4-grams of ``tokens`` that end at ``start..`` (within the chunk)."""
+    out: dict[tuple[int, ...], dict[int, int]] = {}
+    for k in range(1, 5):
+        for i in range(max(start, k), len(tokens)):
+            part = out.setdefault(tuple(tokens[i - k:i]), {})
+            part[tokens[i]] = part.get(tokens[i], 0) + 1
+    return out
+
+
+def _merge(into: dict, add: dict) -> None:
+    for g, part in add.items():
+        dst = into.setdefault(g, {})
+        for t, c in part.items():
+            dst[t] = dst.get(t, 0) + c
+
+
+def _pick(cache: dict, grams: list, static_part: dict, samples: tuple, percent: tuple) -> int | None:
+    for i in range(len(grams) - 1, -1, -1):
+        part = cache.get(grams[i]) if grams[i] is not None else None
+        if part is None:
+            continue
+        best = None
+        best_p = best_s = total = 0
+        for tok, cnt in part.items():
+            cs = 100 * static_part[tok] if tok in static_part else 1
+            if cnt * cs > best_p * best_s:
+                best, best_p, best_s = tok, cnt, cs
+            total += cnt
+        if total >= samples[i] and 100 * best_p >= percent[i] * total:
+            return best
+    return None
+
+
+class _Reference:
+    """llama.cpp's ngram-cache drafting, recounted from the whole input at every draft."""
+
+    def __init__(self, n_draft: int, static: dict, dynamic: dict) -> None:
+        self.n_draft, self.static, self.dynamic = n_draft, static, dynamic
+        self.context: dict = {}
+        self.chunks: list[int] = []  # the history as the chunks it was counted in
+        self.size = 0
+
+    def rewind(self) -> None:
+        self.context, self.size = {}, 0
+
+    def draft(self, prompt: list[int], id_last: int) -> list[int]:
+        if self.size < len(prompt) + 1:
+            new = prompt[self.size:] + [id_last]
+            _merge(self.context, _counts(new, 0))
+            self.size = len(prompt) + 1
+        seq = prompt + [id_last]
+        if len(seq) < 2:
+            return []
+        out: list[int] = []
+        while len(out) < self.n_draft:
+            end = len(seq)
+            s_gram = tuple(seq[end - 2:end])
+            static_part = self.static.get(s_gram, {})
+            grams = [tuple(seq[end - k:end]) if end >= k else None for k in range(1, 5)]
+            tok = _pick(self.context, grams, static_part, (2, 2, 1, 1), (66, 50, 50, 50))
+            if tok is None:
+                tok = _pick(self.dynamic, grams, static_part, (4, 3, 2, 2), (75, 66, 66, 66))
+            if tok is None:
+                part = self.static.get(s_gram)
+                if part:
+                    best, best_c = max(part.items(), key=lambda kv: kv[1])
+                    if sum(part.values()) >= 2 and 100 * best_c >= 50 * sum(part.values()):
+                        tok = best
+            if tok is None:
+                break
+            out.append(tok)
+            seq.append(tok)
+        return out
+
+
+def _random_cache(rng: random.Random, vocab: int, n: int) -> dict:
+    out: dict = {}
+    for _ in range(n):
+        gram = tuple(rng.randrange(vocab) for _ in range(rng.choice((2, 2, 3, 4))))
+        part = out.setdefault(gram, {})
+        for _ in range(rng.randrange(1, 4)):
+            t = rng.randrange(vocab)
+            part[t] = part.get(t, 0) + rng.randrange(1, 6)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cache_drafts_equal_a_full_recount(seed):
+    rng = random.Random(seed)
+    vocab = rng.choice((3, 5, 9))
+    static = _random_cache(rng, vocab, 12) if seed % 3 == 1 else {}
+    dynamic = _random_cache(rng, vocab, 20) if seed % 3 == 2 else {}
+    n_draft = rng.choice((1, 3, 8))
+    fast, ref = NgramCache(n_draft, static=static, dynamic=dynamic), _Reference(n_draft, static, dynamic)
+    # a repetitive source so that drafts are often accepted, with noise so that they are not always
+    cycle = [rng.randrange(vocab) for _ in range(rng.randrange(2, 7))]
+    hist = [rng.randrange(vocab) for _ in range(rng.randrange(0, 6))]
+    id_last = rng.randrange(vocab)
+    drafted = 0
+    for step in range(150):
+        got = fast.draft(hist, id_last)
+        assert got == ref.draft(hist, id_last), (seed, step)
+        drafted += len(got)
+        n_acc = 0
+        while n_acc < len(got) and rng.random() < 0.8:
+            n_acc += 1
+        emitted = got[:n_acc] + [cycle[step % len(cycle)] if rng.random() < 0.7 else rng.randrange(vocab)]
+        for t in emitted:
+            hist.append(id_last)
+            id_last = t
+        if rng.random() < 0.05 and len(hist) > 4:  # the history shrinks: the decoder rewinds its drafters
+            del hist[rng.randrange(1, len(hist)):]
+            fast.rewind(len(hist))
+            ref.rewind()
+    assert drafted > 0
+
+
+def test_decoder_warms_only_its_own_target(targets):
+    """A decoder that creates its target context warms it up and hands it over empty; one given a
+    context leaves that context's memory alone."""
+    from llama_cpp._internals import LlamaBatch, LlamaContext
+    from llama_cpp._spec_engine import DraftDecoder
+    from llama_cpp.speculative import build_drafters, make_decoder
+
+    from .util import greedy_sampler
+
+    model = targets["echo"]
+    prompt = model.tokenize(b"the cat sat on the mat and the cat sat on the mat and the", add_special=True)
+    cfg = config("ngram-mod", 4)
+    with make_decoder(model, cfg, ctx_params=dict(CTX)) as dec:
+        assert dec.target.seq_pos_max(0) == -1
+        perf = dec.target.perf()  # the warm-up decode is not counted
+        assert perf["t_eval_ms"] == 0 and perf["t_p_eval_ms"] == 0
+        dec.prefill(prompt)
+        assert list(dec.generate(greedy_sampler(), 24)) == plain_generate(model, prompt, 24)
+
+    with LlamaContext(model, **CTX) as ctx, LlamaBatch(8, 0, 1) as b:
+        for i, t in enumerate(prompt[:5]):
+            b.add(t, i, 0, i == 4)
+        ctx.decode(b)
+        dec = DraftDecoder(model, ctx, cfg, build_drafters(model, cfg, ctx))
+        try:
+            assert ctx.seq_pos_max(0) == 4
+        finally:
+            dec.close()
