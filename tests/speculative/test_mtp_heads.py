@@ -210,20 +210,56 @@ def test_matches_llama_speculative_simple(models, run_tool, form):
             assert rates == [r for r in tool_rates if r], (form, dn, p)
 
 
-def test_llama_completion_equals_plain():
-    """``Llama(..., speculative=SpecConfig('draft-mtp'))`` on a chained-heads model."""
+@pytest.fixture(scope="module")
+def llamas():
+    """(plain, speculative with draft_n_max=8) ``Llama`` per form, created on demand."""
     from llama_cpp.llama import Llama
     from llama_cpp.speculative import SpecConfig
 
-    kw = {"n_ctx": 256, "n_batch": 64, "n_ubatch": 64, "n_threads": 1, "n_threads_batch": 1, "verbose": False}
-    path = _path("broken")
-    with Llama(path, **kw) as plain, Llama(path, speculative=SpecConfig("draft-mtp", draft_n_max=8), **kw) as spec:
-        for p in PROMPTS[:2]:
-            ref = plain.create_completion(p, max_tokens=24, temperature=0)
-            got = spec.create_completion(p, max_tokens=24, temperature=0)
-            assert got["choices"][0]["text"] == ref["choices"][0]["text"]
-            st = spec.last_speculative_stats
-            assert len(st.drafted_at) == HEADS and st.accepted == st.accepted_at[0] == st.drafted_at[0]
+    kw = {"n_ctx": 512, "n_batch": 64, "n_ubatch": 64, "n_threads": 1, "n_threads_batch": 1, "verbose": False}
+    made: dict = {}
+
+    def get(form: str):
+        if form not in made:
+            path = _path(form)
+            made[form] = (Llama(path, **kw), Llama(path, speculative=SpecConfig("draft-mtp", draft_n_max=8), **kw))
+        return made[form]
+
+    yield get
+    for pair in made.values():
+        for obj in pair:
+            obj.close()
+
+
+def test_llama_completion_and_streaming(llamas):
+    plain, spec = llamas("broken")
+    for p in PROMPTS[:2]:
+        ref = plain.create_completion(p, max_tokens=24, temperature=0)
+        got = spec.create_completion(p, max_tokens=24, temperature=0)
+        assert got["choices"][0]["text"] == ref["choices"][0]["text"]
+        st = spec.last_speculative_stats
+        # draft_n_max 8 drafts one token per head; only the first head (before the broken one) is right
+        assert len(st.drafted_at) == HEADS and st.accepted == st.accepted_at[0] == st.drafted_at[0] > 0
+        chunks = list(spec.create_completion(p, max_tokens=24, temperature=0, stream=True))
+        assert "".join(c["choices"][0]["text"] for c in chunks) == ref["choices"][0]["text"]
+
+
+def test_llama_chat_grammar_and_sampling(llamas):
+    plain, spec = llamas("noisy")
+    msgs = [{"role": "user", "content": "Tell me a story"}]
+    for _turn in range(2):
+        ref = plain.create_chat_completion(msgs, max_tokens=16, temperature=0)
+        got = spec.create_chat_completion(msgs, max_tokens=16, temperature=0)
+        assert got["choices"][0]["message"] == ref["choices"][0]["message"]
+        msgs = msgs + [ref["choices"][0]["message"], {"role": "user", "content": "And then what"}]
+    grammar = 'root ::= (" the" | " cat" | " sat" | " on" | " mat")+'
+    for temp, seed in ((0.0, 1), (0.9, 3)):
+        ref = plain.create_completion(PROMPTS[0], max_tokens=20, temperature=temp, seed=seed, grammar=grammar)
+        got = spec.create_completion(PROMPTS[0], max_tokens=20, temperature=temp, seed=seed, grammar=grammar)
+        assert got["choices"][0]["text"] == ref["choices"][0]["text"], (temp, seed)
+    ref = plain.create_completion(PROMPTS[1], max_tokens=24, temperature=0.8, seed=5)
+    got = spec.create_completion(PROMPTS[1], max_tokens=24, temperature=0.8, seed=5)
+    assert got["choices"][0]["text"] == ref["choices"][0]["text"]
 
 
 # -- models llama.cpp cannot chain ---------------------------------------------------------------
