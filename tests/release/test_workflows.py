@@ -181,7 +181,8 @@ def test_python_lists_that_cannot_read_the_one_list_agree_with_it():
 PLATFORM_JOBS = ("native", "wheels", "smoke")
 
 
-# Not released until cuda_toolkit.py provisions Windows toolkits; their rows are checked as if they were.
+# Released since cuda_toolkit.py provisions Windows toolkits (the WINDOWS layout); the helper below
+# still forces release = true, so their rows stay checked should one be held back again.
 WINDOWS_CUDA = ("cuda-12.8-windows", "cuda-13.0-windows")
 
 
@@ -197,12 +198,12 @@ def _rows() -> dict[str, dict]:
     return {r["config"]: r for r in ci_matrices(_released_windows_cuda())["configs"]["include"]}
 
 
-def test_windows_cuda_is_not_released_before_its_toolkit():
+def test_windows_cuda_is_released_with_its_toolkit():
     from build_tools.stages.native import cuda_toolkit
 
     names = ci_matrices()["names"].split()
-    assert not set(WINDOWS_CUDA) & set(names)
-    assert "nvcc.exe" not in Path(cuda_toolkit.__file__).read_text()  # when it is, release them
+    assert set(WINDOWS_CUDA) <= set(names)
+    assert cuda_toolkit.WINDOWS.nvcc(Path("root")).name == "nvcc.exe"  # the layout they are built with
 
 
 def test_windows_and_macos_rows_run_on_their_runner_without_a_container():

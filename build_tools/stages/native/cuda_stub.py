@@ -8,15 +8,25 @@ at run time the real driver, installed with the NVIDIA kernel module, is loaded 
 The stub is **never shipped**: it lives in the toolkit cache, outside the build's ``bin/``, so
 native staging never sees it, and wheel repair excludes ``libcuda.so.1``. Each of its functions
 returns ``CUDA_ERROR_STUB_LIBRARY`` (34), so a program that loads it by mistake fails cleanly.
+
+Windows has no stub to compile: MSVC's linker takes an *import library* (``.lib``) that names
+the DLL and its symbols, nothing more. :func:`import_library` writes one from a ``.def`` list
+with the MSVC librarian (``lib``) or LLVM's (``llvm-lib``/``llvm-dlltool``, which write the same
+bytes), from the exports of a DLL (:func:`dll_exports`, for cuBLAS, whose Windows wheels carry
+the DLLs but no ``.lib``) or from :data:`DRIVER_SYMBOLS` (``cuda.lib`` for ``nvcuda.dll``, when
+a toolkit lacks it). A program linked with it imports the symbols by name from the DLL, exactly
+as with NVIDIA's own import library; nothing of the ``.lib`` is shipped.
 """
 
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import shutil
+import struct
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ...common import proc
@@ -111,3 +121,124 @@ def undefined_driver_symbols(path: Path) -> set[str]:
         if len(name) > 2 and name.startswith("cu") and name[2].isupper():
             out.add(name)
     return out
+
+
+# ---------------------------------------------------------------------------- Windows import libraries
+
+DRIVER_DLL = "nvcuda.dll"
+# Librarians that write an x64 import library from a .def file: MSVC's lib (Windows only: elsewhere
+# a `lib` on PATH is something else), else llvm-dlltool. Not llvm-lib: before LLVM 15 it ignores
+# -def: with a warning and exits 0 having written nothing.
+_DLLTOOL_STYLE = ("llvm-dlltool", *(f"llvm-dlltool-{v}" for v in range(22, 13, -1)))
+
+
+def dll_exports(path: Path) -> tuple[str, tuple[str, ...]]:
+    """(the DLL's own name, its exported names in table order) from a PE image's export directory.
+
+    Read through a memory map: cuBLASLt's DLL is half a gigabyte and only its headers and
+    export table are needed. ``ValueError`` for anything that is not a PE image with exports.
+    """
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        try:
+            return _exports(data)
+        except (struct.error, IndexError, ValueError) as exc:
+            raise ValueError(f"{path}: no readable PE export table ({exc})") from None
+
+
+def _exports(data: mmap.mmap | bytes) -> tuple[str, tuple[str, ...]]:
+    if data[:2] != b"MZ":
+        raise ValueError("not a PE file (no MZ header)")
+    (pe,) = struct.unpack_from("<I", data, 0x3C)
+    if data[pe:pe + 4] != b"PE\0\0":
+        raise ValueError("no PE signature")
+    n_sections, = struct.unpack_from("<H", data, pe + 6)
+    opt_size, = struct.unpack_from("<H", data, pe + 20)
+    opt = pe + 24
+    magic, = struct.unpack_from("<H", data, opt)
+    dirs = {0x20B: opt + 112, 0x10B: opt + 96}.get(magic)
+    if dirs is None:
+        raise ValueError(f"unknown optional header magic {magic:#x}")
+    export_rva, export_size = struct.unpack_from("<II", data, dirs)
+    if not export_rva or not export_size:
+        raise ValueError("the image exports nothing")
+    sections = [struct.unpack_from("<IIII", data, opt + opt_size + 40 * i + 8) for i in range(n_sections)]
+
+    def offset(rva: int) -> int:
+        for vsize, vaddr, raw_size, raw_ptr in sections:
+            if vaddr <= rva < vaddr + max(vsize, raw_size):
+                return raw_ptr + rva - vaddr
+        raise ValueError(f"RVA {rva:#x} lies in no section")
+
+    def cstring(rva: int) -> str:
+        start = offset(rva)
+        end = data.find(b"\0", start, start + 4096)
+        if end < 0:
+            raise ValueError(f"unterminated name at RVA {rva:#x}")
+        return bytes(data[start:end]).decode("ascii")
+
+    name_rva, _base, _n_funcs, n_names, _funcs, names_rva = struct.unpack_from("<IIIIII", data, offset(export_rva) + 12)
+    names_at = offset(names_rva)
+    names = tuple(cstring(struct.unpack_from("<I", data, names_at + 4 * i)[0]) for i in range(n_names))
+    return cstring(name_rva), names
+
+
+def def_source(dll_name: str, symbols: Iterable[str]) -> str:
+    """A module-definition (``.def``) file: ``dll_name`` and the names it exports."""
+    names = sorted(set(symbols))
+    if not names:
+        raise ValueError(f"no symbols to export from {dll_name}")
+    for name in (dll_name, *names):
+        if not name or any(c.isspace() or c in ';"=' for c in name):
+            raise ValueError(f"{name!r} cannot be written to a .def file")
+    return f"LIBRARY {dll_name}\nEXPORTS\n" + "".join(f"    {n}\n" for n in names)
+
+
+def find_librarian(path: str | None = None) -> list[str]:
+    """The command prefix of a librarian that turns a ``.def`` into an x64 import library."""
+    found = shutil.which("lib", path=path) if os.name == "nt" else None
+    if found:
+        return [found, "-nologo", "-machine:x64"]
+    for name in _DLLTOOL_STYLE:
+        found = shutil.which(name, path=path)
+        if found:
+            return [found, "-m", "i386:x86-64"]
+    raise NativeBuildError(
+        "no librarian to write a CUDA import library (.lib) with: run the build from an MSVC "
+        "environment (vcvars64, which puts lib.exe on PATH) or install LLVM (llvm-dlltool)"
+    )
+
+
+def import_library(out: Path, dll_name: str, symbols: Iterable[str], *, librarian: Sequence[str] | None = None) -> Path:
+    """Write the x64 import library ``out`` for ``dll_name`` exporting ``symbols``; return ``out``."""
+    source = def_source(dll_name, symbols)
+    cmd_prefix = list(librarian) if librarian is not None else find_librarian()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cuda-implib-") as tmp:
+        def_file, built = Path(tmp) / f"{out.stem}.def", Path(tmp) / out.name
+        def_file.write_text(source, encoding="ascii")
+        if "-machine:x64" in cmd_prefix:
+            cmd = [*cmd_prefix, f"-def:{def_file}", f"-out:{built}"]
+        else:
+            cmd = [*cmd_prefix, "-d", str(def_file), "-l", str(built)]
+        proc.run(cmd, what=f"writing the import library {out.name} for {dll_name} (`{' '.join(cmd)}`)",
+                 error=NativeBuildError)
+        if not built.is_file():
+            raise NativeBuildError(f"`{' '.join(cmd)}` exited 0 but wrote no {built.name}")
+        shutil.move(str(built), out)
+    log.debug("wrote the import library %s (%s)", out, dll_name)
+    return out
+
+
+def dll_import_library(out: Path, dll: Path, *, librarian: Sequence[str] | None = None) -> Path:
+    """The import library of a real DLL, from its export table (its own name is what it imports as)."""
+    try:
+        own_name, names = dll_exports(dll)
+    except ValueError as exc:
+        raise NativeBuildError(f"cannot write {out.name} from {dll}: {exc}") from None
+    return import_library(out, own_name or dll.name, names, librarian=librarian)
+
+
+def driver_import_library(out: Path, *, librarian: Sequence[str] | None = None,
+                          symbols: Iterable[str] = DRIVER_SYMBOLS) -> Path:
+    """``cuda.lib`` for ``nvcuda.dll``: the driver functions ggml-cuda calls (Windows' libcuda stub)."""
+    return import_library(out, DRIVER_DLL, symbols, librarian=librarian)

@@ -1,4 +1,4 @@
-"""Provision the CUDA toolkit a CUDA configuration builds with: NVIDIA's PyPI wheels, or a system one.
+r"""Provision the CUDA toolkit a CUDA configuration builds with: NVIDIA's PyPI wheels, or a system one.
 
 ``provision(spec)`` returns a :class:`CudaToolkit` whose ``versions`` enter the content key and the
 native manifest, whose ``cmake_defines()`` are the path-valued ``-D`` definitions and whose ``env()``
@@ -7,6 +7,7 @@ is the extra build environment. The result is cached under ``cache_root()/cuda/<
     site/          pip install --target of the pinned wheels (exact pins, --no-deps)
     toolkit/       a symlink farm CMake's FindCUDAToolkit and nvcc accept as a toolkit root:
                    bin/ include/ lib64/ (lib -> lib64) nvvm/, plus lib64/stubs/libcuda.so
+                   (Windows: hard links or copies, bin\ include\ lib\x64\ nvvm\, see below)
     toolkit.json   written last: its presence marks a finished, verified toolkit
 
 created in a temporary sibling directory and renamed into place, so an interrupted run leaves
@@ -36,6 +37,48 @@ needs only cudart and cuBLAS, and the NEEDED entry ``libcuda.so.1`` disappears) 
 the legacy pool: separate ``cudaMalloc`` chunks, more fragmentation and memory overhead on
 long-running servers. Because the driver is needed at run time anyway (cudart itself loads
 ``libcuda.so.1``), the stub costs nothing for users and keeps the faster pool: it is the default.
+
+Windows (``WINDOWS`` layout, chosen on a Windows host; Ninja + nvcc with MSVC's ``cl`` as host
+compiler). The toolkit root is the one NVIDIA's installer makes: ``bin\nvcc.exe`` and its
+helpers, ``include\``, ``lib\x64\*.lib``, ``nvvm\``. nvcc.profile there reads ``TOP =
+$(_HERE_)/..``, ``-I$(TOP)/include`` and ``/LIBPATH:$(TOP)/lib/x64``, so a root assembled
+elsewhere works as long as ``nvcc.exe`` is *started from* its ``bin\``. Symlinks need a privilege
+on Windows, so the root is made of hard links to the pip target (same volume), else copies (a
+system toolkit on another drive); DLLs are left out: nothing loads them at build time, the
+runtime comes from the user's NVIDIA wheels, and cuBLASLt's alone is 480-670 MB. What the
+win_amd64 wheels carry (read from PyPI, ``unzip -l``):
+
+====================================  ==========================================================
+CUDA 13 (all under ``nvidia/cu13/``)
+nvidia-cuda-nvcc 13.0.88              ``bin/nvcc.exe nvcc.profile ptxas.exe fatbinary.exe
+                                      nvlink.exe cudafe++.exe bin2c.exe``, ``bin/crt/*.stub``
+nvidia-nvvm 13.0.88                   ``nvvm/bin/cicc.exe``, ``nvvm/libdevice/``,
+                                      ``bin/x86_64/nvvm64_40_0.dll``
+nvidia-cuda-crt 13.0.88               ``include/crt/``
+nvidia-cuda-runtime 13.0.96           ``include/``, ``lib/x64/{cudart,cudart_static,cuda,
+                                      cudadevrt}.lib``, ``bin/x86_64/cudart64_13.dll``
+nvidia-cublas 13.0.2.14               ``include/cublas*.h``, ``bin/x86_64/cublas{,Lt}64_13.dll``:
+                                      **no .lib**
+nvidia-cuda-cccl 13.0.85              ``include/cccl/`` (cub, thrust, libcudacxx), ``lib/cmake``
+CUDA 12.8 (each under ``nvidia/<component>/``)
+nvidia-cuda-nvcc-cu12 12.8.93         ``bin/ptxas.exe``, ``nvvm/bin/nvvm64_40_0.dll``,
+                                      ``nvvm/libdevice``, ``include/crt``: no nvcc.exe, cicc,
+                                      cudafe++, fatbinary or nvlink
+nvidia-cuda-runtime-cu12 12.8.90      ``include/``, ``bin/cudart64_12.dll``: no .lib at all
+nvidia-cublas-cu12 12.8.4.1           ``include/``, ``bin/cublas{,Lt}64_12.dll``: no .lib
+nvidia-cuda-cccl-cu12 12.8.90         ``include/`` (cub, thrust), ``lib/cmake``
+====================================  ==========================================================
+
+(The DLLs sit in ``bin\x86_64`` in CUDA 13, ``bin`` in CUDA 12.) So CUDA 13 is complete but
+for cuBLAS's import libraries, which are written from the DLLs' export tables
+(:func:`cuda_stub.dll_import_library`); the generated ``.lib`` names only the DLL and its
+symbols, so what ggml-cuda.dll imports is fixed by the pins. CUDA 12.8 has no Windows compiler on
+PyPI and stays on ``toolkit = "system"``: NVIDIA's redistributable archives (release.yml's
+Windows CUDA step) carry nvcc.exe and every ``.lib``. The driver import library ``cuda.lib``
+comes with the CUDA 13 runtime wheel and the archives; a toolkit without it gets one written for
+``nvcuda.dll`` from :data:`cuda_stub.DRIVER_SYMBOLS` (Windows' counterpart of the libcuda stub,
+kept for the same reason: the VMM pool; ``nvcuda.dll`` comes with every NVIDIA driver). The
+layout and which import libraries were written enter ``versions`` (and so the content key).
 """
 
 from __future__ import annotations
@@ -106,6 +149,66 @@ COMPONENT_WHEELS: dict[int, dict[str, str | None]] = {
     },
 }
 
+# Windows: the same components, NVIDIA's Windows toolkit layout (see the module docstring).
+WINDOWS_REQUIRED_FILES: dict[str, str] = {
+    "bin/nvcc.exe": "nvcc",
+    "bin/nvcc.profile": "nvcc",
+    "bin/ptxas.exe": "nvcc",
+    "bin/fatbinary.exe": "nvcc",
+    "bin/nvlink.exe": "nvcc",
+    "bin/cudafe++.exe": "nvcc",
+    "nvvm/bin/cicc.exe": "nvvm",
+    "nvvm/libdevice/libdevice.10.bc": "nvvm",
+    "include/crt/host_config.h": "crt",
+    "include/cuda_runtime.h": "runtime",
+    "lib/x64/cudart.lib": "runtime",
+    "lib/x64/cudart_static.lib": "runtime_static",  # CMake's compiler check links the static runtime
+    "include/cublas_v2.h": "cublas",
+    "lib/x64/cublas.lib": "cublas",
+    "lib/x64/cublasLt.lib": "cublas",
+    "lib/x64/cuda.lib": "driver",
+}
+# Import libraries written from a DLL when no component has them: farm name -> DLL name pattern.
+WINDOWS_IMPORT_LIBS: dict[str, str] = {"cublas.lib": "cublas64_*.dll", "cublasLt.lib": "cublasLt64_*.dll"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a toolkit root keeps what: Linux's ``bin/nvcc`` and ``lib64/``, Windows' ``bin\\nvcc.exe``
+    and ``lib\\x64\\``; and how the root is made (a symlink farm, or hard links and copies)."""
+
+    name: str
+    exe: str  # suffix of programs
+    lib_dir: str
+    top_dirs: dict[str, str]  # a component's top-level directory -> where it lands in the root
+    required: dict[str, str]  # root path -> component
+    libraries: dict[str, str]  # CMake's CUDA_<name>_LIBRARY -> file in lib_dir
+    driver_library: str  # root path of the driver's link library
+    symlinks: bool
+
+    def nvcc(self, root: Path) -> Path:
+        return root / "bin" / f"nvcc{self.exe}"
+
+
+LINUX = Layout(
+    name="linux", exe="", lib_dir="lib64", top_dirs=_TOP_DIRS, required=REQUIRED_FILES,
+    libraries={"cudart": "libcudart.so", "cublas": "libcublas.so", "cublasLt": "libcublasLt.so"},
+    driver_library="lib64/stubs/libcuda.so", symlinks=True,
+)
+WINDOWS = Layout(
+    name="windows", exe=".exe", lib_dir="lib/x64",
+    top_dirs={"bin": "bin", "include": "include", "lib": "lib", "nvvm": "nvvm"},
+    required=WINDOWS_REQUIRED_FILES,
+    libraries={"cudart": "cudart.lib", "cublas": "cublas.lib", "cublasLt": "cublasLt.lib"},
+    driver_library="lib/x64/cuda.lib", symlinks=False,
+)
+LAYOUTS = {layout.name: layout for layout in (LINUX, WINDOWS)}
+
+
+def host_layout() -> Layout:
+    """The layout of a toolkit for this machine's builds (a Windows host builds with MSVC and nvcc.exe)."""
+    return WINDOWS if os.name == "nt" else LINUX
+
 
 @dataclass(frozen=True)
 class CudaToolkit:
@@ -117,14 +220,20 @@ class CudaToolkit:
     nvcc_banner: str  # nvcc --version's "Cuda compilation tools, release 13.0, V13.0.88"
     wheels: dict[str, str] = field(default_factory=dict)  # installed wheel name -> version
     stub_generated: bool = False
+    layout: str = "linux"
+    generated: tuple[str, ...] = ()  # import libraries written here: "cublas.lib<cublas64_13.dll"
+
+    @property
+    def _layout(self) -> Layout:
+        return LAYOUTS[self.layout]
 
     @property
     def nvcc(self) -> Path:
-        return self.root / "bin" / "nvcc"
+        return self._layout.nvcc(self.root)
 
     @property
     def lib_dir(self) -> Path:
-        return self.root / "lib64"
+        return self.root / self._layout.lib_dir
 
     @property
     def include_dir(self) -> Path:
@@ -132,27 +241,33 @@ class CudaToolkit:
 
     @property
     def driver_library(self) -> Path:
-        return self.lib_dir / "stubs" / "libcuda.so"
+        return self.root / self._layout.driver_library
 
     @property
     def versions(self) -> dict[str, str]:
         """Toolchain versions for the content key and the manifest (no paths)."""
         out = {"nvcc": self.nvcc_banner, "cuda_toolkit": self.spec.toolkit}
         out.update({f"cuda_wheel:{name}": version for name, version in sorted(self.wheels.items())})
+        if self.layout != LINUX.name:  # Linux keys stay what they were before there was a choice
+            out["cuda_layout"] = self.layout
+            out["cuda_import_libs"] = ",".join(sorted(self.generated)) or "none written"
+            out["cuda_driver_lib"] = f"written for {cuda_stub.DRIVER_DLL}" if self.stub_generated else "toolkit's"
         return out
 
     def cmake_defines(self) -> dict[str, str]:
         """Path-valued CMake definitions (outside the key: the key has ``versions``)."""
-        d = {
-            "CMAKE_CUDA_COMPILER": str(self.nvcc),
-            "CUDAToolkit_ROOT": str(self.root),
-            "CUDA_cudart_LIBRARY": str(self.lib_dir / "libcudart.so"),
-            "CUDA_cublas_LIBRARY": str(self.lib_dir / "libcublas.so"),
-            "CUDA_cublasLt_LIBRARY": str(self.lib_dir / "libcublasLt.so"),
-            "CMAKE_CUDA_FLAGS": f"-isystem {self.include_dir}",
-        }
+        layout = self._layout
+        # CMake takes forward slashes on Windows too, and a backslash in a -D value can turn into an
+        # escape in the files it generates.
+        path = str if layout.symlinks else (lambda p: p.as_posix())
+        d = {"CMAKE_CUDA_COMPILER": path(self.nvcc), "CUDAToolkit_ROOT": path(self.root)}
+        d.update({f"CUDA_{name}_LIBRARY": path(self.lib_dir / file) for name, file in layout.libraries.items()})
+        if layout is LINUX:
+            # The wheels' nvcc.profile looks for headers under targets/<arch>-linux/include, which the
+            # farm does not have; Windows' profile reads $(TOP)/include, the root's own.
+            d["CMAKE_CUDA_FLAGS"] = f"-isystem {self.include_dir}"
         if not self.spec.no_vmm:
-            d["CUDA_cuda_driver_LIBRARY"] = str(self.driver_library)
+            d["CUDA_cuda_driver_LIBRARY"] = path(self.driver_library)
         return d
 
     def env(self) -> dict[str, str]:
@@ -172,6 +287,8 @@ class CudaToolkit:
             "wheels": dict(sorted(self.wheels.items())),
             "stub_generated": self.stub_generated,
             "assembly": ASSEMBLY_VERSION,
+            "layout": self.layout,
+            "generated": list(self.generated),
         }
 
 
@@ -190,16 +307,18 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def kit_hash(spec: CudaSpec, system_root: Path | None = None) -> str:
-    """The cache key of a toolkit: its pins, and for a system toolkit which nvcc it is."""
+def kit_hash(spec: CudaSpec, system_root: Path | None = None, layout: Layout = LINUX) -> str:
+    """The cache key of a toolkit: its pins and layout, and for a system toolkit which nvcc it is."""
     inputs: dict[str, object] = {
         "assembly": ASSEMBLY_VERSION,
         "toolkit": spec.toolkit,
         "packages": sorted(_canonical(split_pin(p)[0]) + "==" + split_pin(p)[1] for p in spec.packages),
         "machine": platform.machine(),
     }
+    if layout is not LINUX:  # absent for Linux: its cached toolkits keep their directories
+        inputs["layout"] = layout.name
     if system_root is not None:
-        nvcc = system_root / "bin" / "nvcc"
+        nvcc = layout.nvcc(system_root)
         st = nvcc.stat()
         inputs["system"] = {"root": str(system_root), "nvcc_size": st.st_size, "nvcc_mtime_ns": st.st_mtime_ns}
     return sha256_json(inputs)[:16]
@@ -272,7 +391,15 @@ def _link(src: Path, dst: Path, base: Path) -> None:
     os.symlink(target, dst)
 
 
-def _merge_dir(src: Path, dst: Path, base: Path, seen: set[str]) -> None:
+def _place(src: Path, dst: Path) -> None:
+    """Hard-link ``dst`` to ``src`` (no privilege needed on Windows, unlike a symlink), else copy it."""
+    try:
+        os.link(src, dst)
+    except OSError:  # another volume (a system toolkit on D:, the cache on C:), or no hard links there
+        shutil.copy2(src, dst)
+
+
+def _merge_dir(src: Path, dst: Path, base: Path, seen: set[str], layout: Layout = LINUX) -> None:
     real = os.path.realpath(src)
     if real in seen:  # a directory reached twice (lib64 -> lib) or a symlink loop
         return
@@ -285,29 +412,36 @@ def _merge_dir(src: Path, dst: Path, base: Path, seen: set[str]) -> None:
         if entry.is_dir():
             if out.is_symlink():
                 raise NativeBuildError(f"toolkit layout conflict: {entry} is a directory, {out} a file")
-            _merge_dir(entry, out, base, seen)
+            _merge_dir(entry, out, base, seen, layout)
         elif entry.is_file():
+            if not layout.symlinks and entry.suffix.lower() == ".dll":
+                continue  # nothing loads a DLL at build time (see the module docstring)
             if out.is_symlink() or out.exists():
                 if os.path.realpath(out) != os.path.realpath(entry):
                     log.debug("toolkit farm: keeping %s, ignoring %s", os.path.realpath(out), entry)
                 continue
-            _link(entry, out, base)
+            if layout.symlinks:
+                _link(entry, out, base)
+            else:
+                _place(entry, out)
 
 
-def assemble(components: Sequence[Path], root: Path, base: Path | None = None) -> None:
-    """Merge toolkit components into the farm ``root`` (bin/ include/ lib64/ nvvm/, lib -> lib64)."""
+def assemble(components: Sequence[Path], root: Path, base: Path | None = None, layout: Layout = LINUX) -> None:
+    """Merge toolkit components into ``root``: on Linux a symlink farm (bin/ include/ lib64/ nvvm/,
+    lib -> lib64), on Windows hard links or copies (bin\\ include\\ lib\\x64\\ nvvm\\, no DLLs)."""
     base = base or root.parent
-    for sub in ("bin", "include", "lib64", "nvvm"):
+    for sub in ("bin", "include", layout.lib_dir, "nvvm"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    if not (root / "lib").exists():
+    if layout.symlinks and not (root / "lib").exists():
         os.symlink("lib64", root / "lib")
     seen: set[str] = set()
     for comp in components:
-        for name, to in _TOP_DIRS.items():
+        for name, to in layout.top_dirs.items():
             if (comp / name).is_dir():
-                _merge_dir(comp / name, root / to, base, seen)
+                _merge_dir(comp / name, root / to, base, seen, layout)
         seen.clear()  # loops are per component; the same dir may serve two farm dirs only once each
-    make_link_names(root / "lib64")
+    if layout is LINUX:
+        make_link_names(root / "lib64")
 
 
 def make_link_names(lib_dir: Path) -> list[str]:
@@ -328,8 +462,15 @@ def make_link_names(lib_dir: Path) -> list[str]:
     return made
 
 
-def ensure_driver_stub(root: Path) -> bool:
-    """Provide ``lib64/stubs/libcuda.so``: the toolkit's own stub if it has one, else a generated one."""
+def ensure_driver_stub(root: Path, layout: Layout = LINUX) -> bool:
+    """Provide the driver's link library: the toolkit's own if it has one, else a generated one
+    (``lib64/stubs/libcuda.so``; on Windows ``lib/x64/cuda.lib`` for ``nvcuda.dll``)."""
+    if layout is WINDOWS:
+        lib = root / layout.driver_library
+        if lib.exists():
+            return False
+        cuda_stub.driver_import_library(lib)
+        return True
     stubs = root / "lib64" / "stubs"
     if (stubs / "libcuda.so").exists():
         return False
@@ -339,25 +480,63 @@ def ensure_driver_stub(root: Path) -> bool:
     return True
 
 
-def missing_files(root: Path) -> list[tuple[str, str]]:
+def ensure_import_libs(root: Path, components: Sequence[Path], layout: Layout = LINUX) -> list[str]:
+    """Write the import libraries a Windows root lacks (cuBLAS's) from the first component DLL that
+    exports them; returns ``"<lib><<dll>"`` for each one written (none on Linux)."""
+    if layout is not WINDOWS:
+        return []
+    written = []
+    for lib in sorted(WINDOWS_IMPORT_LIBS):
+        out = root / layout.lib_dir / lib
+        dll = None if out.exists() else import_lib_source(lib, components)
+        if dll is not None:  # None: present, or reported by missing_files with the wheel to add
+            cuda_stub.dll_import_library(out, dll)
+            written.append(f"{lib}<{dll.name}")
+    return written
+
+
+def import_lib_source(lib: str, components: Sequence[Path]) -> Path | None:
+    """The DLL the import library ``lib`` is written from: the first component's (pinned wheels first)."""
+    return next((d for comp in components if (comp / "bin").is_dir()
+                 for d in sorted((comp / "bin").rglob(WINDOWS_IMPORT_LIBS[lib])) if d.is_file()), None)
+
+
+def missing_files(root: Path, layout: Layout = LINUX) -> list[tuple[str, str]]:
     """(farm path, component) for every required file the farm lacks."""
-    out = [(rel, comp) for rel, comp in REQUIRED_FILES.items() if not (root / rel).exists()]
+    out = [(rel, comp) for rel, comp in layout.required.items() if not (root / rel).exists()]
     if not any((root / rel).exists() for rel in _CCCL_HEADERS):
         out.append((_CCCL_HEADERS[0], "cccl"))
     return out
 
 
-def _missing_message(spec: CudaSpec, missing: list[tuple[str, str]], nvcc_pin: str | None) -> str:
+_NO_WHEEL = {
+    "linux": "nvidia-cuda-nvcc-cu12 ships only ptxas and libnvvm",
+    "windows": "nvidia-cuda-nvcc-cu12's win_amd64 wheel ships only ptxas.exe and nvvm64_40_0.dll, and the "
+               "CUDA 12 runtime and cuBLAS wheels no .lib",
+}
+
+
+def _missing_message(spec: CudaSpec, missing: list[tuple[str, str]], pins: Sequence[str],
+                     layout: Layout = LINUX) -> str:
     wheels = COMPONENT_WHEELS.get(spec.major, {})
-    lines = [f"the CUDA {spec.version} toolkit is incomplete:"]
+    pinned = {_canonical(split_pin(p)[0]): split_pin(p)[1] for p in pins}
+    nvcc_pin = pinned.get("nvidia-cuda-nvcc")
+    where = "" if layout is LINUX else f" for {layout.name}"
+    lines = [f"the CUDA {spec.version} toolkit{where} is incomplete:"]
     for rel, comp in missing:
-        wheel = wheels.get(comp)
+        wheel = wheels.get("runtime" if comp == "driver" else comp)
         if wheel is None:
-            hint = ("no PyPI wheel provides it for this CUDA line (nvidia-cuda-nvcc-cu12 ships only ptxas "
-                    "and libnvvm): use toolkit = \"system\" with CUDA_HOME at a full CUDA toolkit")
+            hint = (f"no PyPI wheel provides it for this CUDA line ({_NO_WHEEL[layout.name]}): use "
+                    "toolkit = \"system\" with CUDA_HOME at a full CUDA toolkit")
+        elif wheel in pinned:
+            hint = (f"add {wheel}=={pinned[wheel]} to [config.cuda].packages: it is pinned, but the wheel "
+                    f"installed for this platform lacks {rel}; pin a release whose wheel has it")
         else:
             suffix = f"=={nvcc_pin}" if nvcc_pin and comp in ("nvvm", "crt") else "==<version>"
             hint = f"add {wheel}{suffix} to [config.cuda].packages"
+        if layout is WINDOWS and rel.removeprefix(f"{layout.lib_dir}/") in WINDOWS_IMPORT_LIBS:
+            dll = WINDOWS_IMPORT_LIBS[rel.removeprefix(f"{layout.lib_dir}/")]
+            hint += f" (its {dll} is what the import library is written from)"
         lines.append(f"  {rel} ({comp}): {hint}")
     return "\n".join(lines)
 
@@ -404,14 +583,15 @@ def compile_probe(nvcc: Path, env: dict[str, str], arch: str = "80") -> None:
 DEFAULT_SYSTEM_ROOTS = ("/usr/local/cuda",)
 
 
-def system_root(environ: dict[str, str] | None = None, defaults: Sequence[str] = DEFAULT_SYSTEM_ROOTS) -> Path:
+def system_root(environ: dict[str, str] | None = None, defaults: Sequence[str] = DEFAULT_SYSTEM_ROOTS,
+                layout: Layout = LINUX) -> Path:
     """The system toolkit: ``$CUDA_HOME``, ``$CUDA_PATH``, ``/usr/local/cuda``, else nvcc's parent on PATH."""
     environ = dict(os.environ) if environ is None else environ
     candidates = [environ.get("CUDA_HOME"), environ.get("CUDA_PATH"), *defaults]
     for c in candidates:
-        if c and (Path(c) / "bin" / "nvcc").is_file():
+        if c and layout.nvcc(Path(c)).is_file():
             return Path(c).resolve()
-    which = shutil.which("nvcc", path=environ.get("PATH"))
+    which = shutil.which(f"nvcc{layout.exe}", path=environ.get("PATH"))
     if which:
         return Path(which).resolve().parent.parent
     raise NativeBuildError(
@@ -420,7 +600,7 @@ def system_root(environ: dict[str, str] | None = None, defaults: Sequence[str] =
     )
 
 
-def _load_stamp(final: Path, spec: CudaSpec) -> CudaToolkit | None:
+def _load_stamp(final: Path, spec: CudaSpec, layout: Layout = LINUX) -> CudaToolkit | None:
     stamp = final / STAMP
     if not stamp.is_file():
         return None
@@ -429,40 +609,46 @@ def _load_stamp(final: Path, spec: CudaSpec) -> CudaToolkit | None:
         kit = CudaToolkit(
             spec=spec, root=final / "toolkit", nvcc_version=data["nvcc_version"],
             nvcc_banner=data["nvcc_banner"], wheels=dict(data["wheels"]),
-            stub_generated=bool(data["stub_generated"]),
+            stub_generated=bool(data["stub_generated"]), layout=str(data.get("layout", LINUX.name)),
+            generated=tuple(data.get("generated", ())),
         )
     except (ValueError, KeyError, TypeError) as exc:
         log.warning("ignoring the damaged CUDA toolkit cache %s: %s", final, exc)
         return None
-    if not kit.nvcc.exists() or missing_files(kit.root):
+    if kit.layout != layout.name or not kit.nvcc.exists() or missing_files(kit.root, layout):
         log.warning("ignoring the incomplete CUDA toolkit cache %s", final)
         return None
     return kit
 
 
 def provision(spec: CudaSpec, *, installer: Installer | None = None, verify: bool = True,
-              environ: dict[str, str] | None = None) -> CudaToolkit:
-    """Return the toolkit for ``spec``, installing and assembling it once (cached, atomic)."""
+              environ: dict[str, str] | None = None, layout: Layout | None = None) -> CudaToolkit:
+    """Return the toolkit for ``spec``, installing and assembling it once (cached, atomic).
+
+    ``layout``: the host's (:func:`host_layout`) unless given; a Windows layout is assembled the
+    same way on any host, which is how it is tested on Linux.
+    """
     installer = installer or pip_install
-    sys_root = system_root(environ) if spec.toolkit == "system" else None
-    final = cuda_cache_dir() / kit_hash(spec, sys_root)
+    layout = layout or host_layout()
+    sys_root = system_root(environ, layout=layout) if spec.toolkit == "system" else None
+    final = cuda_cache_dir() / kit_hash(spec, sys_root, layout)
     with exclusive(final.with_name(final.name + ".lock")):
-        kit = _load_stamp(final, spec)
+        kit = _load_stamp(final, spec, layout)
         if kit is not None:
             _check_release(spec, kit.nvcc_version, kit.root)
             return kit
         for stale in final.parent.glob(f".{final.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
         with staging_dir(final) as stage:
-            kit = _build(spec, stage, final, installer, sys_root, verify)
+            kit = _build(spec, stage, final, installer, sys_root, verify, layout)
             write_json_atomic(stage / STAMP, kit.to_json())  # last: marks the toolkit finished
         log.info("CUDA toolkit %s ready at %s", kit.nvcc_version, final / "toolkit")
         return CudaToolkit(spec, final / "toolkit", kit.nvcc_version, kit.nvcc_banner, kit.wheels,
-                           kit.stub_generated)
+                           kit.stub_generated, kit.layout, kit.generated)
 
 
 def _build(spec: CudaSpec, stage: Path, final: Path, installer: Installer, sys_root: Path | None,
-           verify: bool) -> CudaToolkit:
+           verify: bool, layout: Layout = LINUX) -> CudaToolkit:
     site = stage / "site"
     site.mkdir()
     wheels: dict[str, str] = {}
@@ -477,19 +663,29 @@ def _build(spec: CudaSpec, stage: Path, final: Path, installer: Installer, sys_r
     if not components:
         raise NativeBuildError(f"the toolkit wheels {list(spec.packages)} installed no nvidia/ tree in {site}")
     root = stage / "toolkit"
-    assemble(components, root, base=stage)
-    stub = ensure_driver_stub(root)
-    missing = missing_files(root)
+    assemble(components, root, base=stage, layout=layout)
+    # An incomplete set is refused before anything is written, naming all it lacks but what can be
+    # written here: the driver's link library, and import libraries whose DLL is at hand.
+    missing = [(rel, comp) for rel, comp in missing_files(root, layout)
+               if comp != "driver" and not _writable_import_lib(rel, components, layout)]
     if missing:
-        nvcc_pin = next((split_pin(p)[1] for p in spec.packages
-                         if _canonical(split_pin(p)[0]) == "nvidia-cuda-nvcc"), None)
-        raise NativeBuildError(_missing_message(spec, missing, nvcc_pin))
-    banner, _release, full = nvcc_version(root / "bin" / "nvcc")
+        raise NativeBuildError(_missing_message(spec, missing, spec.packages, layout))
+    generated = tuple(ensure_import_libs(root, components, layout))
+    stub = ensure_driver_stub(root, layout)
+    missing = missing_files(root, layout)
+    if missing:
+        raise NativeBuildError(_missing_message(spec, missing, spec.packages, layout))
+    banner, _release, full = nvcc_version(layout.nvcc(root))
     _check_release(spec, full, root)
-    kit = CudaToolkit(spec, root, full, banner, wheels, stub)
+    kit = CudaToolkit(spec, root, full, banner, wheels, stub, layout.name, generated)
     if verify:
         compile_probe(kit.nvcc, kit.env())
     return kit
+
+
+def _writable_import_lib(rel: str, components: Sequence[Path], layout: Layout) -> bool:
+    name = Path(rel).name
+    return layout is WINDOWS and name in WINDOWS_IMPORT_LIBS and import_lib_source(name, components) is not None
 
 
 def _check_release(spec: CudaSpec, full_version: str, root: Path) -> None:
