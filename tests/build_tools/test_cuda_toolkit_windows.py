@@ -212,7 +212,7 @@ def test_a_missing_cuda_lib_is_written_for_nvcuda(cache, dlls, tmp_path):
     (("nvvm/bin/cicc.exe",), r"nvvm/bin/cicc.exe \(nvvm\): add nvidia-nvvm==13\.0\.88"),
     (("lib/x64/cudart_static.lib",), r"lib/x64/cudart_static.lib \(runtime_static\): add nvidia-cuda-runtime==13\.0\.96"),
     (("bin/x86_64/cublas64_13.dll",),
-     r"lib/x64/cublas.lib \(cublas\): add nvidia-cublas==13\.0\.2\.14 .*\(its cublas64_\*\.dll is what"),
+     r"lib/x64/cublas.lib \(cublas\): add nvidia-cublas==13\.0\.2\.14 .* lacks cublas64_\*\.dll, which the import"),
 ], ids=["nvlink", "cicc", "cudart_static", "cublas-dll"])
 def test_an_incomplete_wheel_set_is_refused(cache, drop, named):
     """Refused before any import library is written: no MinGW DLLs or librarian are needed here."""

@@ -525,18 +525,17 @@ def _missing_message(spec: CudaSpec, missing: list[tuple[str, str]], pins: Seque
     lines = [f"the CUDA {spec.version} toolkit{where} is incomplete:"]
     for rel, comp in missing:
         wheel = wheels.get("runtime" if comp == "driver" else comp)
+        dll = WINDOWS_IMPORT_LIBS.get(Path(rel).name) if layout is WINDOWS else None
+        needs = f"{dll}, which the import library is written from" if dll else "the file"
         if wheel is None:
             hint = (f"no PyPI wheel provides it for this CUDA line ({_NO_WHEEL[layout.name]}): use "
                     "toolkit = \"system\" with CUDA_HOME at a full CUDA toolkit")
         elif wheel in pinned:
-            hint = (f"add {wheel}=={pinned[wheel]} to [config.cuda].packages: it is pinned, but the wheel "
-                    f"installed for this platform lacks {rel}; pin a release whose wheel has it")
+            hint = (f"add {wheel}=={pinned[wheel]} to [config.cuda].packages (it is pinned, but its wheel "
+                    f"for this platform lacks {needs}: pin a release whose wheel has it)")
         else:
             suffix = f"=={nvcc_pin}" if nvcc_pin and comp in ("nvvm", "crt") else "==<version>"
-            hint = f"add {wheel}{suffix} to [config.cuda].packages"
-        if layout is WINDOWS and rel.removeprefix(f"{layout.lib_dir}/") in WINDOWS_IMPORT_LIBS:
-            dll = WINDOWS_IMPORT_LIBS[rel.removeprefix(f"{layout.lib_dir}/")]
-            hint += f" (its {dll} is what the import library is written from)"
+            hint = f"add {wheel}{suffix} to [config.cuda].packages" + (f" (for {dll})" if dll else "")
         lines.append(f"  {rel} ({comp}): {hint}")
     return "\n".join(lines)
 
