@@ -69,7 +69,11 @@ nvidia-cublas-cu12 12.8.4.1           ``include/``, ``bin/cublas{,Lt}64_12.dll``
 nvidia-cuda-cccl-cu12 12.8.90         ``include/`` (cub, thrust), ``lib/cmake``
 ====================================  ==========================================================
 
-(The DLLs sit in ``bin\x86_64`` in CUDA 13, ``bin`` in CUDA 12.) So CUDA 13 is complete but
+(The DLLs sit in ``bin\x86_64`` in CUDA 13, never ``bin\x64``; ``bin`` in CUDA 12.) CUDA 13's
+``cudart.lib`` and ``cuda.lib`` are not import libraries but static loaders (``llvm-ar t``:
+``generated_cuda_runtime_api_loader.obj``, ``cuda_driverloader_*.obj``) that load ``nvcuda.dll``
+from System32 at the first call: a DLL linked with them imports neither ``cudart64_13.dll`` nor
+``nvcuda.dll``, only cuBLAS's DLLs show in its import table. So CUDA 13 is complete but
 for cuBLAS's import libraries, which are written from the DLLs' export tables
 (:func:`cuda_stub.dll_import_library`); the generated ``.lib`` names only the DLL and its
 symbols, so what ggml-cuda.dll imports is fixed by the pins. CUDA 12.8 has no Windows compiler on
