@@ -7,7 +7,8 @@
 One row per (case, type, draft size): our tokens/s (generation only, after the prompt), the tool's
 "decoded ... speed" from the same build, plain greedy token-at-a-time tokens/s on the same target
 context parameters, and the ratios, each the median over ``--reps`` rounds of plain, ours and the
-tool run back to back (the machine is shared: the load average ends each row); both acceptance
+tool run back to back, in an order that rotates from round to round (the machine is shared: the
+load average ends each row); both acceptance
 rates; whether our tokens equal plain decoding's. Same model, threads and context size on both
 sides; greedy (``--temp 0``). No assertions. ``--cpu`` adds CPU-time columns (one thread on
 both sides): ours is the process CPU time of ``generate()``, the tool's the CPU time of a run
@@ -240,11 +241,16 @@ def run_case(label: str, path: Path, prompt_text: str | None, types: list[str], 
                 cfg = spec_config(spec_type, m, draft)
                 o_tps, t_tps, p_tps, o_t, o_p, t_p = [], [], [], [], [], []
                 st = toks = t_acc = None
-                for _ in range(args.reps):
-                    p = plain_tps(model, prompt, args.n_gen, ctx)[0]
-                    st, toks, _ = ours(model, prompt, args.n_gen, ctx, cfg)
-                    t, t_acc, _, _ = tool(tools, env, path, text, args.n_gen, spec_type, m, draft, args.threads,
-                                          args.n_ctx, extra)
+                for r in range(args.reps):
+                    # the order rotates, so that no side always runs first (or after the tool's process)
+                    for w in ("plain", "ours", "tool")[r % 3:] + ("plain", "ours", "tool")[:r % 3]:
+                        if w == "plain":
+                            p = plain_tps(model, prompt, args.n_gen, ctx)[0]
+                        elif w == "ours":
+                            st, toks, _ = ours(model, prompt, args.n_gen, ctx, cfg)
+                        else:
+                            t, t_acc, _, _ = tool(tools, env, path, text, args.n_gen, spec_type, m, draft,
+                                                  args.threads, args.n_ctx, extra)
                     o = st.tokens_per_second
                     t = t if t is not None else float("nan")
                     o_tps.append(o), t_tps.append(t), p_tps.append(p)
