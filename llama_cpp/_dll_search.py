@@ -5,7 +5,8 @@ and the system directories (Python 3.8+ no longer searches ``PATH`` or the curre
 them). We add the package's ``lib\\`` and, for a CUDA backend, the ``bin`` folders of NVIDIA's
 runtime wheels: CUDA 12 wheels put ``cudart64_12.dll`` in ``nvidia\\cuda_runtime\\bin`` and
 ``cublas64_12.dll`` in ``nvidia\\cublas\\bin``; CUDA 13 wheels put everything under
-``nvidia\\cu13\\bin\\x64`` (older 13.x builds: ``nvidia\\cu13\\bin``). ``nvcuda.dll`` is the driver's
+``nvidia\\cu13\\bin\\x86_64`` (as the pinned 13.0 wheels and later ones do; ``bin\\x64`` and
+``bin`` are searched too, for other builds). ``nvcuda.dll`` is the driver's
 and lives in System32. The current directory is never added.
 """
 
@@ -23,7 +24,7 @@ from ._binfmt import read_dependencies
 
 # NVIDIA runtime wheels' DLL folders, relative to site-packages (both CUDA majors' layouts).
 NVIDIA_DLL_DIRS = (
-    "nvidia/cu13/bin/x64", "nvidia/cu13/bin",
+    "nvidia/cu13/bin/x86_64", "nvidia/cu13/bin/x64", "nvidia/cu13/bin",
     "nvidia/cuda_runtime/bin", "nvidia/cublas/bin", "nvidia/cuda_nvrtc/bin", "nvidia/nvjitlink/bin",
 )
 

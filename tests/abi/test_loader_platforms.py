@@ -60,17 +60,18 @@ def _site(tmp_path: Path, layout: dict[str, list[str]]) -> Path:
 
 
 def test_nvidia_dll_dirs_cover_cuda12_and_cuda13_layouts(tmp_path):
-    site = _site(tmp_path, {"nvidia/cu13/bin/x64": ["cudart64_13.dll", "cublas64_13.dll"],
+    # the pinned CUDA 13.0 wheels' folder (nvidia-cuda-runtime 13.0.96: nvidia/cu13/bin/x86_64)
+    site = _site(tmp_path, {"nvidia/cu13/bin/x86_64": ["cudart64_13.dll", "cublas64_13.dll"],
                             "nvidia/cuda_runtime/bin": ["cudart64_12.dll"], "nvidia/cublas/bin": ["cublas64_12.dll"],
                             "nvidia/cu13/lib": ["cudart.lib"], "nvidia/empty/bin": []})
-    assert _dll_search.nvidia_dll_dirs([site]) == [site / "nvidia/cu13/bin/x64", site / "nvidia/cuda_runtime/bin",
+    assert _dll_search.nvidia_dll_dirs([site]) == [site / "nvidia/cu13/bin/x86_64", site / "nvidia/cuda_runtime/bin",
                                                    site / "nvidia/cublas/bin"]
 
 
 def test_dll_directories_are_ours_then_nvidias_and_never_the_cwd(tmp_path, monkeypatch):
     lib = tmp_path / "pkg" / "lib"
     lib.mkdir(parents=True)
-    site = _site(tmp_path, {"nvidia/cu13/bin/x64": ["cudart64_13.dll"]})
+    site = _site(tmp_path, {"nvidia/cu13/bin/x86_64": ["cudart64_13.dll"]})
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     (cwd / "llama.dll").write_bytes(b"MZ")
@@ -78,7 +79,7 @@ def test_dll_directories_are_ours_then_nvidias_and_never_the_cwd(tmp_path, monke
     monkeypatch.chdir(cwd)
     assert _dll_search.dll_directories(lib, cuda=False, sites=[site]) == [lib]
     dirs = _dll_search.dll_directories(lib, cuda=True, sites=[site])
-    assert dirs == [lib, site / "nvidia/cu13/bin/x64"] and cwd not in dirs and Path(".") not in dirs
+    assert dirs == [lib, site / "nvidia/cu13/bin/x86_64"] and cwd not in dirs and Path(".") not in dirs
     added: list[str] = []
     handles = _dll_search.add_dll_directories(dirs, add=lambda d: added.append(d) or d)
     assert added == [str(d.resolve()) for d in dirs] and handles == added and all(os.path.isabs(a) for a in added)
