@@ -8,11 +8,15 @@ row with the slot's own sampler and grammar until the first pick that differs fr
 (*sample and match*: the output is the plain slot's, greedy or seeded) and removes the rejected rows
 from that slot's sequence (``llama_memory_seq_rm``).
 
+A recurrent or hybrid target cannot drop the last positions of a recurrent state (its context has no
+``n_rs_seq`` snapshots here): a drafting slot's recurrent state is saved before the decode
+(``llama_state_seq_*`` with ``PARTIAL_ONLY``, per sequence) and restored when a draft token is
+rejected; its kept tokens are then decoded again in front of its rows in the next step's batch, so
+the rollback costs no decode of its own.
+
 What cannot run here (see :func:`slot_unsupported`): the types fed the target's hidden states
 (``draft-mtp``, ``draft-eagle3``, ``draft-dflash``, ``draft-dspark``), which keep one target
-sequence per draft context, and recurrent or hybrid targets, whose rejected rows cannot be removed
-per sequence without a checkpoint of each slot's recurrent state; such models stay on the serial
-engine.
+sequence per draft context; such models stay on the serial engine.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from ._errors import DecodeError, SpeculativeError
-from ._spec_batch import common_prefix, top_k_share
+from ._spec_batch import SeqCheckpoint, common_prefix, top_k_share
 from ._spec_engine import propose, share_threadpools
 from ._spec_stats import SpeculativeStats
+from .llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 log = logging.getLogger("llama_cpp.speculative")
 
@@ -42,14 +47,6 @@ def slot_unsupported(config: Any) -> str | None:
     if serial:
         return (f"{', '.join(serial)} drafts from the target's hidden states with one draft context per target "
                 "sequence, which the slot engine does not have: served one request at a time")
-    return None
-
-
-def model_unsupported(model: Any) -> str | None:
-    """Why speculation in slots cannot run on the target ``model``; None if it can."""
-    if model.is_recurrent() or model.is_hybrid():
-        return ("the model has recurrent layers: rejected draft rows cannot be removed from one slot's recurrent "
-                "state without a checkpoint per slot and step: served one request at a time")
     return None
 
 
@@ -231,9 +228,6 @@ class SlotSpeculation:
             reason = slot_unsupported(config)
             if reason is not None:
                 raise SpeculativeError(reason)
-        reason = model_unsupported(model)
-        if reason is not None:
-            raise SpeculativeError(reason)
         self.config = config
         self.model = model
         self.n_vocab = int(model.n_vocab)
@@ -256,6 +250,11 @@ class SlotSpeculation:
         self.n_max = max([config.n_max if config is not None else 0]
                          + ([prompt_lookup.num_pred_tokens] if prompt_lookup is not None else []))
         self.stats = SpeculativeStats()  # every request's, since start
+        # recurrent state rolls back through one checkpoint per sequence
+        self.checkpoints: list[SeqCheckpoint] | None = None
+        if model.is_recurrent() or model.is_hybrid():
+            self.checkpoints = [SeqCheckpoint(target_ctx, seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+                                for seq in range(n_slots)]
 
     def close(self) -> None:
         if self.draft_model is not None:
@@ -311,8 +310,10 @@ class SlotSpeculation:
                     out[i] = (d, self.draft_model)
         return out
 
-    def accepted(self, sd: SlotDrafts, src: Any, n_drafted: int, n_accepted: int, n_out: int) -> None:
-        """One verify of slot drafts ``sd``: ``n_accepted`` of ``n_drafted`` kept, ``n_out`` tokens emitted."""
+    def accepted(self, sd: SlotDrafts, src: Any, n_drafted: int, n_accepted: int, n_out: int,
+                 rollback: str | None = None, replayed: int = 0) -> None:
+        """One verify of slot drafts ``sd``: ``n_accepted`` of ``n_drafted`` kept, ``n_out`` tokens emitted;
+        ``rollback`` is ``"partial"`` (rows removed) or ``"checkpoint"`` (``replayed`` tokens to decode again)."""
         if src is not None and src is not self.draft_model:
             src.accept(n_accepted)
         kind = getattr(src, "kind", None)
@@ -320,6 +321,13 @@ class SlotSpeculation:
             st.steps += 1
             st.generated += n_out
             st._count_draft(n_drafted, n_accepted, kind)
+            if self.checkpoints is not None and n_drafted:
+                st.checkpoints += 1
+            if rollback == "partial":
+                st.rollbacks_partial += 1
+            elif rollback == "checkpoint":
+                st.rollbacks_checkpoint += 1
+                st.replayed_tokens += replayed
 
 
 def verify_rows(pick: Callable[[Any, int], tuple[int, Any]], ctx: Any, first: int, draft: Sequence[int],
@@ -351,5 +359,5 @@ def remove_rejected(ctx: Any, seq: int, pos: int) -> None:
                           f"position {pos}")
 
 
-__all__ = ["BatchedDraftModel", "PromptLookup", "SlotDrafts", "SlotSpeculation", "model_unsupported",
-           "remove_rejected", "slot_unsupported", "verify_rows"]
+__all__ = ["BatchedDraftModel", "PromptLookup", "SlotDrafts", "SlotSpeculation", "remove_rejected",
+           "slot_unsupported", "verify_rows"]

@@ -164,7 +164,8 @@ def completion_chunk(req: GenRequest, data: bytes, reason: str | None, lps: Any)
 
 class _Slot:
     __slots__ = ("seq", "job", "req", "chain", "grammar", "pick", "text", "lp", "pending", "n_fed", "pos",
-                 "next_tok", "produced", "n_gen", "t_start", "t_first", "kv", "n_cached", "chars", "spec")
+                 "next_tok", "produced", "n_gen", "t_start", "t_first", "kv", "n_cached", "chars", "spec",
+                 "replay", "end")
 
     def __init__(self, seq: int, job: Job, req: GenRequest) -> None:
         self.seq = seq
@@ -187,10 +188,15 @@ class _Slot:
         self.n_cached = 0  # prompt tokens reused from the previous request on this sequence
         self.chars = 0  # characters of prompt + text before the next token (logprob offsets)
         self.spec: Any = None  # the request's drafters (a speculating engine)
+        # tokens before next_tok that a checkpoint rollback took out of the memory: decoded again next step
+        self.replay: list[int] = []
+        # where prefill stops: a speculating slot leaves the prompt's last token pending, so that its
+        # first step verifies a draft made right after the prompt (as the serial decoders do)
+        self.end = len(req.prompt_tokens)
 
     @property
     def prefilling(self) -> bool:
-        return self.n_fed < len(self.req.prompt_tokens)
+        return self.n_fed < self.end
 
 
 class _Lifecycle:
@@ -415,6 +421,10 @@ class SlotEngine(_Lifecycle):
             else:
                 s.chars = req.prompt_chars or 0
             self._reuse_prefix(s)
+            if s.spec is not None:
+                s.end -= 1
+                if s.n_fed == s.end:  # everything before the last token is cached already
+                    self._pend_last(s)
         except Exception as exc:
             self._out.put(s.job, "error", exc)
             self._release(s, active=False)
@@ -438,6 +448,13 @@ class SlotEngine(_Lifecycle):
         s.kv = list(prompt)
         s.n_cached = keep
 
+    def _pend_last(self, s: _Slot) -> None:
+        """The prompt but its last token is in the memory: that token is the slot's pending one."""
+        prompt = s.req.prompt_tokens
+        s.kv = list(prompt[:-1])
+        s.pos = s.end
+        s.next_tok = prompt[-1]
+
     def _step(self) -> None:
         batch = self._batch
         batch.clear()
@@ -447,9 +464,19 @@ class SlotEngine(_Lifecycle):
         # speculating slots: (slot, row of its pending token, its draft, the drafter, that token's position)
         verifies: list[tuple[_Slot, int, list[int], Any, int]] = []
         drafts = self._drafts() if self.spec is not None else {}
+        ckpts = self.spec.checkpoints if self.spec is not None else None
         n = 0
         for s in self._active:
             if s.next_tok is not None:
+                if s.replay:
+                    r = len(s.replay)
+                    rows = slice(n, n + r)
+                    tok_arr[rows] = s.replay
+                    pos_arr[rows] = np.arange(s.pos - r, s.pos)
+                    seq_arr[rows, 0] = s.seq
+                    nseq_arr[rows] = 1
+                    logit_arr[rows] = 0
+                    n += r
                 tok_arr[n] = s.next_tok
                 pos_arr[n] = s.pos
                 seq_arr[n, 0] = s.seq
@@ -457,6 +484,8 @@ class SlotEngine(_Lifecycle):
                 logit_arr[n] = 1
                 draft, src = drafts.get(s.seq, (None, None))
                 if draft:
+                    if ckpts is not None:  # the recurrent state before this step's rows (replay included)
+                        ckpts[s.seq].save()
                     k = len(draft)
                     rows = slice(n + 1, n + 1 + k)
                     tok_arr[rows] = draft
@@ -464,10 +493,11 @@ class SlotEngine(_Lifecycle):
                     seq_arr[rows, 0] = s.seq
                     nseq_arr[rows] = 1
                     logit_arr[rows] = 1
-                    verifies.append((s, n, draft, src, s.pos))
+                    verifies.append((s, n, draft, src, s.pos - len(s.replay)))
                     n += k
                 else:
                     outputs.append((s, n))
+                s.replay = []
                 s.kv.append(s.next_tok)
                 s.pos += 1
                 s.next_tok = None
@@ -479,13 +509,15 @@ class SlotEngine(_Lifecycle):
                 break
             if s.prefilling:
                 prompt = s.req.prompt_tokens
-                chunk = prompt[s.n_fed:s.n_fed + budget]
-                last = s.n_fed + len(chunk) == len(prompt)
+                chunk = prompt[s.n_fed:min(s.n_fed + budget, s.end)]
+                last = s.n_fed + len(chunk) == s.end
                 first, k = batch.add_sequence(np.asarray(chunk, dtype=np.int32), s.seq, s.n_fed,
-                                              logits="last" if last else False)
+                                              logits="last" if last and s.spec is None else False)
                 s.n_fed += k
                 budget -= k
-                if last:
+                if last and s.spec is not None:
+                    self._pend_last(s)  # decoded next step, with a draft
+                elif last:
                     s.pos = len(prompt)
                     outputs.append((s, first + k - 1))
         if batch.n_tokens == 0:
@@ -518,10 +550,12 @@ class SlotEngine(_Lifecycle):
 
     def _drafts(self) -> dict[int, tuple[list[int], Any]]:
         """Each generating slot's draft for this step (by sequence), within the context and the batch."""
-        gen = [s for s in self._active if s.next_tok is not None and s.spec is not None]
+        # a slot replaying rolled-back tokens drafts again once they are in the memory (a checkpoint is taken
+        # before a step's rows, so drafting now would grow the replay with every rejection)
+        gen = [s for s in self._active if s.next_tok is not None and s.spec is not None and not s.replay]
         if not gen:
             return {}
-        n_rows = sum(1 for s in self._active if s.next_tok is not None)
+        n_rows = sum(1 + len(s.replay) for s in self._active if s.next_tok is not None)
         share = (self.n_batch - n_rows) // len(gen)
         items = []
         for s in gen:
@@ -530,14 +564,27 @@ class SlotEngine(_Lifecycle):
             items.append((s.spec, s.seq, s.kv, s.next_tok, max(0, k_max)))
         return {s.seq: d for s, d in zip(gen, self.spec.propose(items))}
 
-    def _verify(self, s: _Slot, first: int, draft: list[int], src: Any, pos0: int) -> None:
-        """Slot ``s``'s verify rows: pick at each until the draft is left, drop the rejected rows from
-        its sequence, then hand the tokens to :meth:`_accept` one by one, as plain steps would."""
+    def _verify(self, s: _Slot, first: int, draft: list[int], src: Any, start: int) -> None:
+        """Slot ``s``'s verify rows (from position ``start``: its replayed tokens, its pending token, its
+        draft): pick at each draft row until the draft is left, roll the rejected rows back, then hand
+        the tokens to :meth:`_accept` one by one, as plain steps would."""
+        pos0 = s.pos - 1  # the pending token's position
         toks, rows, n_acc = verify_rows(s.pick, self.ctx, first, draft, self._eog)
-        n_keep = len(toks)  # the memory keeps the pending token and the accepted drafts: pos0..pos0+n_keep-1
+        n_keep = len(toks)  # the pending token and the accepted drafts: rows pos0..pos0+n_keep-1 hold
+        replay: list[int] = []
+        rollback = None
         if n_keep < len(draft) + 1:
-            remove_rejected(self.ctx, s.seq, pos0 + n_keep)
-        self.spec.accepted(s.spec, src, len(draft), n_acc, n_keep)
+            ckpts = self.spec.checkpoints
+            if ckpts is None:
+                remove_rejected(self.ctx, s.seq, pos0 + n_keep)
+                rollback = "partial"
+            else:
+                # back to the state before this step's rows; the kept ones are decoded again next step
+                ckpts[s.seq].restore()
+                remove_rejected(self.ctx, s.seq, start)
+                replay = s.kv[start:] + toks[:n_keep - 1]
+                rollback = "checkpoint"
+        self.spec.accepted(s.spec, src, len(draft), n_acc, n_keep, rollback, len(replay))
         for j, tok in enumerate(toks):
             if j:
                 s.kv.append(toks[j - 1])  # the accepted draft token at this row is in the memory
@@ -546,9 +593,16 @@ class SlotEngine(_Lifecycle):
             self._accept(s, tok, rows[j])
             if s.job.done:
                 break
-        if s.job.done and s.pos < pos0 + n_keep and not self.ctx.closed:
+        held = start if replay else pos0 + n_keep  # positions the memory holds now
+        if not s.job.done:
+            s.replay = replay
+        elif s.pos < held and not self.ctx.closed:
             # finished before its last accepted rows: they must not outlive the request in the cache
-            self.ctx.seq_rm(s.seq, s.pos, -1)
+            if not self.ctx.seq_rm(s.seq, s.pos, -1):
+                self.ctx.seq_rm(s.seq, -1, -1)
+                self.cached[s.seq] = []
+        elif s.pos > held:
+            self.cached[s.seq] = self.cached[s.seq][:held]
 
     def _eog(self, tok: int) -> bool:
         eog = self._is_eog.get(tok)

@@ -52,7 +52,7 @@ class ServedModel:
         self.llama: Llama | None = None
         self.engine: SlotEngine | SerialEngine | None = None
         self.n_ctx_slot = 0
-        self.serial = settings.serial
+        self.serial = settings.serial  # one request at a time (else slots)
         # why a speculating model is served one request at a time (None: it speculates in its slots)
         self.spec_note: str | None = settings.spec_serial_reason
         self._lock = threading.Lock()
@@ -117,16 +117,7 @@ class ServedModel:
         log.info("loading model %s from %s (%s)", self.alias, s.model,
                  "one request at a time" if serial else f"{s.n_parallel} slots of {s.n_ctx} tokens")
         llama = Llama(s.model, progress_callback=progress, **self._llama_kwargs(serial))
-        if not serial and s.speculates and not s.vocab_only:
-            from .._spec_slots import model_unsupported
-
-            note = model_unsupported(llama.model)
-            if note is not None:
-                log.warning("model %s: speculation (%s) %s", self.alias, ", ".join(self.spec_types()), note)
-                llama.close()
-                serial, self.spec_note = True, note
-                llama = Llama(s.model, progress_callback=progress, **self._llama_kwargs(serial))
-        elif self.spec_note is not None:
+        if self.spec_note is not None:
             log.warning("model %s: speculation (%s) %s", self.alias, ", ".join(self.spec_types()), self.spec_note)
         try:
             if s.vocab_only:
@@ -141,7 +132,7 @@ class ServedModel:
         except BaseException:
             llama.close()
             raise
-        self.llama, self.engine, self.serial = llama, engine, serial
+        self.llama, self.engine = llama, engine
         log.info("model %s ready", self.alias)
 
     def spec_types(self) -> list[str]:
@@ -175,8 +166,6 @@ class ServedModel:
         info: dict[str, Any] = {"types": types, "engine": "serial" if self.serial else "slots"}
         if self.spec_note is not None:
             info["serial_reason"] = self.spec_note
-        elif not self.loaded and not self.serial:
-            info["note"] = "a recurrent or hybrid model moves to the serial engine when it loads"
         return info
 
     def drain(self, timeout: float) -> None:

@@ -96,7 +96,7 @@ class ModelSettings(_Base):
                                   "draft-simple, draft-eagle3, draft-dflash, draft-dspark (each with "
                                   "draft_model_path), ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, "
                                   "ngram-cache. The n-gram types and draft-simple speculate in every slot; "
-                                  "the others (and recurrent or hybrid models) serve one request at a time.")
+                                  "with the others the model serves one request at a time.")
     draft_model_path: str | None = Field(default=None, description="The draft model of draft-simple (sharing the "
                                          "target's vocabulary), draft-eagle3, draft-dflash or draft-dspark.")
     draft_n_max: int = Field(default=3, ge=1, description="Most tokens drafted per step.")
@@ -200,8 +200,7 @@ class ModelSettings(_Base):
 
     @property
     def serial(self) -> bool:
-        """Whether this model is served one request at a time (see the package docstring); a recurrent
-        or hybrid model that speculates is too, which only loading it tells (``ServedModel``)."""
+        """Whether this model is served one request at a time (see the package docstring)."""
         return (self.n_parallel == 0 or self.spec_serial_reason is not None or bool(self.clip_model_path)
                 or self.embedding)
 

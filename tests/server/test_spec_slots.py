@@ -4,8 +4,9 @@ same request gives alone without speculation (greedy and seeded, grammar, stop s
 The target is the ``draft_model(form="echo")`` fixture, a pure-attention llama model whose next
 token depends only on the current one, so its greedy output runs into a cycle (repetition for the
 n-gram types). Drafting for it: the same model (``echo``: every draft accepted), ``noisy`` (some
-accepted) and ``constant`` (none accepted). ``qwen35_mtp`` (hybrid) shows the types and model
-kinds that stay on the serial engine.
+accepted) and ``constant`` (none accepted). ``qwen35_mtp(form="echo")`` is a hybrid target (one
+recurrent layer: rejected rows roll back through per-slot checkpoints) whose own draft fixtures
+are ``draft_model`` forms too; its ``draft-mtp`` stays on the serial engine.
 """
 
 from __future__ import annotations
@@ -50,7 +51,18 @@ def srv(start_server):
                    "draft_model_num_pred_tokens": 6, **SLOT})
     hybrid = str(fixture_path("qwen35_mtp", form="echo"))
     models.append({"model": hybrid, "model_alias": "mtp", "spec_type": "draft-mtp", **SLOT})
-    models.append({"model": hybrid, "model_alias": "hybrid-ngram", "spec_type": "ngram-simple", **SMALL, **SLOT})
+    models.append({"model": hybrid, "model_alias": "hybrid-plain", **SLOT})
+    models.append({"model": hybrid, "model_alias": "hybrid-ngram", "spec_type": "ngram-simple,ngram-mod",
+                   **SMALL, **SLOT})
+    models += [{"model": hybrid, "model_alias": f"hybrid-draft-{form}", "spec_type": "draft-simple",
+                "draft_model_path": str(fixture_path("draft_model", form=form)), "draft_n_max": 4, **SLOT}
+               for form in ("echo", "noisy")]
+    # a target whose next token depends on the whole history (the echo ones depend on the last token
+    # only), drafting for itself: greedy requests accept everything, sampled ones roll back
+    rnd = str(fixture_path("qwen35_mtp", form="random"))
+    models.append({"model": rnd, "model_alias": "random-plain", **SLOT})
+    models.append({"model": rnd, "model_alias": "random-self", "spec_type": "draft-simple", "draft_model_path": rnd,
+                   "draft_n_max": 4, **SLOT})
     return start_server(models, max_tokens_limit=200)
 
 
@@ -65,6 +77,18 @@ def prompts() -> list[list[int]]:
         cyc = echo_cycle(m, 513)
         other = next(t for t in text if t not in cyc)
         return [always_prompt(m, 512, 50), always_prompt(m, 511, 30), partial_prompt(m, 513, other), text]
+
+
+@pytest.fixture(scope="module")
+def hybrid_prompts() -> list[list[int]]:
+    """The same kinds of prompts for the hybrid echo target."""
+    from llama_cpp._internals import LlamaModel
+
+    with LlamaModel(str(fixture_path("qwen35_mtp", form="echo"))) as m:
+        text = m.tokenize(b"the cat sat on the mat and then", add_special=True)
+        cyc = echo_cycle(m, text[-1])
+        other = next(t for t in text if t not in cyc)
+        return [always_prompt(m, text[0], 40), partial_prompt(m, text[-1], other), text, always_prompt(m, text[2])]
 
 
 def complete(srv, model: str, prompt: Any, stream: bool = False, **kw: Any) -> dict[str, Any]:
@@ -113,9 +137,9 @@ def concurrently(srv, model: str, calls: list[dict[str, Any]]) -> list[dict[str,
     return [out[i] for i in range(len(calls))]
 
 
-def alone(srv, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def alone(srv, calls: list[dict[str, Any]], plain: str = "plain") -> list[dict[str, Any]]:
     """The same calls on the plain model, one at a time."""
-    return [complete(srv, "plain", **c) for c in calls]
+    return [complete(srv, plain, **c) for c in calls]
 
 
 def assert_same(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
@@ -144,8 +168,10 @@ def test_ngram_types_in_slots_equal_plain(srv, prompts, model):
     assert_same(got, want)
     # the repeated cycle is drafted right: accepted tokens, several tokens per verify step
     st = speculative(got[0])
-    assert st["accepted"] > 0 and st["tokens_per_step"] > 1.0
-    assert st["generated"] == got[0]["usage"]["completion_tokens"]
+    assert st["accepted"] == st["drafted"] > 0
+    assert st["generated"] == got[0]["usage"]["completion_tokens"] == N_GEN
+    # every step verifies a full draft of 8, the first one drafted right after the prompt
+    assert st["steps"] == -(-N_GEN // 9)
     engine = srv.engine(model)
     assert engine.stats()["speculative"]["accepted"] >= st["accepted"]
     assert_kv_matches_bookkeeping(engine)
@@ -219,22 +245,58 @@ def test_stop_strings_and_limits_mid_draft(srv, prompts):
     assert again["usage"]["prompt_tokens_cached"] > 0
 
 
+@pytest.mark.parametrize("model", ["hybrid-ngram", "hybrid-draft-echo", "hybrid-draft-noisy"])
+def test_hybrid_target_rolls_back_through_checkpoints(srv, hybrid_prompts, model):
+    """Recurrent state cannot drop rejected rows: each slot restores its checkpoint and decodes its kept
+    tokens again in the next step's batch; the output is still the plain one."""
+    calls = [{"prompt": p, "stream": i == 1} for i, p in enumerate(hybrid_prompts)]
+    calls.append({"prompt": hybrid_prompts[1], "temperature": 0.8, "seed": 5})
+    want = alone(srv, calls, "hybrid-plain")
+    got = concurrently(srv, model, calls)
+    assert_same(got, want)
+    stats = [speculative(g) for g in got]
+    assert sum(s["accepted"] for s in stats) > 0
+    if model == "hybrid-draft-echo":  # its greedy requests accept every draft (the sampled one need not)
+        assert all(s["accepted"] == s["drafted"] for s in stats[:-1])
+    else:  # some drafts were rejected: rolled back to a checkpoint and replayed, never partially
+        assert sum(s["rollbacks_checkpoint"] for s in stats) > 0
+        assert sum(s["replayed_tokens"] for s in stats) > 0
+        assert all(s["rollbacks_partial"] == 0 for s in stats)
+    # a finished request's cache is what its sequence holds, and the next request reuses it
+    assert_kv_matches_bookkeeping(srv.engine(model))
+    again = complete(srv, model, **calls[0])
+    assert again["choices"][0]["text"] == want[0]["choices"][0]["text"]
+
+
+def test_history_dependent_hybrid_target(srv, hybrid_prompts):
+    """On a target that reads its whole history, a replay that is missing or wrong changes the output."""
+    sampled = {"temperature": 0.8, "top_k": 40, "top_p": 0.95}
+    calls = [{"prompt": hybrid_prompts[2]}, {"prompt": hybrid_prompts[2], "seed": 1, **sampled},
+             {"prompt": hybrid_prompts[1], "seed": 2, **sampled, "stream": True},
+             {"prompt": hybrid_prompts[0], "seed": 3, **sampled}]
+    want = alone(srv, calls, "random-plain")
+    got = concurrently(srv, "random-self", calls)
+    assert_same(got, want)
+    stats = [speculative(g) for g in got]
+    assert stats[0]["accepted"] == stats[0]["drafted"] > 0
+    assert sum(s["rollbacks_checkpoint"] for s in stats[1:]) > 0
+    assert_kv_matches_bookkeeping(srv.engine("random-self"))
+
+
 def test_models_report_where_they_speculate(srv, prompts):
     with httpx.Client(timeout=60) as http:
         data = {m["id"]: m for m in http.get(srv.url + "/v1/models").json()["data"]}
     assert "speculative" not in data["plain"]
-    for alias in (*NGRAM, "draft-echo", "ngram+draft"):
+    for alias in (*NGRAM, "draft-echo", "ngram+draft", "hybrid-ngram", "hybrid-draft-noisy"):
         assert data[alias]["speculative"]["engine"] == "slots", alias
         assert not srv.engine(alias).serial
     assert data["lookup"]["speculative"] == {"types": ["prompt-lookup"], "engine": "slots"}
     mtp = data["mtp"]["speculative"]
     assert mtp["engine"] == "serial" and "draft-mtp" in mtp["serial_reason"]
-    hyb = data["hybrid-ngram"]["speculative"]
-    assert hyb["engine"] == "serial" and "recurrent" in hyb["serial_reason"]
-    assert srv.engine("mtp").serial and srv.engine("hybrid-ngram").serial
-    # the serial models still answer (one at a time), with their own statistics
-    r = complete(srv, "hybrid-ngram", "the cat sat on the mat", max_tokens=8)
-    assert r["usage"]["completion_tokens"] == 8
+    assert srv.engine("mtp").serial
+    # the serial model still answers (one at a time), with its decoder's statistics
+    r = complete(srv, "mtp", "the cat sat on the mat", max_tokens=8)
+    assert r["usage"]["completion_tokens"] == 8 and "speculative" in r["usage"]
 
 
 def test_settings_refuse_bad_ngram_parameters():
@@ -248,4 +310,5 @@ def test_settings_refuse_bad_ngram_parameters():
     assert not s.serial and s.spec_serial_reason is None
     s = ModelSettings(model=target(), spec_type="draft-mtp", n_parallel=2)
     assert s.serial and "draft-mtp" in s.spec_serial_reason
+
 
