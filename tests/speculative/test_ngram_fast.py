@@ -163,3 +163,60 @@ def test_decoder_warms_only_its_own_target(targets):
             assert ctx.seq_pos_max(0) == 4
         finally:
             dec.close()
+
+
+def test_greedy_rows_pick_what_the_sampler_picks(targets):
+    """One argmax over a verify batch's rows gives each row's greedy token; only a chain of the
+    greedy sampler alone takes that shortcut."""
+    import llama_cpp.llama_cpp as C
+    from llama_cpp._internals import LlamaContext, LlamaSampler
+    from llama_cpp._spec_batch import GreedyRows, RawBatch, greedy_chain
+
+    from .util import dist_sampler, greedy_sampler
+
+    model = targets["random"]
+    with LlamaContext(model, **CTX) as ctx, greedy_sampler() as s:
+        raw = RawBatch(ctx)
+        try:
+            raw.decode(list(range(3, 40)), 0, "none")
+            raw.decode([5, 9, 11, 17, 23, 29], 37, "all")
+            want = [int(C.llama_sampler_sample(s.ptr, ctx.ptr, i)) for i in range(6)]
+            assert GreedyRows(ctx, model.n_vocab).pick(6) == want
+            assert GreedyRows(ctx, model.n_vocab).pick(3) == want[:3]
+        finally:
+            raw.close()
+        assert greedy_chain(s)
+    with LlamaSampler() as chain:
+        chain.add_top_k(5)
+        chain.add_greedy()
+        assert not greedy_chain(chain)
+    with dist_sampler(1) as d:
+        assert not greedy_chain(d)
+    assert not greedy_chain(lambda ctx, i: 0)
+
+
+@pytest.mark.parametrize("target", ("bpe", "echo", "random"))
+@pytest.mark.parametrize("spec_type", ("ngram-simple", "ngram-map-k4v", "ngram-mod", "ngram-cache"))
+def test_generation_through_greedy_rows_equals_plain(targets, references, monkeypatch, target, spec_type):
+    """With the argmax shortcut on whatever the vocabulary, the tokens are plain greedy decoding's
+    (full, partial and no acceptance; rollbacks by memory removal and by checkpoint) and the
+    sampler chain is told every emitted token, as llama_sampler_sample tells it."""
+    import llama_cpp._spec_engine as engine
+    import llama_cpp.llama_cpp as C
+    from llama_cpp.speculative import make_decoder
+
+    from .util import PROMPTS, greedy_sampler
+
+    monkeypatch.setattr(engine, "GREEDY_ROWS_MIN_VOCAB", 0)
+    model = targets[target]
+    drafted = 0
+    for p in PROMPTS[:2]:
+        prompt = model.tokenize(p.encode(), add_special=True)
+        want = references[p][1] if target == "echo" else plain_generate(model, prompt, 32)
+        with make_decoder(model, config(spec_type, 4), ctx_params=dict(CTX)) as dec, greedy_sampler() as s:
+            dec.prefill(prompt)
+            got = list(dec.generate(s, 32))
+            assert got == want[:len(got)] and len(got) == len(want), (target, spec_type, p)
+            assert C.llama_perf_sampler(s.ptr).n_sample == len(got)
+            drafted += dec.stats.drafted
+    assert drafted > 0
