@@ -121,7 +121,13 @@ class RawBatch:
         self._batch = LlamaBatch(self.n_batch, 0, 1)
         self._batch.n_tokens = self.n_batch
         self._struct = self._batch.validated_view(ctx, 0, self.n_batch)  # sequence ids, once
-        self._ar = np.arange(self.n_batch, dtype=np.int32)
+        # ctypes views of the batch's buffers: a slice assignment from a list is one C loop, where
+        # numpy's dispatch, run cold after a decode, costs several microseconds a step
+        n = self.n_batch
+        self._tok = (ctypes.c_int32 * n).from_buffer(self._batch.token_arr)
+        self._pos = (ctypes.c_int32 * n).from_buffer(self._batch.pos)
+        self._out = (ctypes.c_int8 * n).from_buffer(self._batch.logits)
+        self._flags = {"all": [1] * n, "none": [0] * n, "last": [0] * n}
         self._ctx = ctx.ptr
 
     def close(self) -> None:
@@ -134,16 +140,21 @@ class RawBatch:
 
         ``after(chunk, pos)`` runs after each decoded chunk, while the context still holds that
         chunk's per-token outputs (the target features an EAGLE3 draft reads)."""
-        b, nb, st = self._batch, self.n_batch, self._struct
+        nb, st = self.n_batch, self._struct
+        tok, pos, out = self._tok, self._pos, self._out
+        flags = self._flags.get(logits)
+        if flags is None:
+            raise ValueError(f"logits must be 'all', 'last' or 'none', got {logits!r}")
         decode, ctx = self._C.llama_decode, self._ctx
         n = len(tokens)
         for s in range(0, n, nb):
             m = min(nb, n - s)
-            b.token_arr[:m] = tokens[s:s + m]
-            np.add(self._ar[:m], pos0 + s, out=b.pos[:m])
-            b.logits[:m] = 1 if logits == "all" else 0
+            tok[:m] = tokens[s:s + m] if s or m < n else tokens
+            p = pos0 + s
+            pos[:m] = range(p, p + m)
+            out[:m] = flags[:m]
             if logits == "last" and s + m == n:
-                b.logits[m - 1] = 1
+                out[m - 1] = 1
             st.n_tokens = m
             rc = int(decode(ctx, st))
             if rc != 0:

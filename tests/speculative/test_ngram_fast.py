@@ -220,3 +220,29 @@ def test_generation_through_greedy_rows_equals_plain(targets, references, monkey
             assert C.llama_perf_sampler(s.ptr).n_sample == len(got)
             drafted += dec.stats.drafted
     assert drafted > 0
+
+
+def test_raw_batch_fills_chunks_and_refuses_unknown_output_modes(targets):
+    """RawBatch splits an input into n_batch chunks with consecutive positions (the last row is the
+    output with "last"), and names a bad output mode before any decode."""
+    import llama_cpp.llama_cpp as C
+    from llama_cpp._internals import LlamaContext
+    from llama_cpp._spec_batch import RawBatch
+
+    from .util import greedy_sampler
+
+    model = targets["bpe"]
+    prompt = model.tokenize(b"the cat sat on the mat and the dog sat on the log", add_special=True)
+    params = dict(CTX, n_batch=4, n_ubatch=4)
+    with LlamaContext(model, **params) as ctx, greedy_sampler() as s:
+        raw = RawBatch(ctx)
+        try:
+            with pytest.raises(ValueError, match="logits must be"):
+                raw.decode(prompt, 0, "some")
+            assert ctx.seq_pos_max(0) == -1
+            raw.decode(prompt, 0, "last")  # 4 chunks of at most 4 tokens
+            assert ctx.seq_pos_max(0) == len(prompt) - 1
+            first = int(C.llama_sampler_sample(s.ptr, ctx.ptr, -1))
+        finally:
+            raw.close()
+    assert [first] == plain_generate(model, prompt, 1)
