@@ -393,14 +393,16 @@ class SlotEngine(_Lifecycle):
             self._out.flush()
 
     def _take_seq(self, prompt: list[int]) -> int:
-        """The free sequence whose cached tokens share the longest prefix with ``prompt`` (caller holds the lock)."""
-        best, best_len = len(self._free_seqs) - 1, -1
-        if self.cache_prompt:
-            for k, seq in enumerate(self._free_seqs):
-                n = _common_prefix(self.cached[seq], prompt)
-                if n > best_len:
-                    best, best_len = k, n
-        return self._free_seqs.pop(best)
+        """The free sequence whose cached tokens share the longest prefix with ``prompt``, the lowest id among
+        equals (caller holds the lock): busy sequences stay numbered from 0 up, which recurrent memory
+        decodes in one micro-batch (see :meth:`_step`)."""
+        free = self._free_seqs
+        best, best_key = len(free) - 1, (-1, 0)
+        for k, seq in enumerate(free):
+            key = (_common_prefix(self.cached[seq], prompt) if self.cache_prompt else 0, -seq)
+            if key > best_key:
+                best, best_key = k, key
+        return free.pop(best)
 
     def _start(self, s: _Slot) -> None:
         req = s.req
@@ -466,7 +468,9 @@ class SlotEngine(_Lifecycle):
         drafts = self._drafts() if self.spec is not None else {}
         ckpts = self.spec.checkpoints if self.spec is not None else None
         n = 0
-        for s in self._active:
+        # rows in sequence order: recurrent memory puts only consecutive sequence ids (0, 1, 2, ...) into one
+        # micro-batch (llama.cpp's sequential split_equal), so any other order decodes a slot at a time
+        for s in sorted(self._active, key=lambda s: s.seq):
             if s.next_tok is not None:
                 if s.replay:
                     r = len(s.replay)
