@@ -21,6 +21,9 @@ import pytest
 from build_tools.fixtures import fixture_path
 from tests.speculative.util import always_prompt, echo_cycle, partial_prompt
 
+# each free sequence holds exactly the tokens the engine caches: no rejected draft row is left
+from .test_slots import assert_kv_matches_bookkeeping, wait_for
+
 SMALL = {"spec_ngram_simple": {"size_n": 2, "size_m": 8}, "spec_ngram_map_k": {"size_n": 2, "size_m": 8},
          "spec_ngram_map_k4v": {"size_n": 2, "size_m": 8, "min_hits": 1},
          "spec_ngram_mod": {"n_match": 2, "n_max": 8, "n_min": 1}, "spec_ngram_cache": {"n_draft": 8}}
@@ -47,6 +50,11 @@ def srv(start_server):
     models.append({"model": target(), "model_alias": "ngram+draft", "spec_type": "ngram-simple,draft-simple",
                    "draft_model_path": str(fixture_path("draft_model", form="noisy")), "draft_n_max": 4,
                    **SMALL, **SLOT})
+    # a batch smaller than the prompts and the drafts of four slots: chunked prefill, drafts cut to the batch
+    models += [{"model": target(), "model_alias": "small-batch-plain", **SLOT, "n_batch": 16, "n_ubatch": 16},
+               {"model": target(), "model_alias": "small-batch", "spec_type": "ngram-simple,draft-simple",
+                "draft_model_path": str(fixture_path("draft_model", form="noisy")), "draft_n_max": 4, **SMALL,
+                **SLOT, "n_batch": 16, "n_ubatch": 16}]
     models.append({"model": target(), "model_alias": "lookup", "draft_model": "prompt-lookup-decoding",
                    "draft_model_num_pred_tokens": 6, **SLOT})
     hybrid = str(fixture_path("qwen35_mtp", form="echo"))
@@ -148,12 +156,6 @@ def assert_same(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
         assert g["choices"][0]["finish_reason"] == w["choices"][0]["finish_reason"], i
         for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
             assert g["usage"][k] == w["usage"][k], (i, k)
-
-
-def assert_kv_matches_bookkeeping(engine) -> None:
-    """Each free sequence holds exactly the tokens the engine caches: no rejected draft row is left."""
-    for seq in range(engine.n_slots):
-        assert engine.ctx.seq_pos_max(seq) + 1 == len(engine.cached[seq]), seq
 
 
 def speculative(resp: dict[str, Any]) -> dict[str, Any]:
@@ -281,6 +283,52 @@ def test_history_dependent_hybrid_target(srv, hybrid_prompts):
     assert stats[0]["accepted"] == stats[0]["drafted"] > 0
     assert sum(s["rollbacks_checkpoint"] for s in stats[1:]) > 0
     assert_kv_matches_bookkeeping(srv.engine("random-self"))
+
+
+def test_small_batch_cuts_drafts_to_fit(srv, prompts):
+    calls = [{"prompt": p, "stream": i == 0} for i, p in enumerate(prompts)]
+    got = concurrently(srv, "small-batch", calls)
+    assert_same(got, alone(srv, calls, "small-batch-plain"))
+    assert sum(speculative(g)["accepted"] for g in got) > 0
+    assert_kv_matches_bookkeeping(srv.engine("small-batch"))
+
+
+@pytest.mark.parametrize("model", ["ngram-all", "draft-noisy", "hybrid-ngram"])
+def test_chat_in_slots_equals_plain(srv, model):
+    plain = "hybrid-plain" if model.startswith("hybrid") else "plain"
+    msgs = [[{"role": "user", "content": "the cat sat on the mat and the cat sat on the mat and the cat"}],
+            [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Hello world, this is a test"}]]
+
+    def chat(alias: str, messages: list[dict[str, str]], stream: bool) -> str:
+        c = srv.client()
+        kw = {"model": alias, "messages": messages, "max_tokens": 32, "temperature": 0}
+        if not stream:
+            return c.chat.completions.create(**kw).choices[0].message.content
+        return "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(stream=True, **kw))
+
+    want = [chat(plain, m, False) for m in msgs]
+    out: dict[int, str] = {}
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, chat(model, msgs[i % 2], i >= 2)))
+               for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert [out[i] for i in range(4)] == want + want
+
+
+def test_disconnect_mid_speculation_frees_the_slot(srv, prompts):
+    engine = srv.engine("draft-echo")
+    with httpx.Client(timeout=60) as http:
+        body = {"model": "draft-echo", "prompt": prompts[0], "max_tokens": 200, "temperature": 0,
+                "repeat_penalty": 1.0, "stream": True}
+        with http.stream("POST", srv.url + "/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            assert next(line for line in r.iter_lines() if line.startswith("data:"))
+    assert wait_for(lambda: engine.stats()["active"] == 0)
+    assert_kv_matches_bookkeeping(engine)
+    calls = [{"prompt": prompts[0]}]
+    assert_same([complete(srv, "draft-echo", **calls[0])], alone(srv, calls))
 
 
 def test_models_report_where_they_speculate(srv, prompts):
