@@ -119,6 +119,7 @@ class ServedModel:
         llama = Llama(s.model, progress_callback=progress, **self._llama_kwargs(serial))
         if self.spec_note is not None:
             log.warning("model %s: speculation (%s) %s", self.alias, ", ".join(self.spec_types()), self.spec_note)
+        spec = None
         try:
             if s.vocab_only:
                 engine = None
@@ -127,9 +128,12 @@ class ServedModel:
                 engine = SerialEngine(llama, s.max_queue, interrupt=self.interrupt_requests)
             else:
                 self.n_ctx_slot = llama.n_ctx() // s.n_parallel
+                spec = self._slot_speculation(llama)
                 engine = SlotEngine(llama, s.n_parallel, self.n_ctx_slot, s.max_queue, cache_prompt=s.cache_prompt,
-                                    spec=self._slot_speculation(llama))
+                                    spec=spec)
         except BaseException:
+            if spec is not None:
+                spec.close()
             llama.close()
             raise
         self.llama, self.engine = llama, engine

@@ -360,3 +360,20 @@ def test_settings_refuse_bad_ngram_parameters():
     assert s.serial and "draft-mtp" in s.spec_serial_reason
 
 
+
+
+def test_draft_with_another_vocabulary_is_refused_at_load():
+    from llama_cpp._errors import SpeculativeError
+    from llama_cpp.server.models import ServedModel
+    from llama_cpp.server.settings import ModelSettings
+
+    bad = str(fixture_path("draft_model", form="echo", vocab="renamed"))
+    m = ServedModel(ModelSettings(model=target(), spec_type="draft-simple", draft_model_path=bad, n_parallel=2,
+                                  n_threads=1, n_threads_batch=1))
+    with pytest.raises(SpeculativeError, match="vocabulary"):
+        m.load()
+    assert not m.loaded
+    missing = ModelSettings(model=target(), spec_type="draft-simple", draft_model_path="/nonexistent/draft.gguf",
+                            n_parallel=2)
+    with pytest.raises(SpeculativeError, match="not a file"):
+        ServedModel(missing).load()
