@@ -360,14 +360,19 @@ def _cache_update(cache: NgramCounts, tokens: Sequence[int], n_new: int,
     """Count the continuations of the n-grams ending in the last ``n_new`` tokens; ``picks`` (the
     memo of :func:`_pick_primary` over ``cache``) forgets the n-grams whose counts changed."""
     size = len(tokens)
+    get = cache.get
+    forget = picks.pop if picks else None  # an empty memo has nothing to forget
     for k in range(NGRAM_MIN, NGRAM_MAX + 1):
         for i in range(max(size - n_new, k), size):
             gram = tuple(tokens[i - k:i])
-            part = cache.setdefault(gram, {})
             t = tokens[i]
-            part[t] = part.get(t, 0) + 1
-            if picks is not None:
-                picks.pop(gram, None)
+            part = get(gram)
+            if part is None:
+                cache[gram] = {t: 1}
+            else:
+                part[t] = part.get(t, 0) + 1
+            if forget is not None:
+                forget(gram, None)
 
 
 def load_ngram_cache(path: str | os.PathLike[str]) -> NgramCounts:
