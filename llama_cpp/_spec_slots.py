@@ -15,8 +15,10 @@ rejected; its kept tokens are then decoded again in front of its rows in the nex
 the rollback costs no decode of its own.
 
 What cannot run here (see :func:`slot_unsupported`): the types fed the target's hidden states
-(``draft-mtp``, ``draft-eagle3``, ``draft-dflash``, ``draft-dspark``), which keep one target
-sequence per draft context; such models stay on the serial engine.
+(``draft-mtp``, ``draft-eagle3``, ``draft-dflash``, ``draft-dspark``): their drafts read per-position
+rows of the target (NextN embeddings, extracted layers) that the slot engine does not route per
+slot, and ``Llama`` loads NextN tensors only together with its one-sequence decoder. Such models
+stay on the serial engine.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ def slot_unsupported(config: Any) -> str | None:
     serial = [t.value for t in config.types if t in (SpeculativeType.DRAFT_MTP, SpeculativeType.DRAFT_EAGLE3,
                                                      SpeculativeType.DRAFT_DFLASH, SpeculativeType.DRAFT_DSPARK)]
     if serial:
-        return (f"{', '.join(serial)} drafts from the target's hidden states with one draft context per target "
-                "sequence, which the slot engine does not have: served one request at a time")
+        return (f"{', '.join(serial)} drafts from the target's hidden states (NextN or feature rows of every "
+                "position, with Llama loading the NextN tensors only for its one-sequence decoder), which the slot "
+                "engine does not carry per slot: served one request at a time")
     return None
 
 

@@ -413,7 +413,7 @@ class SlotEngine(_Lifecycle):
             want_lp = req.logprobs is not None and req.logprobs >= 0
             s.pick = _sampling.token_picker(self.model, s.chain, s.grammar, want_lp)
             if self.spec is not None:
-                s.spec = self.spec.start(req.prompt_tokens)
+                s.spec = self.spec.start(req.prompt_tokens[:-1])  # the last token stays pending (_pend_last)
             s.lp = _Logprobs(self.model, req.logprobs)
             if req.echo or (want_lp and req.prompt_chars is None):
                 head = self.model.detokenize(req.prompt_tokens)
