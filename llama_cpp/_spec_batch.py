@@ -27,7 +27,17 @@ _FLOAT_P = ctypes.POINTER(ctypes.c_float)
 
 
 class RawExtBatch:
-    """Decode token entries (optionally each with a hidden row) on one context in one call."""
+    """Decode token entries (optionally each with a hidden row) on one context in one call.
+
+    Where the rows are as wide as the context's extended batches take (an MTP context: the
+    model's ``n_embd_out``), :meth:`decode` fills a plain ``llama_batch`` that carries the token
+    ids *and* the rows (the pinned llama.cpp's ``llama_batch_compat`` turns it into the same
+    extended batch entries, "for example the MTP hook batches") through ctypes views of its
+    buffers and submits it with ``llama_decode``: no native call per entry (adding, positioning
+    and attaching a row cost four ctypes calls an entry, as much as a tiny draft decode's graph).
+    Rows of other widths (an EAGLE3 or DFlash draft's) go through the extended batch entry by
+    entry, where llama.cpp checks each row's width.
+    """
 
     def __init__(self, batch: Any, ctx: Any, n_embd: int) -> None:
         C = ctx._C
@@ -41,13 +51,78 @@ class RawExtBatch:
         self._embd.n_embd = int(n_embd)
         self._n_embd = int(n_embd)
         self._kind = C.LLAMA_PROCESS_TYPE_DECODE
+        # the plain-batch path: token ids, positions and output flags through ctypes views; the
+        # rows buffer grows to the longest batch seen (n_batch rows of a large model's width
+        # would be tens of MiB)
+        self._fast = int(getattr(batch, "n_embd", -1)) == self._n_embd
+        n = self.n_batch = int(ctx.n_batch())
+        self._tok = (ctypes.c_int32 * n)()
+        self._tpos = (ctypes.c_int32 * n)()
+        self._out = (ctypes.c_int8 * n)()
+        self._flags = {True: [1] * n, False: [0] * n}
+        self._rows_buf = np.zeros((0, self._n_embd), dtype=np.float32)
+        self._plain = C.llama_batch()  # tokens alone (a target's verify batch)
+        self._paired = C.llama_batch()  # tokens with their rows
+        i32p = ctypes.POINTER(ctypes.c_int32)
+        for st in (self._plain, self._paired):
+            st.token = ctypes.cast(self._tok, i32p)
+            st.pos = ctypes.cast(self._tpos, i32p)
+            st.logits = ctypes.cast(self._out, ctypes.POINTER(ctypes.c_int8))
+            st.embd = None
+            st.n_seq_id = None  # every entry in sequence 0 (llama.cpp's default)
+            st.seq_id = None
+        self._decode_fn = C.llama_decode
+
+    def _row_room(self, m: int) -> np.ndarray:
+        buf = self._rows_buf
+        if buf.shape[0] < m:
+            cap = min(max(m, 2 * buf.shape[0], 8), max(self.n_batch, m))
+            buf = self._rows_buf = np.zeros((cap, self._n_embd), dtype=np.float32)
+            self._paired.embd = ctypes.cast(buf.ctypes.data, _FLOAT_P)
+        return buf
 
     def decode(self, tokens: Sequence[int], pos0: int, outputs: bool | str,
-               rows: Sequence[np.ndarray] | None = None) -> None:
-        """Decode ``tokens`` at positions ``pos0..``; ``rows[j]`` (float32, contiguous) goes with token ``j``.
+               rows: Sequence[np.ndarray] | np.ndarray | None = None) -> None:
+        """Decode ``tokens`` at positions ``pos0..``; ``rows[j]`` (``n_embd`` floats) goes with token ``j``.
 
         ``outputs``: True (logits for every entry), ``"last"`` (for the last one) or False.
+        ``rows`` is a sequence of rows or an ``(n, n_embd)`` array.
         """
+        if rows is not None and not self._fast:
+            self._decode_entries(tokens, pos0, outputs, rows)
+            return
+        m = len(tokens)
+        if not 0 < m <= self.n_batch:
+            raise LlamaError(f"a batch of {m} entries does not fit this context's n_batch={self.n_batch}")
+        self._tok[:m] = tokens
+        self._tpos[:m] = range(pos0, pos0 + m)
+        out = self._out
+        if outputs == "last":
+            out[:m] = self._flags[False][:m]
+            out[m - 1] = 1
+        else:
+            out[:m] = self._flags[bool(outputs)][:m]
+        if rows is None:
+            st = self._plain
+        else:
+            buf = self._row_room(m)
+            if len(rows) != m:
+                raise LlamaError(f"{len(rows)} hidden rows for {m} tokens")
+            if isinstance(rows, np.ndarray):
+                buf[:m] = rows
+            else:
+                for j, r in enumerate(rows):
+                    buf[j] = r
+            st = self._paired
+        st.n_tokens = m
+        rc = int(self._decode_fn(self._ctx, st))
+        if rc != 0:
+            raise DecodeError(f"llama_decode returned {rc} on {m} entries at position {pos0}"
+                              + (": the context is full" if rc == 1 else ""))
+
+    def _decode_entries(self, tokens: Sequence[int], pos0: int, outputs: bool | str,
+                        rows: Sequence[np.ndarray] | np.ndarray | None) -> None:
+        """:meth:`decode` through the extended batch, one entry (and its row) at a time."""
         C, b, pos, embd = self._C, self._b, self._pos, self._embd
         out_all, out_last = outputs is True, len(tokens) - 1 if outputs == "last" else -1
         add, set_pos = C.llama_batch_ext_add_token, C.llama_batch_ext_set_pos
@@ -71,7 +146,6 @@ class RawExtBatch:
         rc = int(C.llama_process(self._ctx, self._kind, b))
         if rc != 0:
             raise DecodeError(f"llama_process(decode) returned {rc} on {len(tokens)} entries at position {pos0}")
-
 
     def rows(self, rows: np.ndarray, pos0: int, *, encode: bool, mrope: bool = False) -> None:
         """Submit ``rows`` (float32, ``(n, width)``) as embedding entries at ``pos0..`` in one call: to
