@@ -157,6 +157,9 @@ class DFlashDrafter(FeatureDraftParts):
                 C.llama_set_embeddings_nextn(self.ctx.ptr, True, True)  # the confidence of every row
             elif self._top_k:
                 C.llama_set_embeddings_nextn(self.ctx.ptr, True, False)  # the DFlash2 lattice, one row per entry
+            from ._spec_engine import warm_up
+
+            warm_up(self.model, self.ctx, lambda toks: self._raw.decode(toks, 0, "last"))
         except BaseException:
             self.close()
             raise

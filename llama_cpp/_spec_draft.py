@@ -91,6 +91,7 @@ class DraftModel:
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0) -> None:
         from ._internals import LlamaContext
+        from ._spec_engine import warm_up
 
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
         self.model = self.ctx = self._batch = None
@@ -103,6 +104,7 @@ class DraftModel:
             params.pop("ctx_type", None)
             self.ctx = LlamaContext(self.model, **params)
             self._batch = RawBatch(self.ctx)
+            warm_up(self.model, self.ctx, lambda toks: self._batch.decode(toks, 0, "last"))
         except BaseException:
             self.close()
             raise

@@ -159,6 +159,7 @@ class Eagle3Drafter(FeatureDraftParts):
             self._raw = RawExtBatch(self._batch, self.ctx, self.n_dec)
             self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd(), target_model.n_layer())
             C.llama_set_embeddings_nextn(self.ctx.ptr, True, True)  # g rows (encoder) and pre-norm rows (outputs)
+            self._warm_up()
         except BaseException:
             self.close()
             raise
@@ -170,6 +171,17 @@ class Eagle3Drafter(FeatureDraftParts):
         self._n_batch = self.ctx.n_batch()
         self._rows = _RowStore(self.n_dec, max(_ROW_MARGIN, self._n_batch))  # g_p, the encoder's output
         self.reset()
+
+    def _warm_up(self) -> None:
+        """Warm the draft context up (:func:`~llama_cpp._spec_engine.warm_up`): the encoder on one
+        row of features, then the decoder."""
+        from ._spec_engine import warm_up
+
+        def decode(toks: list[int]) -> None:
+            self._raw.rows(np.zeros((1, self._tl.width), dtype=np.float32), 0, encode=True)
+            self._raw.decode(toks, 0, "last", np.zeros((len(toks), self.n_dec), dtype=np.float32))
+
+        warm_up(self.model, self.ctx, decode)
 
     def reset(self) -> None:
         if self.ctx is not None:

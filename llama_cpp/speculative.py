@@ -77,6 +77,7 @@ from ._spec_engine import (
     share_threadpools,
     tell_drafters,
     verify_draft,
+    warm_up,
 )
 from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
@@ -783,6 +784,19 @@ class MTPDecoder:
         self.stats = SpeculativeStats()
         self._topk = min(_DRAFT_TOP_K, model.n_vocab)
         self._reset_state()
+        try:
+            self._warm_up()
+        except BaseException:
+            self.close()
+            raise
+
+    def _warm_up(self) -> None:
+        """Warm up the contexts this decoder created (:func:`~llama_cpp._spec_engine.warm_up`): the
+        target when it owns it, the MTP draft context always; a caller's target is left alone."""
+        if self._owns_target:
+            warm_up(self.model, self._target, lambda toks: self._traw.decode(toks, 0, "last"))
+        zeros = np.zeros((2, self.n_embd), dtype=np.float32)
+        warm_up(self.model, self._draft, lambda toks: self._draw.decode(toks, 0, "last", zeros[:len(toks)]))
 
     # -- lifetime ---------------------------------------------------------------------------
     @property
