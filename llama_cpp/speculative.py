@@ -771,6 +771,7 @@ class MTPDecoder:
         self.n_embd = int(model.n_embd_out())
         self.n_ctx = target.n_ctx()
         self.n_batch = target.n_batch()
+        self._draft_ubatch = self._draft.n_ubatch()
         if target.n_ubatch() < config.draft_n_max + 1:
             self.close()
             raise SpeculativeError(
@@ -845,6 +846,10 @@ class MTPDecoder:
         self._id_last: int | None = None  # the pending token (position n_past), not yet decoded
         self._pending_h = np.zeros(self.n_embd, dtype=np.float32)  # h_{n_past-1}
         self._n_dft = 0                   # positions the draft memory holds (0..n_dft-1)
+        # the catch-up pairs (x_p, h_{p-1}) at n_dft.. not yet decoded: the next draft decodes them
+        # in its own batch, which saves one draft decode per step (per head when chained)
+        self._pend_tok: list[int] = []
+        self._pend_rows: list[np.ndarray] = []
         self._dirty = False               # the target memory was changed behind our back
 
     def reset(self) -> None:
@@ -935,6 +940,13 @@ class MTPDecoder:
             self._set_head(0)  # the default for every other decode
         self._n_dft = pos0 + n
 
+    def _flush_pairs(self) -> None:
+        """Decode the pending catch-up pairs on their own (every head)."""
+        if self._pend_tok:
+            toks, rows = self._pend_tok, self._pend_rows
+            self._pend_tok, self._pend_rows = [], []
+            self._decode_draft_pairs(toks, rows, self._n_dft)
+
     def _extend(self, tokens: Sequence[int]) -> None:
         """Evaluate ``tokens`` after the target's memory and catch the draft context up."""
         pos = len(self._kv)
@@ -966,6 +978,7 @@ class MTPDecoder:
             tgt.memory_clear(True)
             dft.memory_clear(True)
             self._reset_state()
+        self._flush_pairs()
         body = toks[:-1]
         kv = self._kv
         L = common_prefix(kv, body)
@@ -1017,50 +1030,69 @@ class MTPDecoder:
         """Draft up to ``k_max`` tokens from ``(id_last, h_{n_past-1})`` (greedy on the MTP head)."""
         dft = self._draft
         P = len(self._kv)
-        if self._n_dft > P and not dft.seq_rm(0, P, -1):
-            raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
-        self._n_dft = min(self._n_dft, P)
-        if self._n_dft < P:
-            raise SpeculativeError(f"internal error: draft memory holds {self._n_dft} of {P} positions")
+        n_pend = len(self._pend_tok)
+        # the pending pairs open the first draft batch (each head's, when chained) unless the
+        # batch would not fit one micro-batch
+        if n_pend and n_pend + (min(k_max, self.n_heads) if self._chain else 1) > self._draft_ubatch:
+            self._flush_pairs()
+            n_pend = 0
+        if n_pend:
+            if self._n_dft + n_pend != P:
+                raise SpeculativeError(f"internal error: draft memory holds {self._n_dft} + {n_pend} of {P} positions")
+        else:
+            if self._n_dft > P and not dft.seq_rm(0, P, -1):
+                raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
+            self._n_dft = min(self._n_dft, P)
+            if self._n_dft < P:
+                raise SpeculativeError(f"internal error: draft memory holds {self._n_dft} of {P} positions")
+        toks: list[int] = self._pend_tok + [self._id_last]  # type: ignore[list-item]
+        rows: list[np.ndarray] = self._pend_rows + [self._pending_h]
+        self._pend_tok, self._pend_rows = [], []
         if self._chain:
-            return self._propose_chain(P, k_max)
+            return self._propose_chain(P, k_max, toks, rows)
         cfg = self.config
         out: list[int] = []
-        tok, h = self._id_last, self._pending_h
         raw = self._draw
+        base = P - n_pend
         while True:
-            raw.decode((tok,), P + len(out), True, (h,))
-            self._n_dft = P + len(out) + 1
-            logits = dft.logits_ith(0)
+            raw.decode(toks, base, "last", rows)
+            last = len(toks) - 1
+            self._n_dft = base + len(toks)
+            logits = dft.logits_ith(last)
             best = int(np.argmax(logits))
             if not self._confident(logits, best):
                 break
             out.append(best)
             if len(out) >= k_max:
                 break
-            tok, h = best, self._draft_row(0)
+            base, toks, rows = P + len(out), [best], [self._draft_row(last)]
         if len(out) < cfg.draft_n_min:
             out = []
         return out
 
-    def _propose_chain(self, P: int, k_max: int) -> list[int]:
+    def _propose_chain(self, P: int, k_max: int, toks: list[int], rows: list[np.ndarray]) -> list[int]:
         """llama.cpp's chained draft: step ``i`` runs head ``i`` over the whole draft so far.
 
         Each head has its own layer (and KV), which the catch-up filled only below ``P``: so step
         ``i`` removes the draft region and decodes ``[id_last, d_0 .. d_{i-1}]`` at ``P..`` with
         the hidden rows ``[h_{P-1}, h'_0 .. h'_{i-1}]`` (``h'_j``: head ``j``'s output at its last row).
+        ``toks``/``rows`` begin with the pending catch-up pairs (at ``n_dft..P-1``, then
+        ``(id_last, h_{P-1})``): each head's batch writes them into its layer first, and the heads
+        the draft does not reach get them alone.
         """
         dft, raw = self._draft, self._draw
-        toks: list[int] = [self._id_last]  # type: ignore[list-item]
-        rows: list[np.ndarray] = [self._pending_h]
+        base = self._n_dft
+        n_pend = P - base
         out: list[int] = []
+        ran = 0
         try:
             for i in range(min(k_max, self.n_heads)):
-                if not dft.seq_rm(0, P, -1):
+                if not dft.seq_rm(0, base, -1):
                     raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
                 self._set_head(i)
-                raw.decode(toks, P, "last", rows)
-                self._n_dft = P + len(toks)
+                raw.decode(toks, base, "last", rows)
+                ran = i + 1
+                self._n_dft = base + len(toks)
                 last = len(toks) - 1
                 logits = dft.logits_ith(last)
                 best = int(np.argmax(logits))
@@ -1071,6 +1103,14 @@ class MTPDecoder:
                     break
                 rows.append(self._draft_row(last))
                 toks.append(best)
+            if n_pend and ran < self.n_heads:
+                # the heads this draft did not reach: the pairs alone, in each head's layer
+                for head in range(ran, self.n_heads):
+                    if not dft.seq_rm(0, base, -1):
+                        raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
+                    self._set_head(head)
+                    raw.decode(toks[:n_pend], base, False, rows[:n_pend])
+                self._n_dft = P
         finally:
             self._set_head(0)
         if len(out) < self.config.draft_n_min:
@@ -1161,15 +1201,19 @@ class MTPDecoder:
 
                 # draft memory: keep < P (+ P itself if drafting decoded (id_last, h_prev) there;
                 # chained heads decode P again under every head, as llama.cpp's process() does)
-                keep_dft = P + 1 if drafted_here and not self._chain else P
-                if self._n_dft > keep_dft and not dft.seq_rm(0, keep_dft, -1):
-                    raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
-                self._n_dft = min(self._n_dft, keep_dft)
                 pair_tok = [id_last] + out[:-1]
                 pair_h = [h_prev] + [rows[j] for j in range(n_keep - 1)]
-                first = self._n_dft - P
-                if first < n_keep:
-                    self._decode_draft_pairs(pair_tok[first:], pair_h[first:], P + first)
+                if self._pend_tok:  # the MTP head did not draft: these pairs wait with the earlier ones
+                    self._pend_tok += pair_tok
+                    self._pend_rows += pair_h
+                else:
+                    keep_dft = P + 1 if drafted_here and not self._chain else P
+                    if self._n_dft > keep_dft and not dft.seq_rm(0, keep_dft, -1):
+                        raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
+                    self._n_dft = min(self._n_dft, keep_dft)
+                    first = self._n_dft - P
+                    # decoded by the next draft, in its first batch
+                    self._pend_tok, self._pend_rows = pair_tok[first:], pair_h[first:]
                 self._pending_h = rows[n_keep - 1]
                 self._kv.extend(pair_tok)
                 self._id_last = out[-1]
@@ -1198,6 +1242,7 @@ class MTPDecoder:
         tgt, dft = self._live()
         if self._dirty:
             raise SpeculativeError("the target context was changed outside the decoder: prefill() first")
+        self._flush_pairs()
         states = []
         for ctx in (tgt, dft):
             full = SeqCheckpoint(ctx, 0, 0)

@@ -1,0 +1,147 @@
+"""The MTP draft context's catch-up rides in the next draft's first batch.
+
+After a verify the draft memory must take the accepted pairs ``(x_p, h_{p-1})``; the decoder keeps
+them pending and decodes them in front of the next draft's seed (under each head, when chained),
+instead of in a batch of their own. These tests compare with a decoder that decodes them on their
+own at the start of every draft (what the decoder did before, and what llama.cpp's driver does):
+the same tokens and the same drafts, token for token and position for position, with one draft
+decode fewer per step (one per head reached, chained).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from build_tools.fixtures import fixture_path
+
+from .util import CTX, greedy_sampler, plain_generate
+
+PROMPTS = ("Hello world, this is a test", "Once upon a time there was")
+N_GEN = 40
+#: name -> (fixture, params, draft sizes): one NextN head (qwen35) and three chained ones (step35)
+MODELS = {
+    "qwen35-echo": ("qwen35_mtp", {"form": "echo"}, (1, 2, 4)),
+    "qwen35-noisy": ("qwen35_mtp", {"form": "noisy"}, (1, 2, 4)),
+    "step35-echo": ("step35_mtp_heads", {"form": "echo"}, (1, 2, 3)),
+    "step35-noisy": ("step35_mtp_heads", {"form": "noisy"}, (1, 2, 3)),
+}
+
+
+@pytest.fixture(scope="module")
+def models():
+    from llama_cpp.speculative import load_mtp_model
+
+    made: dict = {}
+
+    def get(name: str):
+        if name not in made:
+            fx, kw, _ = MODELS[name]
+            made[name] = load_mtp_model(fixture_path(fx, **kw))
+        return made[name]
+
+    yield get
+    for m in made.values():
+        m.close()
+
+
+def _run(model, prompt, draft_n_max: int, *, separate: bool, n: int = N_GEN):
+    """(tokens, stats, draft decodes) of one generation; ``separate``: the catch-up decoded on its own."""
+    from llama_cpp.speculative import MTPDecoder, SpecConfig
+
+    with MTPDecoder(model, dict(CTX), SpecConfig("draft-mtp", draft_n_max=draft_n_max)) as dec:
+        calls = []
+        real = dec._draw.decode
+
+        def counted(*a, **kw):
+            calls.append(len(a[0]))
+            return real(*a, **kw)
+
+        dec._draw.decode = counted
+        if separate:
+            propose = dec._propose
+
+            def flushed_first(k_max):
+                dec._flush_pairs()
+                return propose(k_max)
+
+            dec._propose = flushed_first
+        dec.prefill(prompt)
+        calls.clear()
+        toks = list(dec.generate(greedy_sampler(), n))
+        return toks, dec.stats, len(calls)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_same_drafts_as_a_separate_catch_up(models, name):
+    m = models(name)
+    for p in PROMPTS:
+        prompt = m.tokenize(p.encode(), add_special=True)
+        ref = plain_generate(m, prompt, N_GEN)
+        for dn in MODELS[name][2]:
+            got, st, n_merged = _run(m, prompt, dn, separate=False)
+            want, st0, n_separate = _run(m, prompt, dn, separate=True)
+            assert got == want == ref, (name, p, dn)
+            assert (st.drafted_at, st.accepted_at) == (st0.drafted_at, st0.accepted_at), (name, p, dn)
+            assert st.steps == st0.steps
+            # pairs wait after every step that accepted a draft token (chained heads: after every step)
+            if m.n_layer_nextn() > 1:
+                heads = min(dn, m.n_layer_nextn())
+                assert n_separate - n_merged >= heads * (st.steps - 2), (name, p, dn, n_separate, n_merged)
+            else:
+                assert n_merged < n_separate if st.accepted else n_merged == n_separate, (name, p, dn)
+
+
+def test_full_acceptance_decodes_one_batch_per_drafted_token(models):
+    """One head at 100 % acceptance: ``k`` draft decodes a step (the catch-up inside the first)."""
+    m = models("qwen35-echo")
+    prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
+    got, st, n = _run(m, prompt, 4, separate=False)
+    assert st.accepted == st.drafted > 0
+    assert n == st.drafted
+
+
+def test_pending_pairs_survive_state_and_prefill(models):
+    """Pairs still pending when generation stops are decoded before a snapshot or a new prompt:
+    continuing, restoring and extending all draft as a fresh decoder does."""
+    from llama_cpp.speculative import MTPDecoder, SpecConfig
+
+    for name in ("qwen35-noisy", "step35-noisy"):
+        m = models(name)
+        prompt = m.tokenize(PROMPTS[1].encode(), add_special=True)
+        ref = plain_generate(m, prompt, N_GEN)
+        with MTPDecoder(m, dict(CTX), SpecConfig("draft-mtp", draft_n_max=3)) as dec:
+            dec.prefill(prompt)
+            head = list(dec.generate(greedy_sampler(), 7))
+            assert dec._pend_tok  # the last step's pairs wait for the next draft
+            state = dec.save_state()
+            assert not dec._pend_tok
+            tail = list(dec.generate(greedy_sampler(), N_GEN - len(head)))
+            dec.load_state(state)
+            again = list(dec.generate(greedy_sampler(), N_GEN - len(head)))
+            assert head + tail == head + again == ref, name
+            # a longer prompt that extends the history: the pending pairs go first
+            longer = prompt + head + tail[:5]
+            dec.prefill(longer)
+            dec.stats.reset()
+            ext = list(dec.generate(greedy_sampler(), 12))
+            fresh, st, _ = _run(m, longer, 3, separate=False, n=12)
+            assert ext == fresh == plain_generate(m, longer, 12), name
+            assert (dec.stats.drafted_at, dec.stats.accepted_at) == (st.drafted_at, st.accepted_at), name
+
+
+def test_pairs_wait_through_steps_another_type_drafts(models):
+    """Combined with an n-gram type: steps the n-gram drafter wins add their pairs to the pending
+    ones; the next MTP draft decodes them all (output equal to plain greedy)."""
+    from llama_cpp.speculative import SpecConfig, make_decoder
+
+    m = models("step35-noisy")
+    text = "the cat sat on the mat and the cat sat on the mat and the cat sat on the"
+    prompt = m.tokenize(text.encode(), add_special=True)
+    ref = plain_generate(m, prompt, N_GEN)
+    cfg = SpecConfig(["ngram-simple", "draft-mtp"], draft_n_max=3, ngram_simple={"size_n": 2, "size_m": 3})
+    with make_decoder(m, cfg, ctx_params=dict(CTX)) as dec:
+        dec.prefill(prompt)
+        got = list(dec.generate(greedy_sampler(), N_GEN))
+        st = dec.stats
+    assert got == ref
+    assert st.drafted_by.get("draft-mtp", 0) > 0
