@@ -68,8 +68,9 @@ from typing import Any
 import numpy as np
 
 from ._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
-from ._spec_batch import RawExtBatch, SeqCheckpoint, common_prefix
+from ._spec_batch import GreedyRows, RawExtBatch, SeqCheckpoint, common_prefix, greedy_chain
 from ._spec_engine import (
+    GREEDY_ROWS_MIN_VOCAB,
     DraftDecoder,
     DraftState,
     checked_prompt,
@@ -1134,6 +1135,11 @@ class MTPDecoder:
         sample = self._sample_fn(sampler)
         st, cfg, model = self.stats, self.config, self.model
         is_eog = model.is_eog
+        # a greedy chain's picks for the verify rows come from one argmax over them (GreedyRows)
+        greedy = None
+        if model.n_vocab >= GREEDY_ROWS_MIN_VOCAB and greedy_chain(sampler):
+            greedy = GreedyRows(tgt, model.n_vocab)
+        accept, chain = self._C.llama_sampler_accept, getattr(sampler, "ptr", None)
         produced = 0
         clock = time.perf_counter
         t_start: float | None = clock()  # None while suspended at a yield
@@ -1166,7 +1172,13 @@ class MTPDecoder:
                 id_last = self._id_last
                 rows = self._decode_target([id_last] + draft, P, outputs=True)
                 st.steps += 1
-                out, n_acc = verify_draft(sample, draft, is_eog)
+                picks = greedy.pick(k + 1) if greedy is not None else None
+                if picks is None:
+                    out, n_acc = verify_draft(sample, draft, is_eog)
+                else:
+                    out, n_acc = verify_draft(picks.__getitem__, draft, is_eog)
+                    for t in out:
+                        accept(chain, t)  # as llama_sampler_sample does (the chain counts its tokens)
                 t2 = clock()
                 st.t_verify += t2 - t1
                 st._count_draft(k, n_acc, getattr(src, "kind", None) if src is not None else "draft-mtp")

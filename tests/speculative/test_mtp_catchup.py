@@ -145,3 +145,28 @@ def test_pairs_wait_through_steps_another_type_drafts(models):
         st = dec.stats
     assert got == ref
     assert st.drafted_by.get("draft-mtp", 0) > 0
+
+
+@pytest.mark.parametrize("name", ("qwen35-noisy", "step35-noisy"))
+def test_greedy_rows_verify_drafts_as_per_row_sampling(models, monkeypatch, name):
+    """The verify rows picked by one argmax (GreedyRows, used from 16k tokens on; forced here on the
+    tiny vocabulary): the same tokens and drafts as sampling row by row."""
+    from llama_cpp import _spec_batch, speculative
+
+    m = models(name)
+    prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
+    base, st0, _ = _run(m, prompt, 3, separate=False)
+    picked = []
+    real = _spec_batch.GreedyRows.pick
+
+    def pick(self, n):
+        r = real(self, n)
+        picked.append(r is not None)
+        return r
+
+    monkeypatch.setattr(speculative, "GREEDY_ROWS_MIN_VOCAB", 0)
+    monkeypatch.setattr(_spec_batch.GreedyRows, "pick", pick)
+    got, st, _ = _run(m, prompt, 3, separate=False)
+    assert picked and all(picked)
+    assert got == base == plain_generate(m, prompt, N_GEN)
+    assert (st.drafted_at, st.accepted_at) == (st0.drafted_at, st0.accepted_at)
