@@ -97,3 +97,11 @@ def run_tool(tools_dir) -> Callable[..., subprocess.CompletedProcess]:
         raise AssertionError(f"{name} kept printing truncated output: {proc.stdout[-200:]!r}")
 
     return run
+
+
+@pytest.fixture()
+def empty_cache(tmp_path, monkeypatch) -> Path:
+    """An empty ``LLAMA_CPP_PYTHON_CACHE`` for the test (native builds, toolkits, downloads)."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("LLAMA_CPP_PYTHON_CACHE", str(root))
+    return root

@@ -116,13 +116,6 @@ class FakeInstaller:
             _cu12_tree(target)
 
 
-@pytest.fixture()
-def cache(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "cache"
-    monkeypatch.setenv("LLAMA_CPP_PYTHON_CACHE", str(root))
-    return root
-
-
 def _spec(**kw) -> CudaSpec:
     base = {"version": "13.0", "architectures": ("90-real",), "toolkit": "pypi", "packages": CU13_PINS,
             "runtime_requires": ("nvidia-cuda-runtime>=13.0,<14",), "fa_quants": None}
@@ -173,11 +166,11 @@ def test_stub_symbols_cover_the_sources():
 # ---------------------------------------------------------------------------- provisioning
 
 @needs_cc
-def test_provision_cuda13_layout(cache):
+def test_provision_cuda13_layout(empty_cache):
     inst = FakeInstaller("cu13")
     kit = cuda_toolkit.provision(_spec(), installer=inst)
     root = kit.root
-    assert root == cache / "cuda" / cuda_toolkit.kit_hash(_spec()) / "toolkit"
+    assert root == empty_cache / "cuda" / cuda_toolkit.kit_hash(_spec()) / "toolkit"
     for sub in ("bin", "include", "lib64", "nvvm"):
         assert (root / sub).is_dir() and not (root / sub).is_symlink()
     assert os.readlink(root / "lib") == "lib64"
@@ -197,18 +190,18 @@ def test_provision_cuda13_layout(cache):
     v = kit.versions
     assert v["nvcc"] == "Cuda compilation tools, release 13.0, V13.0.88"
     assert v["cuda_wheel:nvidia-cublas"] == "13.0.2.14" and v["cuda_wheel:nvidia-nvvm"] == "13.0.88"
-    assert v["cuda_toolkit"] == "pypi" and not any(str(cache) in x for x in v.values())
+    assert v["cuda_toolkit"] == "pypi" and not any(str(empty_cache) in x for x in v.values())
     stamp = json.loads((root.parent / "toolkit.json").read_text())
     assert stamp["nvcc_version"] == "13.0.88"
     assert inst.calls == 1
     # A second call is a cache hit: nothing installed again.
     again = cuda_toolkit.provision(_spec(), installer=inst)
     assert inst.calls == 1 and again.root == root and again.versions == v
-    assert not list((cache / "cuda").glob(".*.tmp-*"))
+    assert not list((empty_cache / "cuda").glob(".*.tmp-*"))
 
 
 @needs_cc
-def test_cmake_defines_and_env(cache):
+def test_cmake_defines_and_env(empty_cache):
     kit = cuda_toolkit.provision(_spec(), installer=FakeInstaller("cu13"))
     d = kit.cmake_defines()
     root = kit.root
@@ -228,7 +221,7 @@ def test_cmake_defines_and_env(cache):
 
 
 @needs_cc
-def test_pin_change_changes_the_kit_and_the_build_key(cache, tmp_path):
+def test_pin_change_changes_the_kit_and_the_build_key(empty_cache, tmp_path):
     inst = FakeInstaller("cu13")
     spec_a = _spec()
     spec_b = _spec(packages=tuple(p if not p.startswith("nvidia-cublas==") else "nvidia-cublas==13.0.0.19"
@@ -255,16 +248,16 @@ def test_pin_change_changes_the_kit_and_the_build_key(cache, tmp_path):
 
 
 @needs_cc
-def test_installed_version_must_match_the_pin(cache):
+def test_installed_version_must_match_the_pin(empty_cache):
     inst = FakeInstaller("cu13", versions={"nvidia-cublas": "13.1.0.3"})
     with pytest.raises(NativeBuildError, match=r"nvidia-cublas 13\.1\.0\.3, but the configuration pins 13\.0\.2\.14"):
         cuda_toolkit.provision(_spec(), installer=inst)
-    assert not list((cache / "cuda").glob("*/toolkit.json"))  # nothing half-made was kept
-    assert not list((cache / "cuda").glob(".*.tmp-*"))
+    assert not list((empty_cache / "cuda").glob("*/toolkit.json"))  # nothing half-made was kept
+    assert not list((empty_cache / "cuda").glob(".*.tmp-*"))
 
 
 @needs_cc
-def test_nvcc_release_must_match_the_version(cache):
+def test_nvcc_release_must_match_the_version(empty_cache):
     inst = FakeInstaller("cu13", versions={"nvidia-cuda-nvcc": "13.1.80"})
     spec = _spec(packages=tuple(p if not p.startswith("nvidia-cuda-nvcc==") else "nvidia-cuda-nvcc==13.1.80"
                                 for p in CU13_PINS))
@@ -272,7 +265,7 @@ def test_nvcc_release_must_match_the_version(cache):
         cuda_toolkit.provision(spec, installer=inst)
 
 
-def test_missing_nvvm_names_the_wheel(cache):
+def test_missing_nvvm_names_the_wheel(empty_cache):
     def without_cicc(pins, target):
         FakeInstaller("cu13")(pins, target)
         os.unlink(target / "nvidia/cu13/nvvm/bin/cicc")
@@ -281,7 +274,7 @@ def test_missing_nvvm_names_the_wheel(cache):
         cuda_toolkit.provision(_spec(), installer=without_cicc)
 
 
-def test_cuda12_wheels_have_no_compiler(cache):
+def test_cuda12_wheels_have_no_compiler(empty_cache):
     spec = _spec(version="12.8", packages=CU12_PINS + ("nvidia-cuda-nvcc-cu12==12.8.93",))
     with pytest.raises(NativeBuildError) as err:
         cuda_toolkit.provision(spec, installer=FakeInstaller("cu12"))
@@ -290,7 +283,7 @@ def test_cuda12_wheels_have_no_compiler(cache):
 
 
 @needs_cc
-def test_system_toolkit_with_cuda12_wheels(cache, tmp_path):
+def test_system_toolkit_with_cuda12_wheels(empty_cache, tmp_path):
     """toolkit = "system": nvcc from CUDA_HOME, the pinned CUDA 12 wheels win for cudart/cuBLAS."""
     system = tmp_path / "cuda-12.8"
     _fake_nvcc(system / "bin" / "nvcc", "12.8.93")
@@ -309,13 +302,13 @@ def test_system_toolkit_with_cuda12_wheels(cache, tmp_path):
     assert kit.versions["nvcc"].endswith("V12.8.93") and kit.versions["cuda_toolkit"] == "system"
     assert kit.versions["cuda_wheel:nvidia-cublas-cu12"] == "12.8.4.1"
     # The toolkit's own stub is used when it has one.
-    shutil.rmtree(cache)
+    shutil.rmtree(empty_cache)
     _touch(system / "lib64/stubs/libcuda.so", "nvidia's stub")
     kit2 = cuda_toolkit.provision(spec, installer=inst, environ={"CUDA_HOME": str(system), "PATH": ""})
     assert not kit2.stub_generated and kit2.driver_library.resolve() == (system / "lib64/stubs/libcuda.so").resolve()
 
 
-def test_system_toolkit_not_found(cache, tmp_path):
+def test_system_toolkit_not_found(empty_cache, tmp_path):
     with pytest.raises(NativeBuildError, match="set CUDA_HOME"):
         cuda_toolkit.system_root({"CUDA_HOME": str(tmp_path / "nope"), "PATH": str(tmp_path)}, defaults=())
     _fake_nvcc(tmp_path / "on-path" / "bin" / "nvcc", "12.8.93")

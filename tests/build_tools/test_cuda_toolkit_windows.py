@@ -72,13 +72,6 @@ EXPORTS = {"cublas": ("cublasCreate_v2", "cublasGemmEx", "cublasSgemm_v2"), "cub
 DOWNLOADS = cache_root() / "downloads" / "cuda-windows"
 
 
-@pytest.fixture()
-def cache(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "cache"
-    monkeypatch.setenv("LLAMA_CPP_PYTHON_CACHE", str(root))
-    return root
-
-
 @pytest.fixture(scope="module")
 def dlls(tmp_path_factory) -> dict[str, Path]:
     """Real DLLs named as NVIDIA's (their export directory carries the name), from MinGW-w64."""
@@ -155,11 +148,11 @@ def _link(tmp: Path, lib: Path, symbol: str) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------- the CUDA 13 wheels
 
 @needs_mingw
-def test_cuda13_wheels_make_a_windows_root(cache, dlls, tmp_path):
+def test_cuda13_wheels_make_a_windows_root(empty_cache, dlls, tmp_path):
     wheels = Wheels(CU13_FILES, dlls)
     kit = cuda_toolkit.provision(_cu13_spec(), installer=wheels, verify=False, layout=cuda_toolkit.WINDOWS)
     root, site = kit.root, kit.root.parent / "site" / "nvidia" / "cu13"
-    assert root == cache / "cuda" / cuda_toolkit.kit_hash(_cu13_spec(), layout=cuda_toolkit.WINDOWS) / "toolkit"
+    assert root == empty_cache / "cuda" / cuda_toolkit.kit_hash(_cu13_spec(), layout=cuda_toolkit.WINDOWS) / "toolkit"
     assert cuda_toolkit.missing_files(root, cuda_toolkit.WINDOWS) == []
     assert (root / "include/cccl/cub/cub.cuh").is_file() and (root / "bin/crt/link.stub").is_file()
     # No symlinks (they need a privilege on Windows), no DLLs, nothing of the wheels' packaging.
@@ -187,17 +180,17 @@ def test_cuda13_wheels_make_a_windows_root(cache, dlls, tmp_path):
     assert v["nvcc"] == "Cuda compilation tools, release 13.0, V13.0.88" and v["cuda_layout"] == "windows"
     assert v["cuda_import_libs"] == "cublas.lib<cublas64_13.dll,cublasLt.lib<cublasLt64_13.dll"
     assert v["cuda_driver_lib"] == "toolkit's"
-    assert v["cuda_wheel:nvidia-cublas"] == "13.0.2.14" and not any(str(cache) in x for x in v.values())
+    assert v["cuda_wheel:nvidia-cublas"] == "13.0.2.14" and not any(str(empty_cache) in x for x in v.values())
     stamp = json.loads((root.parent / "toolkit.json").read_text())
     assert stamp["layout"] == "windows" and stamp["generated"] == list(kit.generated)
     # A second call is a cache hit: nothing installed or written again, the same versions.
     again = cuda_toolkit.provision(_cu13_spec(), installer=wheels, verify=False, layout=cuda_toolkit.WINDOWS)
     assert wheels.calls == 1 and again.versions == v and again.root == root
-    assert not list((cache / "cuda").glob(".*.tmp-*"))
+    assert not list((empty_cache / "cuda").glob(".*.tmp-*"))
 
 
 @needs_mingw
-def test_a_missing_cuda_lib_is_written_for_nvcuda(cache, dlls, tmp_path):
+def test_a_missing_cuda_lib_is_written_for_nvcuda(empty_cache, dlls, tmp_path):
     wheels = Wheels(CU13_FILES, dlls, drop=("lib/x64/cuda.lib",))
     kit = cuda_toolkit.provision(_cu13_spec(), installer=wheels, verify=False, layout=cuda_toolkit.WINDOWS)
     assert kit.stub_generated and kit.driver_library == kit.root / "lib/x64/cuda.lib"
@@ -214,19 +207,19 @@ def test_a_missing_cuda_lib_is_written_for_nvcuda(cache, dlls, tmp_path):
     (("bin/x86_64/cublas64_13.dll",),
      r"lib/x64/cublas.lib \(cublas\): add nvidia-cublas==13\.0\.2\.14 .* lacks cublas64_\*\.dll, which the import"),
 ], ids=["nvlink", "cicc", "cudart_static", "cublas-dll"])
-def test_an_incomplete_wheel_set_is_refused(cache, drop, named):
+def test_an_incomplete_wheel_set_is_refused(empty_cache, drop, named):
     """Refused before any import library is written: no MinGW DLLs or librarian are needed here."""
     wheels = Wheels(CU13_FILES, {}, drop=drop)
     with pytest.raises(NativeBuildError, match=named) as err:
         cuda_toolkit.provision(_cu13_spec(), installer=wheels, verify=False, layout=cuda_toolkit.WINDOWS)
     assert "CUDA 13.0 toolkit for windows is incomplete" in str(err.value)
     assert str(err.value).count("\n  ") == 1  # only what is missing
-    assert not list((cache / "cuda").glob("*/toolkit.json")) and not list((cache / "cuda").glob(".*.tmp-*"))
+    assert not list((empty_cache / "cuda").glob("*/toolkit.json")) and not list((empty_cache / "cuda").glob(".*.tmp-*"))
 
 
 # ---------------------------------------------------------------------------- CUDA 12.8
 
-def test_cuda12_wheels_have_no_windows_compiler(cache):
+def test_cuda12_wheels_have_no_windows_compiler(empty_cache):
     spec = replace(load_matrix().get("cuda-12.8-windows").cuda, toolkit="pypi",
                    packages=tuple(CU12_FILES))
     with pytest.raises(NativeBuildError) as err:
@@ -252,7 +245,7 @@ def _archives(root: Path) -> None:
     _write(root / "bin/nvcc.exe", {}, "12.8.93")
 
 
-def test_windows_system_toolkit_with_the_cuda12_wheels(cache, tmp_path, monkeypatch):
+def test_windows_system_toolkit_with_the_cuda12_wheels(empty_cache, tmp_path, monkeypatch):
     """toolkit = "system" on Windows: nvcc.exe and the .lib files from CUDA_HOME (copied when it is on
     another volume), the pinned wheels' headers first; no import library to write."""
     system = tmp_path / "cuda-12.8.1"
@@ -293,7 +286,7 @@ def test_system_toolkit_on_windows_is_found_by_nvcc_exe(tmp_path):
 
 # ---------------------------------------------------------------------------- the content key
 
-def test_the_layout_is_in_the_kit_hash_and_the_build_key(cache, tmp_path, monkeypatch):
+def test_the_layout_is_in_the_kit_hash_and_the_build_key(empty_cache, tmp_path, monkeypatch):
     spec = _cu13_spec()
     linux = cuda_toolkit.kit_hash(spec)
     assert cuda_toolkit.kit_hash(spec, layout=cuda_toolkit.WINDOWS) != linux
@@ -311,7 +304,7 @@ def test_the_layout_is_in_the_kit_hash_and_the_build_key(cache, tmp_path, monkey
                                    ("c", "13.0.2.14", ("lib/x64/cuda.lib",))):
         pins = tuple(p if not p.startswith("nvidia-cublas==") else f"nvidia-cublas=={cublas}" for p in spec.packages)
         files = {(k if not k.startswith("nvidia-cublas==") else f"nvidia-cublas=={cublas}"): v for k, v in CU13_FILES.items()}
-        shutil.rmtree(cache / "cuda", ignore_errors=True)  # c has a's pins: not its cached toolkit
+        shutil.rmtree(empty_cache / "cuda", ignore_errors=True)  # c has a's pins: not its cached toolkit
         monkeypatch.setattr(cuda_toolkit, "pip_install", Wheels(files, {}, drop=dropped))
         monkeypatch.setattr(cuda_toolkit, "ensure_import_libs", _fake_import_libs)
         monkeypatch.setattr(cuda_toolkit, "compile_probe", lambda nvcc, env: None)

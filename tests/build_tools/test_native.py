@@ -25,13 +25,6 @@ from .fake_tree import make_fake_tree
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture()
-def cache(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "cache"
-    monkeypatch.setenv("LLAMA_CPP_PYTHON_CACHE", str(root))
-    return root
-
-
 @pytest.fixture(scope="module")
 def toolchain():
     return detect()
@@ -68,7 +61,7 @@ def test_recipe_version_is_part_of_the_key(tmp_path, toolchain, monkeypatch):
     assert p.key != before
 
 
-def test_build_then_cache_hit_without_compiler(cache, tmp_path, toolchain, monkeypatch):
+def test_build_then_cache_hit_without_compiler(empty_cache, tmp_path, toolchain, monkeypatch):
     p = _plan(make_fake_tree(tmp_path / "src"), toolchain)
     first = native.build(p)
     assert not first.reused
@@ -88,7 +81,7 @@ def test_build_then_cache_hit_without_compiler(cache, tmp_path, toolchain, monke
     assert second.reused and second.root == first.root and second.manifest == first.manifest
 
 
-def test_manifest_round_trip_and_tamper_detection(cache, tmp_path, toolchain):
+def test_manifest_round_trip_and_tamper_detection(empty_cache, tmp_path, toolchain):
     nb = native.build(_plan(make_fake_tree(tmp_path / "src"), toolchain))
     loaded = load_manifest(nb.root)
     assert loaded == nb.manifest
@@ -107,18 +100,18 @@ def test_manifest_round_trip_and_tamper_detection(cache, tmp_path, toolchain):
     assert "lib/libextra.so: not in the manifest" in problems
 
 
-def test_failed_build_leaves_nothing(cache, tmp_path, toolchain):
+def test_failed_build_leaves_nothing(empty_cache, tmp_path, toolchain):
     tree = make_fake_tree(tmp_path / "src")
     (tree.path / "llama.c").write_text("this is not C\n")
     p = _plan(dataclasses.replace(tree, tree_sha256="f" * 64), toolchain)
     with pytest.raises(NativeBuildError, match="failed with exit code"):
         native.build(p)
     assert native.find_finished(p) is None
-    assert not list((cache / "native").glob(f"*{p.dir_name}*.tmp-*"))
-    assert not (cache / "native" / p.dir_name).exists()
+    assert not list((empty_cache / "native").glob(f"*{p.dir_name}*.tmp-*"))
+    assert not (empty_cache / "native" / p.dir_name).exists()
 
 
-def test_interrupted_build_is_not_reused(cache, tmp_path, toolchain):
+def test_interrupted_build_is_not_reused(empty_cache, tmp_path, toolchain):
     """A build killed mid-way (no chance to clean up) leaves no result a later run would take."""
     src = tmp_path / "src"
     make_fake_tree(src)
@@ -139,7 +132,7 @@ def test_interrupted_build_is_not_reused(cache, tmp_path, toolchain):
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
     dir_name = proc.stdout.readline().strip()
     deadline = time.monotonic() + 60
-    native_dir = cache / "native"
+    native_dir = empty_cache / "native"
     while not list(native_dir.glob(f".{dir_name}.tmp-*/build.log")) and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(1.0)
@@ -155,7 +148,7 @@ def test_interrupted_build_is_not_reused(cache, tmp_path, toolchain):
     assert not list(native_dir.glob(f".{dir_name}.tmp-*"))  # stale staging removed
 
 
-def test_cli_verify_reports_the_changed_file(cache, tmp_path, toolchain, monkeypatch, capsys):
+def test_cli_verify_reports_the_changed_file(empty_cache, tmp_path, toolchain, monkeypatch, capsys):
     from build_tools.commands import native as native_cmd
 
     tree = make_fake_tree(tmp_path / "src")
