@@ -110,7 +110,10 @@ class Llama:
     releases took) are accepted and ignored with a warning naming them, as upstream ignores them.
     ``draft_model`` (a :class:`~llama_cpp.llama_speculative.LlamaDraftModel`) verifies drafted
     tokens in one batch and gives the same tokens as without it; ``tokenizer`` replaces the
-    vocabulary's tokenizer for ``tokenize``/``detokenize`` and text prompts.
+    vocabulary's tokenizer for ``tokenize``/``detokenize`` and text prompts. ``load_mtp=True``
+    loads the model's NextN (MTP) tensors without a speculative decoder, for a caller that drafts
+    with them over this context itself (the server's slot engine); a file without NextN layers is
+    refused before loading.
 
     Thread safety: one ``Llama`` may be shared between threads. Calls are serialized (a call from
     another thread waits for the running one); a stream (``stream=True``, ``generate``) holds the
@@ -177,6 +180,7 @@ class Llama:
         verbose: bool = True,
         progress_callback: Callable[[float], Any] | None = None,
         speculative: _spec.SpecConfig | None = None,
+        load_mtp: bool = False,
         **kwargs: Any,
     ) -> None:
         # the constructor's arguments, for pickling (__getstate__ re-creates the object from them)
@@ -233,12 +237,16 @@ class Llama:
                 "n_ctx": int(n_ctx), "n_batch": int(n_batch), "n_ubatch": int(n_ubatch),
                 "n_seq_max": 1 if n_seq_max is None else int(n_seq_max), "embeddings": bool(embedding)})
         self.speculative = speculative
+        # load_mtp alone: the NextN tensors for a caller that drafts with them itself (the server's slots)
+        want_mtp = (spec_on and speculative.needs_nextn) or (bool(load_mtp) and not vocab_only)
+        if want_mtp and not spec_on:
+            _spec.check_model_file(model_path, _spec.SpecConfig(spec_type=_spec.SpeculativeType.DRAFT_MTP))
         self._model = LlamaModel(
-            model_path, load_mtp=spec_on and speculative.needs_nextn, n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
+            model_path, load_mtp=want_mtp, n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
             tensor_split=tensor_split, vocab_only=vocab_only, use_mmap=use_mmap, use_mlock=use_mlock,
             load_mode=load_mode, kv_overrides=kv_overrides, progress_callback=progress_callback,
         )
-        if spec_on and speculative.needs_nextn:
+        if want_mtp:
             self._model.load_mtp = True  # its NextN tensors are loaded (see speculative.load_mtp_model)
         self._n_vocab = self._model.n_vocab
         self.tokenizer_: BaseLlamaTokenizer = tokenizer if tokenizer is not None else LlamaTokenizer(self._model)

@@ -16,14 +16,13 @@ thread loops:
 A request's greedy output is the one ``Llama.create_completion`` gives for it alone: the same
 prompt tokens, sampler chain, limits and chunk rendering.
 
-With a :class:`~llama_cpp._spec_slots.SlotSpeculation` (n-gram types, ``draft-simple``, upstream's
-prompt lookup) step 2 adds each generating slot's draft after its pending token, all rows outputs;
+With a :class:`~llama_cpp._spec_slots.SlotSpeculation` (n-gram types, ``draft-simple``, ``draft-mtp``
+with one NextN head, upstream's prompt lookup) step 2 adds each generating slot's draft after its pending token, all rows outputs;
 step 3 picks at those rows in turn while they match the draft, removes the rejected rows from the
 slot's sequence and hands the kept tokens to the same per-token code, so the output is unchanged.
 
-:class:`SerialEngine` runs one request at a time through ``Llama`` itself (MTP and the other
-hidden-state drafts, speculation on recurrent or hybrid models, image chat, embedding models, or
-``n_parallel=0``). Both bound their waiting queue: :class:`QueueFull`.
+:class:`SerialEngine` runs one request at a time through ``Llama`` itself (the drafts fed extracted
+target layers, chained NextN heads, image chat, embedding models, or ``n_parallel=0``). Both bound their waiting queue: :class:`QueueFull`.
 """
 
 from __future__ import annotations
@@ -285,6 +284,7 @@ class SlotEngine(_Lifecycle):
         self._pieces: dict[int, bytes] = {}
         # a SlotSpeculation (llama_cpp._spec_slots): each step verifies every slot's draft (owned here)
         self.spec = spec
+        self._h: Any = None  # the NextN rows of the last target decode (an MTP-drafting engine)
         self._thread = threading.Thread(target=self._run, name="llama-slots", daemon=True)
         self._thread.start()
 
@@ -441,10 +441,15 @@ class SlotEngine(_Lifecycle):
         prompt = s.req.prompt_tokens
         cached = self.cached[s.seq]
         keep = min(_common_prefix(cached, prompt), len(prompt) - 1) if self.cache_prompt else 0
+        mtp = self.spec.mtp if self.spec is not None else None
+        if mtp is not None:  # the MTP head needs h_{keep-1}: where it is not kept, that token is decoded again
+            keep = mtp.reuse(s.seq, keep)
         if keep < len(cached):
             if keep == 0 or not self.ctx.seq_rm(s.seq, keep, -1):
                 self.ctx.seq_rm(s.seq, -1, -1)
                 keep = 0
+        if mtp is not None:
+            mtp.restart(s.seq, keep)
         self.cached[s.seq] = []
         s.n_fed = keep
         s.kv = list(prompt)
@@ -467,6 +472,9 @@ class SlotEngine(_Lifecycle):
         verifies: list[tuple[_Slot, int, list[int], Any, int]] = []
         drafts = self._drafts() if self.spec is not None else {}
         ckpts = self.spec.checkpoints if self.spec is not None else None
+        mtp = self.spec.mtp if self.spec is not None else None
+        # rows whose NextN hidden states the MTP head pairs with their tokens: (seq, position, tokens, first row)
+        mtp_rows: list[tuple[int, int, list[int], int]] = []
         n = 0
         # rows in sequence order: recurrent memory puts only consecutive sequence ids (0, 1, 2, ...) into one
         # micro-batch (llama.cpp's sequential split_equal), so any other order decodes a slot at a time
@@ -501,6 +509,8 @@ class SlotEngine(_Lifecycle):
                     n += k
                 else:
                     outputs.append((s, n))
+                    if mtp is not None:
+                        mtp_rows.append((s.seq, s.pos, [s.next_tok], n))
                 s.replay = []
                 s.kv.append(s.next_tok)
                 s.pos += 1
@@ -517,6 +527,8 @@ class SlotEngine(_Lifecycle):
                 last = s.n_fed + len(chunk) == s.end
                 first, k = batch.add_sequence(np.asarray(chunk, dtype=np.int32), s.seq, s.n_fed,
                                               logits="last" if last and s.spec is None else False)
+                if mtp is not None:
+                    mtp_rows.append((s.seq, s.n_fed, chunk, first))
                 s.n_fed += k
                 budget -= k
                 if last and s.spec is not None:
@@ -532,6 +544,10 @@ class SlotEngine(_Lifecycle):
             raise DecodeError(f"llama_decode returned {rc} for a batch of {batch.n_tokens} tokens "
                               f"({len(self._active)} requests)")
         self.steps += 1
+        if mtp is not None:
+            self._h = mtp.target_rows(batch.n_tokens)
+            for seq, p0, toks, first in mtp_rows:
+                mtp.commit_rows(seq, p0, toks, self._h[first:first + len(toks)])
         for s, first, draft, src, pos0 in verifies:
             try:
                 self._verify(s, first, draft, src, pos0)
@@ -575,6 +591,9 @@ class SlotEngine(_Lifecycle):
         pos0 = s.pos - 1  # the pending token's position
         toks, rows, n_acc = verify_rows(s.pick, self.ctx, first, draft, self._eog)
         n_keep = len(toks)  # the pending token and the accepted drafts: rows pos0..pos0+n_keep-1 hold
+        mtp = self.spec.mtp
+        if mtp is not None:  # kept rows' NextN states, read before a checkpoint restore
+            mtp.commit_rows(s.seq, pos0, [s.kv[pos0], *toks[:n_keep - 1]], self._h[first:first + n_keep])
         replay: list[int] = []
         rollback = None
         if n_keep < len(draft) + 1:

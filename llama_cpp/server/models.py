@@ -87,6 +87,9 @@ class ServedModel:
             kw["n_ctx"] = s.n_ctx * s.n_parallel
             kw["n_seq_max"] = s.n_parallel
             kw["kv_unified"] = True
+            spec = s.spec_config()
+            if spec is not None and spec.needs_nextn:
+                kw["load_mtp"] = True  # the slots' MTP draft context runs the model's NextN layers
             return kw  # the slot engine speculates itself (SlotSpeculation)
         spec = s.spec_config()
         if spec is not None:

@@ -196,7 +196,7 @@ class ModelSettings(_Base):
             return None
         from .._spec_slots import slot_unsupported
 
-        return slot_unsupported(spec)
+        return slot_unsupported(spec, self.model)
 
     @property
     def serial(self) -> bool:

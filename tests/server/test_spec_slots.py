@@ -6,7 +6,7 @@ token depends only on the current one, so its greedy output runs into a cycle (r
 n-gram types). Drafting for it: the same model (``echo``: every draft accepted), ``noisy`` (some
 accepted) and ``constant`` (none accepted). ``qwen35_mtp(form="echo")`` is a hybrid target (one
 recurrent layer: rejected rows roll back through per-slot checkpoints) whose own draft fixtures
-are ``draft_model`` forms too; its ``draft-mtp`` stays on the serial engine.
+are ``draft_model`` forms too (its ``draft-mtp`` in slots: tests/server/test_spec_slots_mtp.py).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def target() -> str:
 
 @pytest.fixture(scope="module")
 def srv(start_server):
-    """One plain model (the reference), one per n-gram type, one per draft form, prompt lookup, and two
-    that stay serial: draft-mtp, and an n-gram type on a hybrid model."""
+    """One plain model (the reference), one per n-gram type, one per draft form, prompt lookup, draft-mtp,
+    speculation on a hybrid model, and one that stays serial (draft-eagle3)."""
     models: list[dict[str, Any]] = [{"model": target(), "model_alias": "plain", **SLOT}]
     models += [{"model": target(), "model_alias": t, "spec_type": t, **SMALL, **SLOT} for t in NGRAM]
     models.append({"model": target(), "model_alias": "ngram-all", "spec_type": ",".join(NGRAM), **SMALL, **SLOT})
@@ -59,6 +59,8 @@ def srv(start_server):
                    "draft_model_num_pred_tokens": 6, **SLOT})
     hybrid = str(fixture_path("qwen35_mtp", form="echo"))
     models.append({"model": hybrid, "model_alias": "mtp", "spec_type": "draft-mtp", **SLOT})
+    models.append({"model": hybrid, "model_alias": "eagle3", "spec_type": "draft-eagle3",
+                   "draft_model_path": str(fixture_path("eagle3_draft", form="echo")), "draft_n_max": 3, **SLOT})
     models.append({"model": hybrid, "model_alias": "hybrid-plain", **SLOT})
     models.append({"model": hybrid, "model_alias": "hybrid-ngram", "spec_type": "ngram-simple,ngram-mod",
                    **SMALL, **SLOT})
@@ -339,11 +341,12 @@ def test_models_report_where_they_speculate(srv, prompts):
         assert data[alias]["speculative"]["engine"] == "slots", alias
         assert not srv.engine(alias).serial
     assert data["lookup"]["speculative"] == {"types": ["prompt-lookup"], "engine": "slots"}
-    mtp = data["mtp"]["speculative"]
-    assert mtp["engine"] == "serial" and "draft-mtp" in mtp["serial_reason"]
-    assert srv.engine("mtp").serial
+    assert data["mtp"]["speculative"] == {"types": ["draft-mtp"], "engine": "slots"}
+    e3 = data["eagle3"]["speculative"]
+    assert e3["engine"] == "serial" and "draft-eagle3" in e3["serial_reason"]
+    assert srv.engine("eagle3").serial
     # the serial model still answers (one at a time), with its decoder's statistics
-    r = complete(srv, "mtp", "the cat sat on the mat", max_tokens=8)
+    r = complete(srv, "eagle3", "the cat sat on the mat", max_tokens=8)
     assert r["usage"]["completion_tokens"] == 8 and "speculative" in r["usage"]
 
 
@@ -356,8 +359,9 @@ def test_settings_refuse_bad_ngram_parameters():
         ModelSettings(model=target(), spec_type="ngram-mod", spec_ngram_mod={"n_min": 9, "n_max": 4})
     s = ModelSettings(model=target(), spec_type="ngram-simple", n_parallel=2)
     assert not s.serial and s.spec_serial_reason is None
-    s = ModelSettings(model=target(), spec_type="draft-mtp", n_parallel=2)
-    assert s.serial and "draft-mtp" in s.spec_serial_reason
+    s = ModelSettings(model=target(), spec_type="draft-eagle3", n_parallel=2,
+                      draft_model_path=str(fixture_path("eagle3_draft", form="echo")))
+    assert s.serial and "draft-eagle3" in s.spec_serial_reason
 
 
 

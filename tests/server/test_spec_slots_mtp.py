@@ -1,0 +1,151 @@
+"""draft-mtp in the slot engine: one MTP draft context with one sequence per slot, drafted for all slots
+together, on the hybrid ``qwen35_mtp`` fixtures (one recurrent layer: rejected rows roll back through the
+slots' checkpoints). Every request gives what it gives alone on the same model without speculation.
+
+``echo``: the NextN head predicts exactly the target's next token (every draft accepted); ``noisy``: a
+perturbed head (some accepted, some rejected); ``random``: head and target unrelated (nearly none).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from build_tools.fixtures import fixture_path
+
+from .test_slots import assert_kv_matches_bookkeeping
+from .test_spec_slots import alone, assert_same, complete, concurrently, speculative
+
+SLOT = {"n_parallel": 4, "n_ctx": 256, "n_batch": 128, "max_queue": 16}
+FORMS = ("echo", "noisy", "random")
+
+
+def model(form: str) -> str:
+    return str(fixture_path("qwen35_mtp", form=form))
+
+
+@pytest.fixture(scope="module")
+def srv(start_server):
+    """Per form: the plain model (the reference) and draft-mtp in slots; a small batch; MTP with an n-gram
+    type before it; and the serial MTP engine for the statistics' shape."""
+    models: list[dict[str, Any]] = []
+    for form in FORMS:
+        models.append({"model": model(form), "model_alias": f"{form}-plain", **SLOT})
+        models.append({"model": model(form), "model_alias": f"{form}-mtp", "spec_type": "draft-mtp",
+                       "draft_n_max": 4, **SLOT})
+    models.append({"model": model("noisy"), "model_alias": "small-batch-mtp", "spec_type": "draft-mtp",
+                   "draft_n_max": 4, **SLOT, "n_batch": 16, "n_ubatch": 16})
+    models.append({"model": model("noisy"), "model_alias": "small-batch-plain", **SLOT, "n_batch": 16,
+                   "n_ubatch": 16})
+    models.append({"model": model("noisy"), "model_alias": "ngram+mtp", "spec_type": "ngram-simple,draft-mtp",
+                   "spec_ngram_simple": {"size_n": 2, "size_m": 8}, "draft_n_max": 4, **SLOT})
+    models.append({"model": model("echo"), "model_alias": "serial-mtp", "spec_type": "draft-mtp",
+                   "draft_n_max": 4, **SLOT, "n_parallel": 0})
+    return start_server(models, max_tokens_limit=200)
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    from llama_cpp._internals import LlamaModel
+
+    with LlamaModel(model("echo")) as m:
+        return [m.tokenize(t, add_special=True) for t in
+                (b"the cat sat on the mat and then", b"Hello world, this is a test of",
+                 b"one two three four five six seven", b"a")]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_mtp_in_slots_equals_plain(srv, prompts, form):
+    calls = [{"prompt": p, "stream": i % 2 == 1} for i, p in enumerate(prompts)]
+    want = alone(srv, calls, f"{form}-plain")
+    got = concurrently(srv, f"{form}-mtp", calls)
+    assert_same(got, want)
+    stats = [speculative(g) for g in got]
+    drafted, accepted = sum(s["drafted"] for s in stats), sum(s["accepted"] for s in stats)
+    assert drafted > 0
+    assert all(s["drafted_by"].keys() <= {"draft-mtp"} for s in stats)
+    if form == "echo":  # the head is the target's next token: every draft accepted, full drafts of 4
+        assert accepted == drafted
+        assert all(s["tokens_per_step"] > 3.0 for s in stats)
+    elif form == "noisy":  # some accepted, the rest rolled back through the checkpoints
+        assert 0 < accepted < drafted
+        assert sum(s["rollbacks_checkpoint"] for s in stats) > 0
+        assert all(s["rollbacks_partial"] == 0 for s in stats)
+    else:  # a target that reads its whole history: a missing or wrong replay would change the output
+        assert accepted < drafted // 4
+        assert sum(s["rollbacks_checkpoint"] for s in stats) > 0
+    engine = srv.engine(f"{form}-mtp")
+    assert not engine.serial and engine.spec.mtp is not None
+    assert_kv_matches_bookkeeping(engine)
+
+
+def test_mtp_in_slots_seeded_sampling_and_grammar(srv, prompts):
+    seeded = {"temperature": 0.9, "seed": 11, "top_k": 40, "top_p": 0.95}
+    letters = 'root ::= [a-zA-Z ]+'
+    calls: list[dict[str, Any]] = [{"prompt": prompts[0], **seeded}, {"prompt": prompts[1], **seeded, "seed": 12,
+                                                                        "stream": True},
+                                   {"prompt": prompts[2], "grammar": letters}, {"prompt": prompts[0], "max_tokens": 9}]
+    for form in ("echo", "noisy"):
+        got = concurrently(srv, f"{form}-mtp", calls)
+        assert_same(got, alone(srv, calls, f"{form}-plain"))
+        assert all(c.isalpha() or c == " " for c in got[2]["choices"][0]["text"])
+        assert got[3]["usage"]["completion_tokens"] == 9
+        assert_kv_matches_bookkeeping(srv.engine(f"{form}-mtp"))
+
+
+def test_mtp_in_slots_reuses_cached_prompts(srv, prompts):
+    """A prompt extending a finished request's (a chat's next turn) keeps its cached prefix: the NextN row of
+    its last cached token is kept (or that token decoded again), and the output is still the plain one."""
+    first = complete(srv, "noisy-mtp", prompts[0], max_tokens=20)
+    assert first["usage"]["completion_tokens"] == 20
+    from llama_cpp._internals import LlamaModel
+
+    with LlamaModel(model("noisy")) as m:
+        longer = prompts[0] + m.tokenize(first["choices"][0]["text"].encode(), add_special=False) + prompts[2][1:]
+    calls = [{"prompt": longer}, {"prompt": prompts[0]}, {"prompt": prompts[0][:-2]}]
+    want = alone(srv, calls, "noisy-plain")
+    got = []
+    for c, w in zip(calls, want):  # one at a time: each lands on the slot that caches its prefix
+        got.append(complete(srv, "noisy-mtp", **c))
+        assert_same(got[-1:], [w])
+    # the next turn reuses the whole first request (recurrent memory cannot drop a suffix: the others start over)
+    assert got[0]["usage"]["prompt_tokens_cached"] == 20 + len(prompts[0]) - 1
+    assert_kv_matches_bookkeeping(srv.engine("noisy-mtp"))
+
+
+def test_mtp_small_batch_and_combined_with_ngram(srv, prompts):
+    calls = [{"prompt": p, "stream": i == 0} for i, p in enumerate(prompts)]
+    got = concurrently(srv, "small-batch-mtp", calls)
+    assert_same(got, alone(srv, calls, "small-batch-plain"))
+    assert sum(speculative(g)["accepted"] for g in got) > 0
+    assert_kv_matches_bookkeeping(srv.engine("small-batch-mtp"))
+    rep = [{"prompt": prompts[0] * 3}, *calls[1:]]
+    got = concurrently(srv, "ngram+mtp", rep)
+    assert_same(got, alone(srv, rep, "noisy-plain"))
+    by = srv.engine("ngram+mtp").stats()["speculative"]["drafted_by"]
+    assert by.get("draft-mtp", 0) > 0  # and the n-gram type first, where the history repeats
+    assert set(by) <= {"ngram-simple", "draft-mtp"}
+
+
+def test_mtp_in_slots_matches_the_serial_engine(srv, prompts):
+    """Where every draft is accepted the slot engine drafts as the serial MTP decoder does, step for step."""
+    for p in prompts[:3]:
+        slot = speculative(complete(srv, "echo-mtp", p))
+        serial = speculative(complete(srv, "serial-mtp", p))
+        for k in ("steps", "drafted", "accepted", "generated"):
+            assert slot[k] == serial[k], k
+    assert srv.engine("serial-mtp").serial
+
+
+def test_chained_heads_stay_serial():
+    from llama_cpp._spec_slots import slot_unsupported
+    from llama_cpp.server.settings import ModelSettings
+    from llama_cpp.speculative import SpecConfig
+
+    s = ModelSettings(model=model("echo"), spec_type="draft-mtp", n_parallel=2)
+    assert not s.serial and s.spec_serial_reason is None
+    assert slot_unsupported(SpecConfig(spec_type="draft-mtp")) is None
+    heads = str(fixture_path("step35_mtp_heads", form="echo"))
+    s = ModelSettings(model=heads, spec_type="draft-mtp", n_parallel=2)
+    assert s.serial and "chained NextN heads" in s.spec_serial_reason
