@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import DecodeError, LlamaError
+from ._errors import DecodeError, LlamaError, SpeculativeError
 
 _FLOAT_P = ctypes.POINTER(ctypes.c_float)
 
@@ -273,6 +273,21 @@ class SeqCheckpoint:
             raise LlamaError("llama_state_seq_set_data_ext could not restore the rollback checkpoint")
 
 
+def check_snapshot_ubatch(model: Any, ctx: Any, what: str) -> None:
+    """Refuse a hybrid model's context whose ``n_ubatch`` does not exceed ``n_rs_seq + 1``.
+
+    llama.cpp's hybrid memories split batches keeping each sequence's last ``n_rs_seq + 1`` tokens
+    in one micro-batch and abort the process (``GGML_ASSERT(n_ubatch > n_keep_tail)``) at the
+    first decode when a micro-batch cannot hold them."""
+    if not model.is_hybrid():
+        return
+    n_rs, ub = int(ctx._C.llama_n_rs_seq(ctx.ptr)), int(ctx.n_ubatch())
+    if n_rs > 0 and ub <= n_rs + 1:
+        raise SpeculativeError(
+            f"{what}: n_ubatch={ub} must exceed n_rs_seq + 1 = {n_rs + 1} on this hybrid model (llama.cpp "
+            f"aborts otherwise): raise n_ubatch to at least {n_rs + 2}, or lower draft_n_max or n_rs_seq")
+
+
 def greedy_chain(sampler: Any) -> bool:
     """Whether ``sampler`` is a :class:`~llama_cpp._internals.LlamaSampler` chain of llama.cpp's
     greedy sampler alone: its token for a row is the row's first largest logit."""
@@ -339,4 +354,5 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return int(np.argmax(diff))
 
 
-__all__ = ["GreedyRows", "RawBatch", "RawExtBatch", "SeqCheckpoint", "common_prefix", "greedy_chain"]
+__all__ = ["GreedyRows", "RawBatch", "RawExtBatch", "SeqCheckpoint", "check_snapshot_ubatch", "common_prefix",
+           "greedy_chain"]

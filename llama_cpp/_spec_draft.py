@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import SpeculativeError
-from ._spec_batch import RawBatch, SeqCheckpoint, common_prefix, top_k_share
+from ._spec_batch import RawBatch, SeqCheckpoint, check_snapshot_ubatch, common_prefix, top_k_share
 from .llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 log = logging.getLogger("llama_cpp.speculative")
@@ -103,6 +103,7 @@ class DraftModel:
                           n_outputs_max=1, n_outputs_max_per_seq=1)  # one output row per draft decode
             params.pop("ctx_type", None)
             self.ctx = LlamaContext(self.model, **params)
+            check_snapshot_ubatch(self.model, self.ctx, f"the draft context of {os.fspath(path)}")
             self._batch = RawBatch(self.ctx)
             warm_up(self.model, self.ctx, lambda toks: self._batch.decode(toks, 0, "last"))
         except BaseException:

@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
-from ._spec_batch import GreedyRows, RawExtBatch, SeqCheckpoint, common_prefix, greedy_chain
+from ._spec_batch import GreedyRows, RawExtBatch, SeqCheckpoint, check_snapshot_ubatch, common_prefix, greedy_chain
 from ._spec_engine import (
     GREEDY_ROWS_MIN_VOCAB,
     DraftDecoder,
@@ -660,6 +660,7 @@ def make_decoder(model: Any, config: SpecConfig, *, target: Any = None,
     if owns:
         target = LlamaContext(model, **target_context_params(config, params))
     try:
+        check_snapshot_ubatch(model, target, "the target context")
         drafters = build_drafters(model, config, target)
         return DraftDecoder(model, target, config, drafters, owns_target=owns)
     except BaseException:
@@ -743,6 +744,7 @@ class MTPDecoder:
         self._owns_target = owns_target
         self._target = target
         try:
+            check_snapshot_ubatch(model, target, "the MTP target context")
             dparams = {k: v for k, v in params.items() if k not in ("n_rs_seq", "ctx_type", "n_ctx")}
             # the draft outputs one row per decode (as in llama.cpp's tools): a one-row output
             # buffer instead of n_batch rows

@@ -170,3 +170,69 @@ def test_greedy_rows_verify_drafts_as_per_row_sampling(models, monkeypatch, name
     assert picked and all(picked)
     assert got == base == plain_generate(m, prompt, N_GEN)
     assert (st.drafted_at, st.accepted_at) == (st0.drafted_at, st0.accepted_at)
+
+
+@pytest.mark.parametrize("name", ("qwen35-echo", "qwen35-noisy", "step35-echo", "step35-noisy"))
+def test_pairs_that_do_not_fit_one_micro_batch_go_alone(models, monkeypatch, name):
+    """The least ``n_ubatch`` the hybrid targets take (``n_rs_seq + 2``): chained heads' pairs and
+    draft do not fit one micro-batch together, so the pairs are decoded on their own first; the
+    drafts are those of a roomy context."""
+    from llama_cpp.speculative import MTPDecoder, SpecConfig
+
+    m = models(name)
+    prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
+    dn = 3
+    want, st0, _ = _run(m, prompt, dn, separate=False)
+    small = dict(CTX, n_batch=dn + 2, n_ubatch=dn + 2)
+    flushed = []
+    real = MTPDecoder._flush_pairs
+
+    def flush(self):
+        flushed.append(len(self._pend_tok))
+        real(self)
+
+    monkeypatch.setattr(MTPDecoder, "_flush_pairs", flush)
+    with MTPDecoder(m, small, SpecConfig("draft-mtp", draft_n_max=dn)) as dec:
+        dec.prefill(prompt)
+        got = list(dec.generate(greedy_sampler(), N_GEN))
+        st = dec.stats
+    if m.n_layer_nextn() > 1:
+        assert any(flushed)
+    assert got == want == plain_generate(m, prompt, N_GEN)
+    assert (st.drafted_at, st.accepted_at) == (st0.drafted_at, st0.accepted_at)
+
+
+def test_a_micro_batch_without_room_for_the_snapshots_is_refused(models):
+    """llama.cpp's hybrid memory aborts the process when ``n_ubatch <= n_rs_seq + 1``: a clear error
+    before any decode instead (n_rs_seq is draft_n_max for MTP)."""
+    from llama_cpp import SpeculativeError
+    from llama_cpp.speculative import MTPDecoder, SpecConfig
+
+    m = models("qwen35-echo")
+    assert m.is_hybrid()
+    with pytest.raises(SpeculativeError, match=r"n_ubatch=4 must exceed n_rs_seq \+ 1 = 4"):
+        MTPDecoder(m, dict(CTX, n_batch=4, n_ubatch=4), SpecConfig("draft-mtp", draft_n_max=3))
+    with MTPDecoder(m, dict(CTX, n_batch=4, n_ubatch=4), SpecConfig("draft-mtp", draft_n_max=3, n_rs_seq=2)) as dec:
+        prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
+        dec.prefill(prompt)
+        assert list(dec.generate(greedy_sampler(), 12)) == plain_generate(m, prompt, 12)
+
+
+def test_a_hybrid_draft_model_without_room_for_its_snapshots_is_refused(models):
+    """draft-simple: the draft context keeps ``draft_n_max`` snapshots; a hybrid draft model (here
+    the echo target drafting for itself) in micro-batches of ``draft_n_max + 1`` is refused, not aborted."""
+    from llama_cpp import SpeculativeError
+    from llama_cpp._internals import LlamaModel
+    from llama_cpp.speculative import SpecConfig, make_decoder
+
+    path = fixture_path("qwen35_mtp", form="echo")
+    with LlamaModel(path) as m:
+        cfg = SpecConfig("draft-simple", draft_n_max=3, draft_model_path=str(path))
+        with pytest.raises(SpeculativeError, match=r"the draft context of .*n_ubatch=4 must exceed"):
+            make_decoder(m, cfg, ctx_params=dict(CTX, n_batch=4, n_ubatch=4))
+        prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
+        with make_decoder(m, cfg, ctx_params=dict(CTX, n_batch=5, n_ubatch=5)) as dec:
+            dec.prefill(prompt)
+            got = list(dec.generate(greedy_sampler(), 12))
+            assert dec.stats.accepted == dec.stats.drafted > 0
+        assert got == plain_generate(m, prompt, 12)
