@@ -360,6 +360,9 @@ class MTPState:
     id_last: int | None
     pending_h: bytes
     n_draft_past: int
+    #: chained heads whose layers hold the history (a decoder fills those its drafts can reach:
+    #: ``min(draft_n_max, heads)``); 0: every head
+    heads: int = 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -680,8 +683,10 @@ class MTPDecoder:
 
     A model with several NextN heads (:data:`CHAINED_NEXTN_ARCHS`) has them chained as in
     llama.cpp: draft step ``i`` runs head ``i`` over the whole draft so far, the draft context's
-    catch-up runs once per head, and :attr:`draft_n_max` is ``config.draft_n_max`` capped at
-    :attr:`n_heads`.
+    catch-up runs once per head a draft can reach (llama.cpp's runs it for every head; a head
+    beyond ``draft_n_max`` never drafts, and its layer attends only to its own KV), and
+    :attr:`draft_n_max` is ``config.draft_n_max`` capped at :attr:`n_heads`. The catch-up pairs
+    wait for the next draft and are decoded in its first batch.
     """
 
     def __init__(self, model: Any, ctx_params: Mapping[str, Any] | None, config: SpecConfig, *,
@@ -732,6 +737,8 @@ class MTPDecoder:
                     f"{self.n_heads} NextN heads needs: use a build from the pinned source")
         #: the longest MTP draft: ``config.draft_n_max``, capped at the number of chained heads
         self.draft_n_max = min(config.draft_n_max, self.n_heads) if self._chain else config.draft_n_max
+        # the heads a draft can reach: only their layers need the history's pairs
+        self._n_used = min(self.n_heads, self.draft_n_max) if self._chain else 1
         if self.draft_n_max < config.draft_n_max:
             log.info("draft_n_max=%d capped at the model's %d chained NextN heads (as llama.cpp does)",
                      config.draft_n_max, self.n_heads)
@@ -932,7 +939,7 @@ class MTPDecoder:
             return
         dft = self._draft
         try:
-            for head in range(self.n_heads):
+            for head in range(self._n_used):
                 if not dft.seq_rm(0, pos0, -1):
                     raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
                 self._set_head(head)
@@ -1106,9 +1113,9 @@ class MTPDecoder:
                     break
                 rows.append(self._draft_row(last))
                 toks.append(best)
-            if n_pend and ran < self.n_heads:
+            if n_pend and ran < self._n_used:
                 # the heads this draft did not reach: the pairs alone, in each head's layer
-                for head in range(ran, self.n_heads):
+                for head in range(ran, self._n_used):
                     if not dft.seq_rm(0, base, -1):
                         raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
                     self._set_head(head)
@@ -1264,7 +1271,7 @@ class MTPDecoder:
             states.append(full.data())
         return MTPState(target=states[0], draft=states[1], kv_tokens=tuple(self._kv),
                         id_last=self._id_last, pending_h=self._pending_h.astype(np.float32).tobytes(),
-                        n_draft_past=self._n_dft)
+                        n_draft_past=self._n_dft, heads=self._n_used if self._chain else 0)
 
     def load_state(self, state: MTPState) -> None:
         """Restore a snapshot taken by :meth:`save_state` on a decoder of the same model and sizes."""
@@ -1276,6 +1283,11 @@ class MTPDecoder:
             raise SpeculativeError(f"the state's hidden row has {h.size} floats; this model uses {self.n_embd}")
         if len(state.kv_tokens) >= self.n_ctx:
             raise ContextOverflowError(f"the state holds {len(state.kv_tokens)} tokens; n_ctx is {self.n_ctx}")
+        if self._chain and 0 < state.heads < self._n_used:
+            raise SpeculativeError(
+                f"the state's draft memory holds {state.heads} of the {self.n_heads} NextN heads (saved by a decoder "
+                f"with draft_n_max={state.heads}); this decoder drafts with {self._n_used}: load it into a decoder "
+                f"with draft_n_max <= {state.heads}, or prefill the tokens instead")
         old_hist = self.history
         tgt.memory_clear(True)
         dft.memory_clear(True)

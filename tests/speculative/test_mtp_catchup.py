@@ -236,3 +236,41 @@ def test_a_hybrid_draft_model_without_room_for_its_snapshots_is_refused(models):
             got = list(dec.generate(greedy_sampler(), 12))
             assert dec.stats.accepted == dec.stats.drafted > 0
         assert got == plain_generate(m, prompt, 12)
+
+
+@pytest.mark.parametrize("dn", (1, 2))
+def test_heads_no_draft_reaches_are_not_caught_up(models, dn):
+    """Chained heads with ``draft_n_max`` below their number: only the heads a draft can reach take
+    the pairs (one draft decode per head a step at full acceptance), with llama.cpp's drafts."""
+    m = models("step35-echo")
+    prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
+    got, st, n = _run(m, prompt, dn, separate=False)
+    assert got == plain_generate(m, prompt, N_GEN)
+    assert st.accepted == st.drafted > 0
+    assert n == st.drafted
+
+
+def test_a_state_with_fewer_heads_filled_is_refused(models):
+    """A snapshot of a decoder whose drafts reach one head cannot serve one that drafts with two
+    (the second head's layer never saw the history): a clear error, nothing changed; the other
+    way round works."""
+    from llama_cpp import SpeculativeError
+    from llama_cpp.speculative import MTPDecoder, SpecConfig
+
+    m = models("step35-noisy")
+    prompt = m.tokenize(PROMPTS[1].encode(), add_special=True)
+    ref = plain_generate(m, prompt, N_GEN)
+    with MTPDecoder(m, dict(CTX), SpecConfig("draft-mtp", draft_n_max=1)) as one, \
+            MTPDecoder(m, dict(CTX), SpecConfig("draft-mtp", draft_n_max=2)) as two:
+        one.prefill(prompt)
+        head = list(one.generate(greedy_sampler(), 6))
+        small = one.save_state()
+        assert small.heads == 1
+        two.prefill(prompt)
+        list(two.generate(greedy_sampler(), 6))
+        big = two.save_state()
+        with pytest.raises(SpeculativeError, match="holds 1 of the 3 NextN heads"):
+            two.load_state(small)
+        assert two.kv_tokens == list(big.kv_tokens)  # untouched
+        one.load_state(big)
+        assert head + list(one.generate(greedy_sampler(), N_GEN - 6)) == ref
