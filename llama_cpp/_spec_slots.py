@@ -315,7 +315,10 @@ class BatchedMTP:
                                            "style heads): not implemented; use a model with its own NextN layers")
             share_threadpools(target_ctx, self.ctx)
             C.llama_set_embeddings_nextn(target_ctx.ptr, True, False)  # h for every decoded entry
-            C.llama_set_embeddings_nextn(self.ctx.ptr, True, True)  # h for the draft's outputs only
+            # h for every entry, by batch index: the masked mode copies the FIRST n_outputs rows of the MTP
+            # graph's h (all entries), which is the output's row only when the output comes first, not
+            # when a slot's catch-up pairs precede its (id_last, h) entry in the draft batch
+            C.llama_set_embeddings_nextn(self.ctx.ptr, True, False)
             self.n_batch = self.ctx.n_batch()
             self._batch = LlamaBatch(self.n_batch, 0, 1)
             self._batch.n_tokens = self.n_batch

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from build_tools.fixtures import fixture_path
 
-from .test_slots import assert_kv_matches_bookkeeping
+from .test_slots import assert_kv_matches_bookkeeping, wait_for
 from .test_spec_slots import alone, assert_same, complete, concurrently, speculative
 
 SLOT = {"n_parallel": 4, "n_ctx": 256, "n_batch": 128, "max_queue": 16}
@@ -85,12 +86,14 @@ def test_mtp_in_slots_seeded_sampling_and_grammar(srv, prompts):
     letters = 'root ::= [a-zA-Z ]+'
     calls: list[dict[str, Any]] = [{"prompt": prompts[0], **seeded}, {"prompt": prompts[1], **seeded, "seed": 12,
                                                                         "stream": True},
-                                   {"prompt": prompts[2], "grammar": letters}, {"prompt": prompts[0], "max_tokens": 9}]
+                                   {"prompt": prompts[2], "grammar": letters}, {"prompt": prompts[0], "max_tokens": 9},
+                                   {"prompt": prompts[1], "max_tokens": 1}, {"prompt": prompts[3][:1], "max_tokens": 5}]
     for form in ("echo", "noisy"):
         got = concurrently(srv, f"{form}-mtp", calls)
         assert_same(got, alone(srv, calls, f"{form}-plain"))
         assert all(c.isalpha() or c == " " for c in got[2]["choices"][0]["text"])
         assert got[3]["usage"]["completion_tokens"] == 9
+        assert got[4]["usage"]["completion_tokens"] == 1
         assert_kv_matches_bookkeeping(srv.engine(f"{form}-mtp"))
 
 
@@ -128,6 +131,19 @@ def test_mtp_small_batch_and_combined_with_ngram(srv, prompts):
     assert set(by) <= {"ngram-simple", "draft-mtp"}
 
 
+def test_disconnect_mid_mtp_frees_the_slot(srv, prompts):
+    engine = srv.engine("noisy-mtp")
+    with httpx.Client(timeout=60) as http:
+        body = {"model": "noisy-mtp", "prompt": prompts[0], "max_tokens": 150, "temperature": 0, "stream": True}
+        with http.stream("POST", srv.url + "/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            assert next(line for line in r.iter_lines() if line.startswith("data:"))
+    assert wait_for(lambda: engine.stats()["active"] == 0)
+    assert_kv_matches_bookkeeping(engine)
+    calls = [{"prompt": prompts[0]}, {"prompt": prompts[1]}]
+    assert_same(concurrently(srv, "noisy-mtp", calls), alone(srv, calls, "noisy-plain"))
+
+
 def test_mtp_in_slots_matches_the_serial_engine(srv, prompts):
     """Where every draft is accepted the slot engine drafts as the serial MTP decoder does, step for step."""
     for p in prompts[:3]:
@@ -149,3 +165,53 @@ def test_chained_heads_stay_serial():
     heads = str(fixture_path("step35_mtp_heads", form="echo"))
     s = ModelSettings(model=heads, spec_type="draft-mtp", n_parallel=2)
     assert s.serial and "chained NextN heads" in s.spec_serial_reason
+
+
+def test_batched_drafts_equal_the_serial_decoders_on_a_history_reading_head(prompts):
+    """On the ``random`` fixture the NextN head reads the target's hidden rows: the drafts of several sequences
+    drafted together (pairs routed per sequence, the catch-up in the draft batch, a second step after a partial
+    acceptance) are the one-sequence MTP decoder's for each history."""
+    import numpy as np
+
+    from llama_cpp._internals import LlamaBatch, LlamaContext
+    from llama_cpp._spec_slots import BatchedMTP
+    from llama_cpp.speculative import MTPDecoder, SpecConfig, load_mtp_model
+
+    cfg = SpecConfig(spec_type="draft-mtp", draft_n_max=4)
+    th = {"n_threads": 1, "n_threads_batch": 1}
+    hists = [list(p) for p in prompts[:3]]
+
+    def serial(history: list[int]) -> list[int]:
+        with MTPDecoder(m, {"n_ctx": 256, "n_batch": 64, "n_ubatch": 64, **th}, cfg) as dec:
+            dec.prefill(history)
+            return dec._propose(4)
+
+    with load_mtp_model(model("random")) as m:
+        tgt = LlamaContext(m, n_ctx=3 * 256, n_batch=64, n_ubatch=64, n_seq_max=3, kv_unified=True, **th)
+        mtp = BatchedMTP(m, tgt, 3, n_max=4, n_min=0, p_min=0.0)
+        batch = LlamaBatch(64, 0, 1)
+        try:
+            def decode(rows: list[tuple[int, int, list[int]]]) -> None:  # (seq, pos0, tokens): all kept
+                batch.clear()
+                firsts = [batch.add_sequence(np.asarray(t, dtype=np.int32), seq, p0, logits=False)[0]
+                          for seq, p0, t in rows]
+                tgt.decode(batch)
+                h = mtp.target_rows(batch.n_tokens)
+                for (seq, p0, t), f in zip(rows, firsts):
+                    mtp.commit_rows(seq, p0, t, h[f:f + len(t)])
+
+            for seq in range(3):
+                mtp.restart(seq, 0)
+            decode([(seq, 0, h[:-1]) for seq, h in enumerate(hists)])
+            drafts = mtp.draft([(seq, h[:-1], h[-1], 4) for seq, h in enumerate(hists)])
+            assert drafts == [serial(h) for h in hists]
+            assert all(len(d) == 4 for d in drafts)
+            # verify: the pending token and the first j drafts kept (j = 0, 1, 2), a new token after them
+            decode([(seq, len(h) - 1, [h[-1], *drafts[seq][:seq]]) for seq, h in enumerate(hists)])
+            hists = [[*h, *drafts[seq][:seq], hists[(seq + 1) % 3][seq]] for seq, h in enumerate(hists)]
+            drafts = mtp.draft([(seq, h[:-1], h[-1], 4) for seq, h in enumerate(hists)])
+            assert drafts == [serial(h) for h in hists]
+        finally:
+            batch.close()
+            mtp.close()
+            tgt.close()
