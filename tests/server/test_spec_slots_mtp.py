@@ -179,7 +179,9 @@ def test_batched_drafts_equal_the_serial_decoders_on_a_history_reading_head(prom
 
     cfg = SpecConfig(spec_type="draft-mtp", draft_n_max=4)
     th = {"n_threads": 1, "n_threads_batch": 1}
-    hists = [list(p) for p in prompts[:3]]
+    # the third history is longer than a batch: its prompt takes two target decodes and its catch-up is
+    # decoded before the draft batch (which cannot hold it)
+    hists = [list(p) for p in prompts[:2]] + [list(prompts[2]) * 5]
 
     def serial(history: list[int]) -> list[int]:
         with MTPDecoder(m, {"n_ctx": 256, "n_batch": 64, "n_ubatch": 64, **th}, cfg) as dec:
@@ -202,7 +204,8 @@ def test_batched_drafts_equal_the_serial_decoders_on_a_history_reading_head(prom
 
             for seq in range(3):
                 mtp.restart(seq, 0)
-            decode([(seq, 0, h[:-1]) for seq, h in enumerate(hists)])
+            decode([(seq, 0, h[:-1]) for seq, h in enumerate(hists[:2])] + [(2, 0, hists[2][:40])])
+            decode([(2, 40, hists[2][40:-1])])
             drafts = mtp.draft([(seq, h[:-1], h[-1], 4) for seq, h in enumerate(hists)])
             assert drafts == [serial(h) for h in hists]
             assert all(len(d) == 4 for d in drafts)
