@@ -42,6 +42,20 @@ Findings (docs/architecture.md, "Speculative decoding speed", has the numbers):
   because of a one-off: a context's first decode with outputs costs about 1.3 ms there (a run
   is 10 ms), which the tool pays in its warm-up before timing and our decoder now pays when it
   creates its target context. Python is 5-7 % of a verify step (8-17 us of 160-360 us).
+- MTP on the tiny fixtures (8 rounds alternating with the code before, load 0.5-2.2): ours/tool
+  was 1.04-1.17 on the qwen35 echo target and 0.92-0.98 on step35's three chained heads; now
+  1.31-2.17 and 1.10-2.07 (1.43-1.83 on mtp-noisy). The extended batch of token + hidden-row
+  entries is one ``llama_batch`` carrying both, filled through ctypes views (it took four ctypes
+  calls an entry); the draft context's catch-up on the accepted pairs rides in the next
+  draft's first batch (one draft decode fewer a step, one per head reached when chained), and
+  only heads a draft can reach (``min(draft_n_max, heads)``) take it, where llama.cpp's driver
+  catches every head up in batches of their own. ``large-mtp`` at draft 4: ours/tool
+  0.99-1.03, 2.1x plain; its 5-token verify is 86 % of a step (about two plain steps: f16
+  matmuls turn compute-bound). ``n_rs_seq=0`` (a checkpoint a step instead of per-position
+  snapshots) is 7 % faster there at 100 % acceptance, 5 % slower on ``large-mtp-noisy``.
+- Every context a decoder or drafter creates is warmed up as llama.cpp's common init warms its
+  target (draft contexts too, which the tool does not warm): draft-simple 1.27-1.83x the tool,
+  eagle3 1.06-1.21, dflash 1.09-1.31, dspark 1.02-1.22.
 - ``llama-speculative-simple`` reports 100 % acceptance for draft-simple on hybrid targets
   whatever the draft: after a partial acceptance it restores its checkpoint and re-verifies the
   accepted tokens as a new draft, and counts only that pass.
