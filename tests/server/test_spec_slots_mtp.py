@@ -218,3 +218,19 @@ def test_batched_drafts_equal_the_serial_decoders_on_a_history_reading_head(prom
             batch.close()
             mtp.close()
             tgt.close()
+
+
+def test_a_model_without_nextn_layers_is_refused_before_loading():
+    from llama_cpp import Llama
+    from llama_cpp._errors import SpeculativeError
+    from llama_cpp.server.models import ServedModel
+    from llama_cpp.server.settings import ModelSettings
+
+    plain = str(fixture_path("draft_model", form="echo"))  # a llama model: no NextN layers
+    with pytest.raises(SpeculativeError, match="NextN"):
+        Llama(plain, load_mtp=True, n_seq_max=2, verbose=False)
+    m = ServedModel(ModelSettings(model=plain, spec_type="draft-mtp", n_parallel=2, n_threads=1, n_threads_batch=1))
+    assert not m.serial
+    with pytest.raises(SpeculativeError, match="NextN"):
+        m.load()
+    assert not m.loaded
