@@ -453,39 +453,40 @@ class BatchedMTP:
         if sum(len(self._seqs[items[i][0]].pend_tok) + 1 for i in live) > self.n_batch:
             for i in live:
                 self._flush(items[i][0])
-        step: dict[int, tuple[int, np.ndarray | None]] = {}
+        step: list[tuple[int, int]] = []  # (item, its output entry), in batch order
         self._n = 0
         for i in live:
             seq, _, id_last, _ = items[i]
             st = self._seqs[seq]
             toks, hs = [*st.pend_tok, id_last], [*st.pend_h, st.h_last]
-            step[i] = (self._add(seq, toks, st.n_valid, np.asarray(hs), True), None)
+            step.append((i, self._add(seq, toks, st.n_valid, np.asarray(hs), True)))
             st.pend_tok, st.pend_h = [], []
             st.n_valid = st.n_mem = st.n_c + 1
+        C, ctx = self._C, self.ctx.ptr
         while step:
+            n_tok = self._n
             self._decode()
-            nxt: dict[int, tuple[int, np.ndarray | None]] = {}
-            rows: list[tuple[int, int]] = []
-            for i, (row, _) in step.items():
-                logits = self.ctx.logits_ith(row)
-                best = int(np.argmax(logits))
-                if self.p_min > 0.0 and top_k_share(logits, best, self._topk) < self.p_min:
+            # every output's logits (rows in batch order) and every entry's h, read once for all slots
+            logits = np.ctypeslib.as_array(C.llama_get_logits(ctx), shape=(len(step), self.n_vocab))
+            best = logits.argmax(axis=1).tolist()
+            go: list[tuple[int, int]] = []
+            for j, (i, row) in enumerate(step):
+                if self.p_min > 0.0 and top_k_share(logits[j], best[j], self._topk) < self.p_min:
                     continue
-                out[i].append(best)
+                out[i].append(best[j])
                 if len(out[i]) < min(self.n_max, items[i][3]):
-                    rows.append((i, row))
-            for i, row in rows:
-                ptr = self._C.llama_get_embeddings_nextn_ith(self.ctx.ptr, int(row))
-                if not ptr:
-                    raise SpeculativeError(f"the MTP draft context returned no hidden state for entry {row}")
-                h = np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
-                nxt[i] = (0, np.array(h))
-            for i, (_, h) in list(nxt.items()):
-                seq = items[i][0]
-                st = self._seqs[seq]
-                nxt[i] = (self._add(seq, [out[i][-1]], st.n_mem, h[None, :], True), None)
+                    go.append((i, row))
+            if not go:
+                break
+            ptr = C.llama_get_embeddings_nextn(ctx)
+            if not ptr:
+                raise SpeculativeError("the MTP draft context returned no hidden states")
+            h = np.ctypeslib.as_array(ptr, shape=(n_tok, self.n_embd))[[row for _, row in go]]
+            step = []
+            for (i, _), hr in zip(go, h):
+                st = self._seqs[items[i][0]]
+                step.append((i, self._add(items[i][0], [out[i][-1]], st.n_mem, hr[None, :], True)))
                 st.n_mem += 1
-            step = nxt
         for i in live:
             if len(out[i]) < self.n_min:
                 out[i] = []
