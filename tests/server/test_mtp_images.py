@@ -1,4 +1,5 @@
-"""MTP speculative decoding and image chat served one request at a time (the serial engine)."""
+"""MTP speculative decoding and image chat served one request at a time (the serial engine; MTP in the
+slots is tests/server/test_spec_slots_mtp.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ MTP_CTX = {"n_ctx": 256, "n_batch": 64, "n_ubatch": 64}
 def mtp_server(start_server):
     path = str(fixture_path("qwen35_mtp", form="noisy"))
     return start_server([{"model": path, "model_alias": "mtp", "spec_type": "draft-mtp", "draft_n_max": 3,
-                          **MTP_CTX},
+                          "n_parallel": 0, **MTP_CTX},
                          {"model": path, "model_alias": "plain", "n_parallel": 2, **MTP_CTX}])
 
 
