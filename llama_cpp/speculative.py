@@ -97,6 +97,13 @@ _DRAFT_TOP_K = 10  # the draft's confidence is its top token's share of the top 
 #: nextn_layer_offset``) without asserting a single one; every other MTP graph of the pinned
 #: llama.cpp aborts the process when a model declares more than one.
 CHAINED_NEXTN_ARCHS = frozenset(("step35", "hy-v3", "mimo2"))
+#: MTP graphs (the pinned llama.cpp's ``src/models``) whose NextN hidden state covers every entry of
+#: a batch (taken before the output rows are selected). llama.cpp's masked mode copies the first
+#: ``n_outputs`` rows of it, which are the output's only when the output comes first: their draft
+#: contexts return every entry's row (unmasked) and are read by batch index.
+NEXTN_H_ALL_ROWS_ARCHS = frozenset(("qwen35", "qwen35moe", "hy-v3"))
+#: MTP graphs whose NextN hidden state holds the output rows only (masked mode returns the output's).
+NEXTN_H_OUTPUT_ROWS_ARCHS = frozenset(("step35", "mimo2"))
 
 
 class SpeculativeType(str, enum.Enum):
@@ -765,7 +772,12 @@ class MTPDecoder:
                     "one graph): that mode is not implemented here; use a model with its own NextN layers")
             share_threadpools(target, self._draft)
             C.llama_set_embeddings_nextn(target.ptr, True, False)   # h for every verified position
-            C.llama_set_embeddings_nextn(self._draft.ptr, True, True)  # h for the draft's outputs only
+            # h of every entry where the graph computes it for all (read by batch index), else of the
+            # output only; elsewhere a batch's last row is not known to be right: no batch that needs it
+            arch = model.metadata.get("general.architecture")
+            unmasked = arch in NEXTN_H_ALL_ROWS_ARCHS
+            self._h_last_exact = unmasked or arch in NEXTN_H_OUTPUT_ROWS_ARCHS
+            C.llama_set_embeddings_nextn(self._draft.ptr, True, not unmasked)
             self._tbatch = LlamaBatchExt(target)
             self._dbatch = LlamaBatchExt(self._draft)
             n_embd = int(model.n_embd_out())
@@ -1043,7 +1055,9 @@ class MTPDecoder:
         n_pend = len(self._pend_tok)
         # the pending pairs open the first draft batch (each head's, when chained) unless the
         # batch would not fit one micro-batch
-        if n_pend and n_pend + (min(k_max, self.n_heads) if self._chain else 1) > self._draft_ubatch:
+        over = n_pend + (min(k_max, self.n_heads) if self._chain else 1) > self._draft_ubatch
+        # a draft of several tokens reads the hidden row of its first batch's last entry
+        if n_pend and (over or (k_max > 1 and not self._h_last_exact)):
             self._flush_pairs()
             n_pend = 0
         if n_pend:

@@ -22,6 +22,7 @@ N_GEN = 40
 MODELS = {
     "qwen35-echo": ("qwen35_mtp", {"form": "echo"}, (1, 2, 4)),
     "qwen35-noisy": ("qwen35_mtp", {"form": "noisy"}, (1, 2, 4)),
+    "qwen35-random": ("qwen35_mtp", {"form": "random"}, (1, 2, 4)),  # a head that reads h
     "step35-echo": ("step35_mtp_heads", {"form": "echo"}, (1, 2, 3)),
     "step35-noisy": ("step35_mtp_heads", {"form": "noisy"}, (1, 2, 3)),
 }
@@ -57,17 +58,21 @@ def _run(model, prompt, draft_n_max: int, *, separate: bool, n: int = N_GEN):
             return real(*a, **kw)
 
         dec._draw.decode = counted
-        if separate:
-            propose = dec._propose
+        propose = dec._propose
+        drafts: list[list[int]] = []
 
-            def flushed_first(k_max):
+        def recorded(k_max):
+            if separate:
                 dec._flush_pairs()
-                return propose(k_max)
+            d = propose(k_max)
+            drafts.append(list(d))
+            return d
 
-            dec._propose = flushed_first
+        dec._propose = recorded
         dec.prefill(prompt)
         calls.clear()
         toks = list(dec.generate(greedy_sampler(), n))
+        dec.stats.drafts = drafts  # the MTP drafts, in order (for the comparisons below)
         return toks, dec.stats, len(calls)
 
 
@@ -82,6 +87,7 @@ def test_same_drafts_as_a_separate_catch_up(models, name):
             want, st0, n_separate = _run(m, prompt, dn, separate=True)
             assert got == want == ref, (name, p, dn)
             assert (st.drafted_at, st.accepted_at) == (st0.drafted_at, st0.accepted_at), (name, p, dn)
+            assert st.drafts == st0.drafts, (name, p, dn)  # the rejected tokens too
             assert st.steps == st0.steps
             # pairs wait after every step that accepted a draft token (chained heads: after every step)
             if m.n_layer_nextn() > 1:
@@ -274,3 +280,26 @@ def test_a_state_with_fewer_heads_filled_is_refused(models):
         assert two.kv_tokens == list(big.kv_tokens)  # untouched
         one.load_state(big)
         assert head + list(one.generate(greedy_sampler(), N_GEN - 6)) == ref
+
+
+@pytest.mark.parametrize("fixture,form", (("qwen35_mtp", "random"), ("step35_mtp_heads", "noisy")))
+def test_a_batch_led_by_pairs_gives_its_last_entrys_hidden_row(fixture, form):
+    """The row a draft reads after a batch ``[pairs.., seed]`` is the seed's, as when the seed is
+    decoded alone: qwen35's MTP graph computes h for every entry (llama.cpp's masked mode would
+    return the first entry's), step35's for the outputs only."""
+    import numpy as np
+
+    from llama_cpp.speculative import MTPDecoder, SpecConfig, load_mtp_model
+
+    with load_mtp_model(fixture_path(fixture, form=form)) as m, \
+            MTPDecoder(m, dict(CTX), SpecConfig("draft-mtp", draft_n_max=2)) as dec:
+        rows = np.random.default_rng(0).standard_normal((3, dec.n_embd)).astype(np.float32)
+        toks = [int(t) for t in m.tokenize(b"Hello world", add_special=False)[:1]] + [9, 13]
+        dec._draw.decode(toks, 0, "last", rows)
+        batch_h, batch_logits = dec._draft_row(2), dec.draft.logits_ith(2).copy()
+        dec.draft.memory_clear(True)
+        dec._draw.decode(toks[:2], 0, False, rows[:2])
+        dec._draw.decode(toks[2:], 2, "last", rows[2:])
+        alone_h, alone_logits = dec._draft_row(0), dec.draft.logits_ith(0).copy()
+        assert np.allclose(batch_logits, alone_logits, atol=1e-4)
+        assert np.allclose(batch_h, alone_h, atol=1e-4), float(np.abs(batch_h - alone_h).max())
