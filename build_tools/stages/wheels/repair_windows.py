@@ -81,6 +81,21 @@ def runtime_dirs(config: BuildConfig) -> list[Path]:
     return dirs
 
 
+def delvewheel_args(search: Sequence[Path]) -> list[str]:
+    """``delvewheel repair``'s options (the wheel and ``-w`` come later).
+
+    delvewheel splits each ``--exclude`` and ``--add-path`` value on ``os.pathsep`` of the machine it
+    runs on (";" on Windows, where ":" is refused inside a DLL name) and accepts each option more
+    than once, so every name and folder is passed as an option of its own: no separator at all.
+    """
+    args = ["repair", "--analyze-existing", "--ignore-existing", "--no-mangle-all"]
+    for name in EXCLUDES:
+        args += ["--exclude", name]
+    for folder in search:
+        args += ["--add-path", str(folder)]
+    return args
+
+
 def _delvewheel(args: Sequence[str], cwd: Path, epoch: int) -> str:
     # argv[0] fixed and SOURCE_DATE_EPOCH set: the DELVEWHEEL record names no local path.
     code = "import runpy, sys; sys.argv[0] = 'delvewheel'; runpy.run_module('delvewheel', run_name='__main__')"
@@ -246,10 +261,7 @@ def repair(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: Build
     todo = [w for w in wheels if is_windows_tag(w.platform_tag)]
     if not todo:
         return WindowsRepair(list(wheels), ())
-    search = runtime_dirs(config)
-    args = ["repair", "--analyze-existing", "--ignore-existing", "--no-mangle-all", "--exclude", ":".join(EXCLUDES)]
-    if search:
-        args += ["--add-path", os.pathsep.join(str(d) for d in search)]
+    args = delvewheel_args(runtime_dirs(config))
 
     def one(w: BuiltWheel) -> tuple[BuiltWheel, tuple[str, ...]]:
         with tempfile.TemporaryDirectory(prefix="delvewheel-") as tmp:
