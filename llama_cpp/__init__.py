@@ -66,6 +66,7 @@ _ctypes_util.set_library_source(_library_handle, _library_path)
 # Public names resolved lazily: name -> module that defines it.
 _LAZY = {
     "backends": "._loader",
+    "ensure_backends": "._loader",
     "system_info": "._loader",
     "lib_dir": "._loader",
     "Llama": ".llama",
@@ -130,6 +131,7 @@ _OWN = [
     "TemplateError",
     "TokenizationError",
     "backends",
+    "ensure_backends",
     "system_info",
     "lib_dir",
     "Llama",

@@ -459,7 +459,11 @@ def _gpu_loaded(statuses: list[BackendStatus]) -> bool:
 
 
 def ensure_backends(require_gpu: bool = False, *, _libs: Libraries | None = None) -> None:
-    """Raise :class:`BackendUnavailableError` unless a backend (a GPU one, if required) is serving."""
+    """Raise :class:`BackendUnavailableError` unless a backend (a GPU one, if required) is serving.
+
+    Public as ``llama_cpp.ensure_backends(require_gpu=True)``: call it before loading a model to
+    refuse a silent CPU fallback; ``LLAMA_CPP_REQUIRE_GPU=1`` makes the first native call check it.
+    """
     statuses = (_libs or _libraries()).backends
     if not any(s.loaded for s in statuses):
         detail = "; ".join(f"{s.path.name if s.path else s.name}: {s.reason}" for s in statuses) or "no backend files"
@@ -477,8 +481,8 @@ def ensure_backends(require_gpu: bool = False, *, _libs: Libraries | None = None
             detail = "this installation has no GPU backend"
             fix = "install a GPU build (e.g. a CUDA wheel variant)"
         raise BackendUnavailableError(
-            f"a GPU backend is required ({ENV_REQUIRE_GPU}=1 or require_gpu=True) but none loaded: {detail}; "
-            f"{fix}, or allow CPU by unsetting {ENV_REQUIRE_GPU}"
+            f"a GPU backend is required ({ENV_REQUIRE_GPU}=1 or llama_cpp.ensure_backends(require_gpu=True)) "
+            f"but none loaded: {detail}; {fix}, or allow the CPU (unset {ENV_REQUIRE_GPU}, require_gpu=False)"
         )
 
 

@@ -100,6 +100,22 @@ def test_fake_cuda_backend_without_driver(fake_cuda_dir):
     assert "BackendUnavailableError" in ensure.stderr
 
 
+def test_require_gpu_has_a_public_entry_point(fake_cuda_dir):
+    # The README's "require_gpu=True" is llama_cpp.ensure_backends(require_gpu=True).
+    code = ("import llama_cpp\n"
+            "llama_cpp.ensure_backends()\n"  # the CPU serves: no error without require_gpu
+            "try:\n"
+            "    llama_cpp.ensure_backends(require_gpu=True)\n"
+            "except llama_cpp.BackendUnavailableError as exc:\n"
+            "    print('refused:', exc)\n")
+    r = run_py(code, fake_cuda_dir)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("refused:"), r.stdout
+    assert "CUDA backend not loaded: libcuda.so.1 not found (NVIDIA driver not installed)" in r.stdout
+    assert "ensure_backends(require_gpu=True)" in r.stdout  # the message names where to pass it
+    assert "ensure_backends" in __import__("llama_cpp").__all__
+
+
 def test_cli_backends_table_and_json(lib_dir):
     r = run_py("", lib_dir, "-m", "llama_cpp", "backends")
     assert r.returncode == 0, r.stderr
