@@ -31,6 +31,20 @@ SYSTEM_DLLS = frozenset({
     "version.dll", "winhttp.dll", "wininet.dll", "winmm.dll", "ws2_32.dll", "wsock32.dll",
 })
 _API_SET = re.compile(r"^(api|ext)-ms-", re.I)
+# What CPython's own Windows builds (3.9 and later, free-threaded too) ship beside python.exe, by the
+# wheel's platform tag: delvewheel never grafts these for a cpXY wheel (its _dll_list
+# ignore_by_abi_platform; tests/windows checks this table against the installed delvewheel), and
+# Windows finds them in the interpreter's folder, which the DLL search of every process includes.
+# MSVCP140.dll is not among them: delvewheel grafts it.
+_PYTHON_DLLS = {
+    "win_amd64": frozenset({"vcruntime140.dll", "vcruntime140_1.dll"}),
+    "win_arm64": frozenset({"vcruntime140.dll", "vcruntime140_1.dll"}),
+    "win32": frozenset({"vcruntime140.dll"}),
+}
+_CPYTHON_ABI = re.compile(r"^cp3(9|[1-9]\d)t?$")
+# Imports that never load: some MSVCP140.dll builds delay-load concrt140.dll for Windows XP only
+# (delvewheel's _dll_list ignore_dependency, which leaves it ungrafted).
+IGNORED_IMPORTS = {"msvcp140.dll": frozenset({"concrt140.dll"})}
 # Provided by the user's system or NVIDIA's wheels: a wheel imports them but must never carry them.
 DRIVER_DLL = re.compile(r"^(nvcuda|nvml|vulkan-1|cudart64_\d+|cublas(lt)?64_\d+|nvrtc64_\d+\w*|nvjitlink_\d+\w*)"
                         r"(-[0-9a-f]+)?\.dll$", re.I)
@@ -84,3 +98,17 @@ def is_system_dll(name: str) -> bool:
 def is_driver_dll(name: str) -> bool:
     """Whether ``name`` is a GPU driver's or NVIDIA runtime wheel's DLL (mangled names included)."""
     return bool(DRIVER_DLL.match(name))
+
+
+def python_dlls(abi_tag: str, platform_tag: str) -> frozenset[str]:
+    """The DLLs (lowercase) CPython provides to a wheel tagged ``abi_tag``-``platform_tag``: none for
+    a debug, stable-ABI or other interpreter's tag, whose runtime this does not vouch for."""
+    if not _CPYTHON_ABI.match(abi_tag):
+        return frozenset()
+    return _PYTHON_DLLS.get(platform_tag, frozenset())
+
+
+def loaded_imports(name: str, image: PeImage) -> tuple[str, ...]:
+    """``image``'s imports (``name`` is its file name) less those Windows never loads for it."""
+    skip = IGNORED_IMPORTS.get(name.lower(), frozenset())
+    return tuple(d for d in image.imports if d.lower() not in skip)

@@ -24,8 +24,9 @@ Each check has a name; a failing wheel's report lists every failure by that name
     dylib-dependency    a macOS dylib loads a library neither in the wheel nor in macOS, has an LC_RPATH other than
                         @loader_path, or delocate copied a library in (.dylibs/)
     graft               (Windows) a file delvewheel's <dist>.libs/ should not hold: not a DLL of the
-                        libraries' machine, a driver's or Windows' own DLL, or one nothing imports
-    dll-dependency      (Windows) a DLL imports one that is neither in the wheel, nor Windows', nor a driver's
+                        libraries' machine, a driver's, Windows' or CPython's own DLL, or one nothing imports
+    dll-dependency      (Windows) a DLL imports one that is neither in the wheel, nor Windows', nor CPython's
+                        for the wheel's tag (VCRUNTIME140.dll), nor a driver's
 """
 
 from __future__ import annotations
@@ -406,7 +407,8 @@ _WINDOWS_MACHINES = {"win_amd64": "x86_64", "win_arm64": "arm64", "win32": "x86"
 
 
 def _check_windows(rep: WheelReport, zf: zipfile.ZipFile, names: Sequence[str], dist_info: str,
-                   manifest: NativeManifest, platform_tag: str) -> tuple[str, dict[str, tuple[bytes, ...] | None], str]:
+                   manifest: NativeManifest, abi_tag: str,
+                   platform_tag: str) -> tuple[str, dict[str, tuple[bytes, ...] | None], str]:
     """A Windows wheel's DLL set (the grafts in ``<dist>.libs/``, every import resolved) and its
     delvewheel patch; returns the grafts folder, ``__init__.py`` without the patch, and the grafts'
     digests (every wheel of a build must carry the same: ``libraries-identical``)."""
@@ -414,7 +416,7 @@ def _check_windows(rep: WheelReport, zf: zipfile.ZipFile, names: Sequence[str], 
     lib_names = [lib.name for lib in manifest.libraries]
     wanted = {f"{PACKAGE}/lib/{n}" for n in lib_names}
     files = {n: zf.read(n) for n in names if n in wanted or n.startswith(grafts + "/")}
-    for check, message in graft_problems(files, lib_names, grafts):
+    for check, message in graft_problems(files, lib_names, grafts, pe.python_dlls(abi_tag, platform_tag)):
         rep.fail(check, message)
     want = _WINDOWS_MACHINES.get(platform_tag)
     for n, d in sorted(files.items()):
@@ -501,9 +503,10 @@ def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: Bui
                 rep.fail("version", f"{dist_info} is not {want_dist_info}")
             grafts: str | None = None
             unpatched: dict[str, tuple[bytes, ...] | None] = {}
-            if is_windows_tag(parse_wheel_name(w.path.name).platform):
-                grafts, unpatched, graft_key = _check_windows(rep, zf, names, dist_info, manifest,
-                                                              parse_wheel_name(w.path.name).platform)
+            tag = parse_wheel_name(w.path.name)
+            if is_windows_tag(tag.platform):
+                grafts, unpatched, graft_key = _check_windows(rep, zf, names, dist_info, manifest, tag.abi,
+                                                              tag.platform)
                 lib_key += graft_key
             lib_sets.setdefault(lib_key, []).append(w.path.name)
             # a wrongly named .dist-info already failed "version": compare its contents under its own name

@@ -22,7 +22,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,13 +169,17 @@ def _patch_problem(tree: ast.Module, libs: str) -> str | None:
     return None
 
 
-def graft_problems(files: Mapping[str, bytes], lib_names: Sequence[str], libs: str) -> list[tuple[str, str]]:
+def graft_problems(files: Mapping[str, bytes], lib_names: Sequence[str], libs: str,
+                   python_dlls: Collection[str]) -> list[tuple[str, str]]:
     """(check, message) for each way a Windows wheel's DLL set is wrong.
 
-    ``files`` maps archive names to contents. ``graft``: a file in ``libs/`` that is not a DLL of the
-    libraries' machine, a driver's DLL, a DLL Windows provides, or one nothing imports.
-    ``dll-dependency``: a DLL of the wheel imports one that is neither in it, nor Windows', nor a driver's.
+    ``files`` maps archive names to contents; ``python_dlls`` are the DLLs CPython ships for the
+    wheel's tag (:func:`pe.python_dlls`: the MSVC runtime's ``VCRUNTIME140.dll``). ``graft``: a file in
+    ``libs/`` that is not a DLL of the libraries' machine, a driver's DLL, a DLL Windows or CPython
+    provides, or one nothing imports. ``dll-dependency``: a DLL of the wheel imports one that is
+    neither in it, nor Windows', nor CPython's, nor a driver's.
     """
+    python_dlls = {n.lower() for n in python_dlls}
     problems: list[tuple[str, str]] = []
     ours = {f"{PACKAGE}/lib/{n}" for n in lib_names}
     grafts = {n: d for n, d in files.items() if n.startswith(libs + "/")}
@@ -192,14 +196,14 @@ def graft_problems(files: Mapping[str, bytes], lib_names: Sequence[str], libs: s
     provided = {n.rsplit("/", 1)[-1].lower(): n for n in images}
     imported: set[str] = set()
     for name, image in sorted(images.items()):
-        for dep in image.imports:
+        for dep in pe.loaded_imports(name.rsplit("/", 1)[-1], image):
             low = dep.lower()
             imported.add(low)
-            if low in provided or pe.is_system_dll(dep) or pe.is_driver_dll(dep):
+            if low in provided or low in python_dlls or pe.is_system_dll(dep) or pe.is_driver_dll(dep):
                 continue
             problems.append(("dll-dependency", f"{name} imports {dep}, which is not in the wheel and not part of "
-                                               "Windows: graft it (delvewheel --add-path <folder with it>) or "
-                                               "link it statically"))
+                                               "Windows or CPython: graft it (delvewheel --add-path <folder with "
+                                               "it>) or link it statically"))
     for name in sorted(grafts):
         base = name.rsplit("/", 1)[-1]
         if pe.is_driver_dll(base):
@@ -214,6 +218,9 @@ def graft_problems(files: Mapping[str, bytes], lib_names: Sequence[str], libs: s
                                       f"{', '.join(sorted(machines))}"))
         elif pe.is_system_dll(base):
             problems.append(("graft", f"{name}: part of Windows; a wheel must not carry its own copy"))
+        elif base.lower() in python_dlls:
+            problems.append(("graft", f"{name}: CPython ships it beside python.exe; a wheel must not carry "
+                                      "its own copy"))
         elif base.lower() not in imported:
             problems.append(("graft", f"{name}: no DLL of the wheel imports it (grafted by hand?)"))
     return problems
@@ -249,7 +256,9 @@ def _check_repaired(before: Path, after: Path, manifest: NativeManifest, dist_na
         if data is None or hashlib.sha256(data).hexdigest() != lib.sha256:
             raise RepairError(f"{after.name}: {PACKAGE}/lib/{lib.name} no longer matches the native manifest "
                               "(delvewheel must run with --no-mangle-all)")
-    problems = graft_problems(new, [lib.name for lib in manifest.libraries], libs)
+    tag = parse_wheel_name(after.name)
+    problems = graft_problems(new, [lib.name for lib in manifest.libraries], libs,
+                              pe.python_dlls(tag.abi, tag.platform))
     if problems:
         raise RepairError(f"{after.name}: " + "; ".join(m for _c, m in problems))
     return grafted
