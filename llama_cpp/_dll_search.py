@@ -7,7 +7,9 @@ runtime wheels: CUDA 12 wheels put ``cudart64_12.dll`` in ``nvidia\\cuda_runtime
 ``cublas64_12.dll`` in ``nvidia\\cublas\\bin``; CUDA 13 wheels put everything under
 ``nvidia\\cu13\\bin\\x86_64`` (as the pinned 13.0 wheels and later ones do; ``bin\\x64`` and
 ``bin`` are searched too, for other builds). ``nvcuda.dll`` is the driver's
-and lives in System32. The current directory is never added.
+and lives in System32. The current directory is never added. To name a missing DLL, the folders
+Windows searches on its own count as well: the interpreter's (CPython's ``vcruntime140.dll``) and
+the system folders.
 """
 
 from __future__ import annotations
@@ -102,9 +104,22 @@ def add_dll_directories(dirs: Sequence[Path], add: Callable[[str], Any] | None =
     return [adder(str(Path(d).resolve())) for d in dirs]
 
 
+def _interpreter_dirs() -> list[Path]:
+    """The folder of the python.exe this process runs (a venv's launcher starts its base
+    installation's) and the base installation: Windows searches the program's folder for every
+    DLL, and CPython keeps ``vcruntime140.dll`` there. Only absolute paths: never the current directory."""
+    exe = getattr(sys, "_base_executable", None) or sys.executable
+    found: list[Path] = []
+    for d in (os.path.dirname(exe) if exe else "", sys.base_prefix):
+        if d and os.path.isabs(d) and Path(d) not in found:
+            found.append(Path(d))
+    return found
+
+
 def _system_dirs() -> list[Path]:
+    """Where a DLL that no ``os.add_dll_directory`` folder holds may still come from."""
     root = Path(os.environ.get("SystemRoot", r"C:\Windows"))
-    return [root / "System32", root]
+    return [*_interpreter_dirs(), root / "System32", root]
 
 
 def missing_windows_dependency(path: Path, search: Sequence[Path],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import types
 from pathlib import Path
 
@@ -165,6 +166,66 @@ def test_a_missing_cuda_runtime_dll_names_the_wheels(windows_tree):
 def test_a_dependency_of_our_own_dll_is_followed(windows_tree):
     (windows_tree.system / "MSVCP140.dll").unlink()
     assert _explain(windows_tree).startswith("MSVCP140.dll not found (Microsoft Visual C++ runtime not installed")
+
+
+def _python_install(tmp_path, monkeypatch, *, executable: str, base_prefix: str) -> types.SimpleNamespace:
+    """lib\\ whose CUDA backend imports the MSVC runtime and nvcuda.dll, a Windows folder without the VC++
+    redistributable, and the interpreter as ``sys`` reports it (its folder holds vcruntime140.dll)."""
+    lib, windows = tmp_path / "site" / "llama_cpp" / "lib", tmp_path / "Windows"
+    lib.mkdir(parents=True)
+    (windows / "System32").mkdir(parents=True)
+    (windows / "System32" / "kernel32.dll").write_bytes(pe_dll([]))
+    (lib / "ggml-cuda.dll").write_bytes(pe_dll(["KERNEL32.dll", "VCRUNTIME140.dll", "VCRUNTIME140_1.dll",
+                                                "nvcuda.dll"]))
+    monkeypatch.setenv("SystemRoot", str(windows))
+    monkeypatch.setattr(sys, "_base_executable", executable, raising=False)
+    monkeypatch.setattr(sys, "executable", executable)
+    monkeypatch.setattr(sys, "base_prefix", base_prefix)
+    path = lib / "ggml-cuda.dll"
+    return types.SimpleNamespace(lib=lib, explain=lambda: _dll_search.explain_load_error(
+        WIN_ERROR.format(path), path, platform="win32", search=[lib]))
+
+
+def _vcruntime(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("vcruntime140.dll", "vcruntime140_1.dll"):
+        (folder / name).write_bytes(pe_dll(["KERNEL32.dll"]))
+
+
+@pytest.mark.parametrize("where", ["executable", "base_prefix"])
+def test_the_interpreters_vcruntime_is_found_so_the_driver_is_named(tmp_path, monkeypatch, where):
+    """No VC++ redistributable in System32: CPython's own vcruntime140.dll (beside python.exe, which
+    Windows searches for every DLL) serves, so the missing DLL named is the driver's."""
+    python = tmp_path / "Python312"
+    _vcruntime(python)
+    venv = tmp_path / "venv" / "Scripts"
+    venv.mkdir(parents=True)
+    if where == "executable":
+        t = _python_install(tmp_path, monkeypatch, executable=str(python / "python.exe"), base_prefix=str(venv))
+    else:  # a venv: its Scripts\python.exe is a launcher; the base installation holds the runtime
+        t = _python_install(tmp_path, monkeypatch, executable=str(venv / "python.exe"), base_prefix=str(python))
+    assert t.explain() == "nvcuda.dll not found (NVIDIA driver not installed)"
+    assert python in _dll_search._system_dirs()
+
+
+def test_the_interpreter_folder_is_never_the_current_directory(tmp_path, monkeypatch):
+    cwd = tmp_path / "cwd"
+    _vcruntime(cwd)
+    (cwd / "nvcuda.dll").write_bytes(pe_dll([]))
+    monkeypatch.chdir(cwd)
+    t = _python_install(tmp_path, monkeypatch, executable="", base_prefix="")
+    assert t.explain().startswith("VCRUNTIME140.dll not found (Microsoft Visual C++ runtime not installed")
+    monkeypatch.setattr(sys, "executable", "python.exe")
+    monkeypatch.setattr(sys, "_base_executable", "python.exe", raising=False)
+    assert _dll_search._interpreter_dirs() == [] and t.explain().startswith("VCRUNTIME140.dll not found")
+    assert all(d.is_absolute() for d in _dll_search._system_dirs())
+
+
+def test_the_interpreter_folder_is_searched_by_the_explainer_only(tmp_path, monkeypatch):
+    python = tmp_path / "Python312"
+    _vcruntime(python)
+    t = _python_install(tmp_path, monkeypatch, executable=str(python / "python.exe"), base_prefix=str(python))
+    assert python not in _dll_search.dll_directories(t.lib, cuda=True, sites=[])
 
 
 def test_macos_loader_errors_name_the_missing_dylib():
