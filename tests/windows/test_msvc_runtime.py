@@ -118,10 +118,9 @@ def test_concrt140_is_ignored_only_as_msvcp140s_delay_load():
     other = make_pe(["KERNEL32.dll"], delay=["concrt140.dll"])
     problems = graft_problems(_wheel_files(grafts={**GRAFTS, "other.dll": other}), ["ggml-base.dll"], LIBS,
                               pe.python_dlls("cp312", "win_amd64"))
-    assert [m for c, m in problems if c == "dll-dependency"] == [f"{LIBS}/other.dll imports concrt140.dll, which is not "
-                                                           "in the wheel and not part of Windows or CPython: graft it "
-                                                           "(delvewheel --add-path <folder with it>) or link it "
-                                                           "statically"]
+    deps = [m for c, m in problems if c == "dll-dependency"]
+    assert deps == [f"{LIBS}/other.dll imports concrt140.dll, which is not in the wheel and not part of Windows "
+                    "or CPython: graft it (delvewheel --add-path <folder with it>) or link it statically"]
 
 
 def test_the_table_is_delvewheels():
