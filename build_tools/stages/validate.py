@@ -27,6 +27,8 @@ Each check has a name; a failing wheel's report lists every failure by that name
                         libraries' machine, a driver's, Windows' or CPython's own DLL, or one nothing imports
     dll-dependency      (Windows) a DLL imports one that is neither in the wheel, nor Windows', nor CPython's
                         for the wheel's tag (VCRUNTIME140.dll), nor a driver's
+    cpu-variants        a GGML_CPU_ALL_VARIANTS build lacks a CPU variant that ggml's own list
+                        (vendor/llama.cpp/ggml/src/CMakeLists.txt) builds for the target, or has one it does not
 """
 
 from __future__ import annotations
@@ -53,10 +55,10 @@ from packaging.utils import canonicalize_name
 
 from ..common import elf, pe, proc
 from ..common.fsutil import write_json_atomic
-from ..common.paths import REPO_ROOT
-from ..errors import ToolTimeoutError, WheelError
+from ..common.paths import REPO_ROOT, VENDOR_DIR
+from ..errors import ManifestError, ToolTimeoutError, WheelError
 from ..inputs.configs import BuildConfig
-from .native.manifest import MANIFEST_NAME, NativeManifest
+from .native.manifest import MANIFEST_NAME, NativeManifest, cpu_variant_problems
 from .wheels.build import PACKAGE, BuiltWheel, dist_info_name, expected_version, payload_entries, read_project
 from .wheels.inwheel import parse_wheel_name, record_hash
 from .wheels.repair_macos import dependency_problems, is_macos_tag, tag_arch
@@ -437,6 +439,15 @@ def _check_windows(rep: WheelReport, zf: zipfile.ZipFile, names: Sequence[str], 
     return grafts, unpatched, key
 
 
+def _cpu_variant_problems(manifest: NativeManifest) -> list[str]:
+    """The ``cpu-variants`` check against the vendored ggml, once per build (every wheel carries the
+    same libraries, checked by ``library-hash``)."""
+    try:
+        return cpu_variant_problems(manifest, VENDOR_DIR)
+    except ManifestError as exc:
+        return [str(exc)]
+
+
 def twine_check(paths: Sequence[Path]) -> dict[str, list[str]]:
     """``twine check --strict`` per file: filename -> problems (empty when it passed)."""
     try:
@@ -473,6 +484,7 @@ def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: Bui
     lib_sets: dict[str, list[str]] = {}
     intended_python = set(python_tags)
     twine_results = twine_check([w.path for w in wheels]) if twine and wheels else {}
+    variant_problems = _cpu_variant_problems(manifest)
     for w in wheels:
         data = w.path.read_bytes() if w.path.is_file() else b""
         rep = WheelReport(w.path.name, hashlib.sha256(data).hexdigest(), len(data))
@@ -526,6 +538,8 @@ def validate(wheels: Sequence[BuiltWheel], manifest: NativeManifest, config: Bui
             continue
         for problem in twine_results.get(w.path.name, []):
             rep.fail("metadata", problem)
+        for problem in variant_problems:
+            rep.fail("cpu-variants", problem)
         budget = config.wheel_size_budget_mb * 1e6
         if len(data) > budget:
             rep.fail("size-budget", f"{len(data) / 1e6:.1f} MB exceeds the {config.name} budget of "

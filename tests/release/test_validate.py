@@ -286,3 +286,13 @@ def test_missing_file_is_reported_not_raised(check, built, native_build, config,
     gone = replace(built.wheels[0], path=tmp_path / built.wheels[0].path.name)
     report = check([gone], native_build, config)
     assert report.failed_checks() == {"archive"}
+
+
+def test_cpu_variants_checked_for_an_all_variants_build(check, built, native_build, config):
+    assert "cpu-variants" not in check(built.wheels, native_build, config).failed_checks()  # one CPU backend
+    m = native_build.manifest
+    claimed = replace(m, cmake={**m.cmake, "configure": [*m.cmake["configure"], "-DGGML_CPU_ALL_VARIANTS=ON"]})
+    report = check(built.wheels, replace(native_build, manifest=claimed), config)
+    assert all("cpu-variants" in {f.check for f in w.failures} for w in report.wheels)
+    messages = [f.message for f in report.wheels[0].failures if f.check == "cpu-variants"]
+    assert any("CPU variant haswell is missing" in msg for msg in messages), messages
