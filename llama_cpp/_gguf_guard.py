@@ -191,3 +191,71 @@ def _check_heads(meta: dict[str, Any], p: str, path: str, *, has_attention: bool
 def guard_model_file(path: str | os.PathLike[str]) -> None:
     """Read ``path``'s header and refuse it before llama.cpp does something worse than fail."""
     check_hyperparameters(read_header(path), os.fspath(path))
+
+
+@dataclass
+class VocabHeader:
+    """A file's ``tokenizer.ggml.*`` metadata as stored (None: the key is absent).
+
+    ``tokens`` are the raw token texts (llama.cpp's ``llama_vocab_get_text``: an empty one reads
+    ``[EMPTY_<id>]``); ``n_vocab_key`` is ``<arch>.vocab_size`` (what a ``no_vocab`` model has).
+    """
+
+    model: str | None = None
+    pre: str | None = None
+    tokens: list[bytes] | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+    add_bos: bool | None = None
+    add_eos: bool | None = None
+    n_vocab_key: int | None = None
+
+
+_VOCAB_KEYS = {"tokenizer.ggml.model": "model", "tokenizer.ggml.pre": "pre", "tokenizer.ggml.bos_token_id": "bos_id",
+               "tokenizer.ggml.eos_token_id": "eos_id", "tokenizer.ggml.add_bos_token": "add_bos",
+               "tokenizer.ggml.add_eos_token": "add_eos"}
+
+
+def read_vocab(path: str | os.PathLike[str]) -> VocabHeader:
+    """The tokenizer metadata of ``path`` (token texts included), read from its header without llama.cpp;
+    raises ModelLoadError if the header is malformed."""
+    name = os.fspath(path)
+    out = VocabHeader()
+    arch: str | None = None
+    sizes: dict[str, int] = {}
+    with open(name, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        r = _Reader(buf, name)
+        if r.take("<4s") != b"GGUF":
+            raise r.fail("magic is not b'GGUF'")
+        version = r.take("<I")
+        if version not in (2, 3):
+            raise r.fail(f"version {version}; accepted 2..3")
+        r.count("tensor count", MAX_TENSORS, 24)
+        n_kv = r.count("metadata key count", MAX_KV, 12)
+        for _ in range(n_kv):
+            key = r.string("a metadata key")
+            vtype = r.take("<I")
+            if key == "tokenizer.ggml.tokens" and vtype == _ARRAY:
+                etype = r.take("<I")
+                if etype != _STRING:
+                    raise r.fail(f"tokenizer.ggml.tokens has element type {etype}; llama.cpp reads strings")
+                n = r.count("array length of tokenizer.ggml.tokens", 1 << 40, 8)
+                tokens: list[bytes] = []
+                for i in range(n):
+                    size = r.count("length of a token", MAX_STRING, 1)
+                    text = bytes(buf[r.pos:r.pos + size])
+                    r.pos += size
+                    tokens.append(text or f"[EMPTY_{i}]".encode())
+                out.tokens = tokens
+                continue
+            value = r.value(vtype, key)
+            field_name = _VOCAB_KEYS.get(key)
+            if field_name is not None:
+                setattr(out, field_name, value)
+            elif key == "general.architecture" and isinstance(value, str):
+                arch = value
+            elif key.endswith(".vocab_size") and isinstance(value, int):
+                sizes[key] = value
+    if arch is not None:
+        out.n_vocab_key = sizes.get(f"{arch}.vocab_size")
+    return out

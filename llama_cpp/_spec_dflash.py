@@ -113,8 +113,7 @@ class DFlashDrafter(FeatureDraftParts):
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0,
                  dspark: bool = False) -> None:
-        from ._internals import LlamaModel
-        from ._spec_draft import check_vocab_compatible
+        from ._spec_draft import check_draft_vocab
         from .llama_batch import LlamaBatchExt
 
         self.model = self.ctx = self._batch = self._tl = None
@@ -132,8 +131,7 @@ class DFlashDrafter(FeatureDraftParts):
         if self._conf and not has_conf:
             raise SpeculativeError(f"{p} has no confidence head (conf_proj): a DSpark draft without one cannot stop "
                                    "on draft_p_min; set draft_p_min=0")
-        with LlamaModel(p, vocab_only=True) as vocab:
-            check_vocab_compatible(target_model, vocab, p)
+        check_draft_vocab(target_model, p)
         # DFlash denoises [id_last, mask * (block - 1)] in place; anchor-first DSpark drafts from id_last's row on
         self._first = 0 if dspark and anchor else 1
         self.n_max = min(int(n_max), block - self._first)

@@ -8,8 +8,9 @@ of the top 10 falls under ``draft_p_min`` (llama.cpp's top-k 10 draft sampler). 
 llama.cpp, the verified batch is not decoded a second time on the draft: the drafted tokens it
 accepted are already in the draft memory.
 
-:func:`check_vocab_compatible` applies llama.cpp's ``common_speculative_are_compatible`` rule
-before either model decodes anything.
+:func:`check_vocab_files` applies llama.cpp's ``common_speculative_are_compatible`` rule to the
+two GGUF headers before anything loads; :func:`check_vocab_compatible` applies it to loaded
+vocabularies, for the pairs whose headers leave a BOS/EOS default undecided.
 """
 
 from __future__ import annotations
@@ -70,15 +71,136 @@ def check_vocab_compatible(target: Any, draft: Any, draft_path: str = "the draft
                 "target's vocabulary")
 
 
+# tokenizer.ggml.model -> llama_vocab_type (src/llama-vocab.cpp, llama_vocab::impl::load)
+_VOCAB_TYPES = {"no_vocab": 0, "none": 0, "llama": 1, "gpt2": 2, "hybriddna": 2, "whitespace": 2, "gemma4": 2,
+                "bert": 3, "t5": 4, "rwkv": 5, "plamo2": 6, "test": 7}
+# add_bos when the key is absent, by vocab type (BPE's depends on the pre-tokenizer: not listed)
+_ADD_BOS_DEFAULT = {0: False, 1: True, 3: True, 4: False, 5: False, 6: False, 7: False}
+_UGM = 4
+_headers: dict[tuple[str, int, int], Any] = {}
+
+
+def _vocab_header(path: str) -> Any:
+    """:func:`~llama_cpp._gguf_guard.read_vocab` of ``path``, remembered while the file is unchanged."""
+    from ._gguf_guard import read_vocab
+
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    h = _headers.get(key)
+    if h is None:
+        if len(_headers) >= 4:
+            _headers.clear()
+        h = _headers[key] = read_vocab(path)
+    return h
+
+
+class _Effective:
+    """What llama.cpp's vocabulary will answer for one header, where the header decides it.
+
+    A value llama.cpp takes from a default that depends on the pre-tokenizer is a tuple naming
+    that default: equal tuples are equal values, a tuple and a number are undecided."""
+
+    def __init__(self, h: Any) -> None:
+        self.type: int | None = _VOCAB_TYPES.get(h.model) if isinstance(h.model, str) else None
+        self.model = h.model
+        dflt = ("default", h.model, h.pre)
+        if self.type == 0:  # llama.cpp stops reading a no_vocab model's tokenizer here
+            self.n = int(h.n_vocab_key or 0)
+            self.texts: list[bytes] = [b""] * self.n
+            self.add_bos: Any = False
+            self.add_eos: Any = False
+            self.bos: Any = -1
+            self.eos: Any = -1
+            return
+        self.texts = h.tokens if h.tokens is not None else []
+        self.n = len(self.texts)
+        gemma4 = "gemma4" in (h.model, h.pre)  # llama.cpp forces add_bos on for Gemma 4
+        if isinstance(h.add_bos, bool):
+            self.add_bos = h.add_bos or gemma4
+        else:
+            self.add_bos = True if gemma4 else _ADD_BOS_DEFAULT.get(self.type, dflt)  # type: ignore[arg-type]
+        self.add_eos = h.add_eos if isinstance(h.add_eos, bool) else self.type == _UGM
+        dflt_n = (*dflt, self.n)  # a default id beyond the vocabulary is disabled
+        self.bos = h.bos_id if isinstance(h.bos_id, int) and 0 <= h.bos_id < self.n else dflt_n
+        self.eos = h.eos_id if isinstance(h.eos_id, int) and 0 <= h.eos_id < self.n else dflt_n
+
+
+def _same(a: Any, b: Any) -> bool | None:
+    if a == b:
+        return True
+    return False if not isinstance(a, tuple) and not isinstance(b, tuple) else None
+
+
+def _shown(v: Any) -> str:
+    return "llama.cpp's default" if isinstance(v, tuple) else str(v)
+
+
+def check_vocab_files(target_path: str | os.PathLike[str], draft_path: str | os.PathLike[str]) -> bool:
+    """llama.cpp's ``common_speculative_are_compatible`` on the two files' GGUF headers, before any
+    native call: raise :class:`SpeculativeError` when they differ; True when they agree; False when
+    the headers cannot decide (a BOS/EOS default that depends on the pre-tokenizer, an unknown
+    tokenizer model, an unreadable header): then only the loaded vocabularies can tell."""
+    from ._errors import ModelLoadError
+
+    dp = os.fspath(draft_path)
+    try:
+        t, d = _Effective(_vocab_header(os.fspath(target_path))), _Effective(_vocab_header(dp))
+    except (OSError, ModelLoadError):
+        return False
+    if t.type is None or d.type is None:
+        return False
+    if t.type != d.type:
+        raise SpeculativeError(f"{dp} has vocabulary type {d.type}, the target {t.type}: a draft model must use "
+                               "the target's tokenizer")
+    decided = True
+    for what, at, ad, it, id_ in (("BOS", t.add_bos, d.add_bos, t.bos, d.bos),
+                                  ("EOS", t.add_eos, d.add_eos, t.eos, d.eos)):
+        same_add = _same(at, ad)
+        same_id = _same(it, id_) if same_add and at is not False else True
+        if same_add is False or (same_add and at is True and same_id is False):
+            raise SpeculativeError(
+                f"{dp} handles the {what} token differently from the target (adds it: {_shown(ad)} vs "
+                f"{_shown(at)}; id {_shown(id_)} vs {_shown(it)}): a draft model must share the target's "
+                "special tokens")
+        decided = decided and same_add is True and same_id is True
+    if abs(t.n - d.n) > VOCAB_MAX_SIZE_DIFFERENCE:
+        raise SpeculativeError(
+            f"{dp} has {d.n} tokens, the target {t.n}: vocabularies may differ by at most "
+            f"{VOCAB_MAX_SIZE_DIFFERENCE} tokens (llama.cpp's limit); use a draft from the target's model family")
+    if "hybriddna" in (t.model, d.model):
+        return False  # llama.cpp edits these token texts after reading them
+    m = min(t.n, d.n)
+    if t.texts[VOCAB_CHECK_START_TOKEN_ID:m] != d.texts[VOCAB_CHECK_START_TOKEN_ID:m]:
+        for i in range(VOCAB_CHECK_START_TOKEN_ID, m):
+            a, b = t.texts[i].split(b"\0", 1)[0], d.texts[i].split(b"\0", 1)[0]  # strcmp
+            if a != b:
+                sa, sb = a.decode("utf-8", "replace"), b.decode("utf-8", "replace")
+                raise SpeculativeError(f"token {i} is {sb!r} in {dp} but {sa!r} in the target: a draft model "
+                                       "must use the target's vocabulary")
+    return decided
+
+
+def check_draft_vocab(target: Any, path: str | os.PathLike[str]) -> None:
+    """Refuse a draft for ``target`` (a loaded LlamaModel) whose vocabulary llama.cpp would refuse:
+    on the GGUF headers, or on a vocab-only load of the draft when the headers cannot decide."""
+    from ._internals import LlamaModel
+
+    p = os.fspath(path)
+    tp = getattr(target, "path_model", None)
+    if tp is not None and check_vocab_files(tp, p):
+        return
+    with LlamaModel(p, vocab_only=True) as vocab:
+        check_vocab_compatible(target, vocab, p)
+
+
 def load_draft_model(target: Any, path: str | os.PathLike[str], **model_kwargs: Any) -> Any:
-    """Load ``path`` as a draft for ``target``: its vocabulary is checked on a vocab-only load first."""
+    """Load ``path`` as a draft for ``target`` once its vocabulary is known to fit (:func:`check_draft_vocab`)."""
     from ._internals import LlamaModel
 
     p = os.fspath(path)
     if not os.path.isfile(p):
         raise SpeculativeError(f"draft_model_path {p!r} is not a file: give the path of a GGUF draft model")
-    with LlamaModel(p, vocab_only=True) as vocab:
-        check_vocab_compatible(target, vocab, p)
+    check_draft_vocab(target, p)
     return LlamaModel(p, **model_kwargs)
 
 
@@ -205,4 +327,4 @@ class DraftModel:
         return out
 
 
-__all__ = ["DraftModel", "check_vocab_compatible", "load_draft_model"]
+__all__ = ["DraftModel", "check_draft_vocab", "check_vocab_compatible", "check_vocab_files", "load_draft_model"]

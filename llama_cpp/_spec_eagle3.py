@@ -138,8 +138,7 @@ class Eagle3Drafter(FeatureDraftParts):
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0) -> None:
-        from ._internals import LlamaModel
-        from ._spec_draft import check_vocab_compatible
+        from ._spec_draft import check_draft_vocab
         from .llama_batch import LlamaBatchExt
 
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
@@ -149,8 +148,7 @@ class Eagle3Drafter(FeatureDraftParts):
         p = os.fspath(path)
         layers = check_draft_header(p, target_arch=target_model.metadata.get("general.architecture"),
                                     target_n_embd=target_model.n_embd(), target_n_layer=target_model.n_layer())
-        with LlamaModel(p, vocab_only=True) as vocab:
-            check_vocab_compatible(target_model, vocab, p)
+        check_draft_vocab(target_model, p)
         self._C = C
         try:
             self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers)

@@ -482,6 +482,11 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig) -> None:
         n_embd = meta.get(f"{arch}.embedding_length")
         check_draft_header(config.draft_model_path, target_arch=arch,  # type: ignore[arg-type]
                            target_n_embd=n_embd if isinstance(n_embd, int) else None, target_n_layer=n_layer)
+    if any(t in config.types for t in _DRAFT_MODEL_TYPES):
+        from ._spec_draft import check_vocab_files
+
+        # llama.cpp's vocabulary rule on both headers (a draft it would refuse loads nothing)
+        check_vocab_files(path, config.draft_model_path)  # type: ignore[arg-type]
     if SpeculativeType.NGRAM_CACHE in config.types:
         for name in ("lookup_cache_static", "lookup_cache_dynamic"):
             v = getattr(config.ngram_cache, name)
