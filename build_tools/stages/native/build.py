@@ -217,17 +217,38 @@ case "$*" in
   *) exit 1 ;;
 esac
 """
+# The same for Windows, where CMake runs a .cmd through cmd.exe (FindGit itself looks for git.cmd).
+_LOCKED_GIT_CMD = """@echo off\r
+rem Stand-in for git while configuring the vendored llama.cpp (see _LOCKED_GIT in build.py).\r
+if "%~1"=="describe" goto short\r
+if "%*"=="rev-parse --short HEAD" goto short\r
+if "%*"=="rev-list --count HEAD" goto build\r
+if "%*"=="diff-index --quiet HEAD -- ." exit /b 0\r
+exit /b 1\r
+:short\r
+echo {short}\r
+exit /b 0\r
+:build\r
+echo {build}\r
+exit /b 0\r
+"""
 
 
-def _locked_git(p: BuildPlan) -> Path:
-    """A tiny ``git`` answering from the source lock, so version strings name the pinned commit."""
+def _host_is_windows() -> bool:
+    return os.name == "nt"
+
+
+def _locked_git(p: BuildPlan, *, windows: bool = False) -> Path:
+    """A tiny ``git`` answering from the source lock, so version strings name the pinned commit
+    (a shell script, or for a build on Windows a ``.cmd`` file)."""
     commit = p.defines["LLAMA_BUILD_COMMIT"]
-    script = _LOCKED_GIT.format(short=commit, build=p.defines["LLAMA_BUILD_NUMBER"])
-    path = native_cache_dir() / "bin" / f"git-{sha256_json(script)[:12]}"
+    template = _LOCKED_GIT_CMD if windows else _LOCKED_GIT
+    script = template.format(short=commit, build=p.defines["LLAMA_BUILD_NUMBER"])
+    path = native_cache_dir() / "bin" / f"git-{sha256_json(script)[:12]}{'.cmd' if windows else ''}"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(script)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(script.encode("ascii"))  # bytes: the .cmd keeps its CR LF on every host
         tmp.chmod(0o755)
         os.replace(tmp, path)
     return path
@@ -237,9 +258,10 @@ def _configure_cmd(p: BuildPlan, build_dir: Path) -> list[str]:
     # A configuration's own compiler flags (in the key) come first; the path maps are appended.
     maps = {k: " ".join(filter(None, (p.defines.get(k), v))) for k, v in _prefix_map_flags(p, build_dir).items()}
     defs = {**p.defines, **maps, **p.extra_defines, "CMAKE_MAKE_PROGRAM": str(p.toolchain.ninja)}
-    if os.name != "nt":
-        git = str(_locked_git(p))
-        defs.update(GIT_EXE=git, GIT_EXECUTABLE=git)
+    # Every host: ggml's CMakeLists runs `git rev-parse` in the vendored tree, which has no .git, so
+    # the real git answers with the enclosing checkout's commit.
+    git = str(_locked_git(p, windows=_host_is_windows()))
+    defs.update(GIT_EXE=git, GIT_EXECUTABLE=git)
     return [
         str(p.toolchain.cmake), "-S", str(p.tree.path), "-B", str(build_dir), "-G", "Ninja",
         *(f"-D{k}={v}" for k, v in sorted(defs.items())),

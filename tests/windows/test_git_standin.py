@@ -1,0 +1,80 @@
+"""The native step's git stand-in on a Windows host (faked here): ggml's CMakeLists asks git for the
+commit of the vendored tree, which has no .git, so the real git would name this checkout's commit.
+The configure line names a .cmd stand-in that answers from the source lock, as the shell one does."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from build_tools.common.compilers import detect
+from build_tools.inputs.configs import load_matrix
+from build_tools.inputs.lock import load_lock
+from build_tools.stages.native import build as native
+
+from ..build_tools.fake_tree import make_fake_tree
+
+# What llama.cpp's CMake files ask (ggml/CMakeLists.txt, cmake/build-info.cmake, cmake/git-vars.cmake,
+# CMake's FindGit) and what the pinned answers are.
+QUESTIONS = {
+    ("rev-parse", "--short", "HEAD"): ("short", 0),
+    ("rev-list", "--count", "HEAD"): ("build", 0),
+    ("diff-index", "--quiet", "HEAD", "--", "."): ("", 0),
+    ("describe", "--match=NeVeRmAtCh", "--always", "--abbrev=8"): ("short", 0),
+    ("log", "-1", "--format=%ad", "--date=local"): ("", 1),
+    ("--version",): ("", 1),
+}
+
+
+@pytest.fixture
+def plan(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLAMA_CPP_PYTHON_CACHE", str(tmp_path / "cache"))
+    tree = make_fake_tree(tmp_path / "tree")
+    return native.plan(load_matrix().get("cpu-host"), load_lock(), tree, detect())
+
+
+def _git_defines(cmd: list[str]) -> dict[str, str]:
+    defs = dict(a[2:].split("=", 1) for a in cmd if a.startswith("-D"))
+    return {k: defs[k] for k in ("GIT_EXE", "GIT_EXECUTABLE") if k in defs}
+
+
+def test_a_windows_configure_line_names_the_cmd_stand_in(plan, tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "_host_is_windows", lambda: True)
+    git = _git_defines(native._configure_cmd(plan, tmp_path / "b"))
+    assert set(git) == {"GIT_EXE", "GIT_EXECUTABLE"} and git["GIT_EXE"] == git["GIT_EXECUTABLE"]
+    assert git["GIT_EXE"].endswith(".cmd")
+    script = open(git["GIT_EXE"], "rb").read()
+    lock = load_lock()
+    assert script.startswith(b"@echo off\r\n") and b"\n" not in script.replace(b"\r\n", b"")
+    assert f"echo {lock.short_commit}\r\n".encode() in script
+    assert f"echo {lock.build_number}\r\n".encode() in script
+
+
+def test_other_hosts_keep_the_shell_stand_in(plan, tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "_host_is_windows", lambda: False)
+    git = _git_defines(native._configure_cmd(plan, tmp_path / "b"))["GIT_EXE"]
+    assert not git.endswith(".cmd") and open(git).read().startswith("#!/bin/sh\n")
+    lock = load_lock()
+    for args, (answer, code) in QUESTIONS.items():
+        done = subprocess.run([git, *args], capture_output=True, text=True, check=False)
+        want = {"short": lock.short_commit, "build": str(lock.build_number), "": ""}[answer]
+        assert (done.stdout.strip(), done.returncode) == (want, code), args
+
+
+def test_the_cmd_stand_in_answers_like_git_under_wine(plan, tmp_path, monkeypatch):
+    """cmd.exe's own reading of the .cmd file (Wine's cmd; on a runner CMake starts it through cmd.exe)."""
+    wine = shutil.which("wine") or shutil.which("wine64")
+    if wine is None:
+        pytest.skip("Wine is not installed (nox -s windows installs it as root)")
+    monkeypatch.setattr(native, "_host_is_windows", lambda: True)
+    git = _git_defines(native._configure_cmd(plan, tmp_path / "b"))["GIT_EXE"]
+    lock = load_lock()
+    env = {"WINEDEBUG": "-all", "WINEPREFIX": str(tmp_path / "wineprefix"), "PATH": "/usr/bin:/bin"}
+    for args, (answer, code) in QUESTIONS.items():
+        windows_path = "Z:" + git.replace("/", "\\")  # Wine's Z: drive is /
+        done = subprocess.run([wine, "cmd", "/c", windows_path, *args], capture_output=True, text=True, check=False,
+                              env=env, timeout=300)
+        want = {"short": lock.short_commit, "build": str(lock.build_number), "": ""}[answer]
+        assert (done.stdout.strip(), done.returncode) == (want, code), (args, done.stderr[-500:])
