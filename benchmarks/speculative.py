@@ -73,6 +73,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -293,26 +294,51 @@ def run_case(label: str, path: Path, prompt_text: str | None, types: list[str], 
         model.close()
 
 
-#: case name -> (target fixture (name, params), prompt (None: the echo cycle), types it runs,
-#:               draft fixture (name, params) or None, whether the target loads its NextN layers)
-CASES: dict[str, tuple[tuple[str, dict], str | None, tuple[str, ...], tuple[str, dict] | None, bool]] = {
-    "echo-cycle": (("qwen35_mtp", {"form": "echo"}), None, NGRAM, None, False),
-    "bpe-text": (("llama_bpe", {}), TEXT, NGRAM, None, False),
-    "draft-echo": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-simple",), ("draft_model", {"form": "echo"}),
-                   False),
-    "draft-noisy": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-simple",), ("draft_model", {"form": "noisy"}),
-                    False),
-    "eagle3-echo": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-eagle3",), ("eagle3_draft", {"form": "echo"}),
-                    False),
-    "dflash-first": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-dflash",),
-                     ("dflash_draft", {"form": "first"}), False),
-    "dspark-first": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-dspark",),
-                     ("dflash_draft", {"form": "first", "markov": "zero"}), False),
-    "mtp-echo": (("qwen35_mtp", {"form": "echo"}), PROMPT, ("draft-mtp",), None, True),
-    "mtp-noisy": (("qwen35_mtp", {"form": "noisy"}), PROMPT, ("draft-mtp",), None, True),
-    "large-mtp": (("qwen35_mtp_large", {"form": "echo"}), PROMPT, ("draft-mtp",), None, True),
-    "large-mtp-noisy": (("qwen35_mtp_large", {"form": "noisy"}), PROMPT, ("draft-mtp",), None, True),
-    "large-cycle": (("qwen35_mtp_large", {"form": "echo"}), None, NGRAM, None, False),
+class Case(NamedTuple):
+    """A benchmark case: the target fixture (name, params), the prompt (None: the echo cycle), the
+    types it runs, the draft fixture (name, params) and whether the target loads its NextN layers."""
+
+    target: tuple[str, dict]
+    prompt: str | None
+    types: tuple[str, ...]
+    draft: tuple[str, dict] | None = None
+    mtp: bool = False
+    max_draft: int | None = None  # chained heads: a draft is at most as long as there are heads
+
+
+ECHO = ("qwen35_mtp", {"form": "echo"})
+LARGE = ("qwen35_mtp_large", {"form": "echo"})
+BIG = {"target": "qwen35_mtp_large"}  # the draft fixtures' parameter for the large target
+HEADS = 3
+LARGE_HEADS = 4
+
+CASES: dict[str, Case] = {
+    "echo-cycle": Case(ECHO, None, NGRAM),
+    "bpe-text": Case(("llama_bpe", {}), TEXT, NGRAM),
+    "draft-echo": Case(ECHO, PROMPT, ("draft-simple",), ("draft_model", {"form": "echo"})),
+    "draft-noisy": Case(ECHO, PROMPT, ("draft-simple",), ("draft_model", {"form": "noisy"})),
+    "eagle3-echo": Case(ECHO, PROMPT, ("draft-eagle3",), ("eagle3_draft", {"form": "echo"})),
+    "dflash-first": Case(ECHO, PROMPT, ("draft-dflash",), ("dflash_draft", {"form": "first"})),
+    "dflash2-first": Case(ECHO, PROMPT, ("draft-dflash",), ("dflash_draft", {"form": "first", "selector": True})),
+    "dspark-first": Case(ECHO, PROMPT, ("draft-dspark",), ("dflash_draft", {"form": "first", "markov": "zero"})),
+    "mtp-echo": Case(ECHO, PROMPT, ("draft-mtp",), mtp=True),
+    "mtp-noisy": Case(("qwen35_mtp", {"form": "noisy"}), PROMPT, ("draft-mtp",), mtp=True),
+    "heads-echo": Case(("step35_mtp_heads", {"form": "echo", "heads": HEADS}), PROMPT, ("draft-mtp",), mtp=True,
+                       max_draft=HEADS),
+    "large-mtp": Case(LARGE, PROMPT, ("draft-mtp",), mtp=True),
+    "large-mtp-noisy": Case(("qwen35_mtp_large", {"form": "noisy"}), PROMPT, ("draft-mtp",), mtp=True),
+    "large-cycle": Case(LARGE, None, NGRAM),
+    "large-draft": Case(LARGE, PROMPT, ("draft-simple",), ("draft_model", {"form": "echo", **BIG})),
+    "large-draft-noisy": Case(LARGE, PROMPT, ("draft-simple",),
+                              ("draft_model", {"form": "noisy", "noise": 0.005, **BIG})),
+    "large-eagle3": Case(LARGE, PROMPT, ("draft-eagle3",), ("eagle3_draft", {"form": "echo", **BIG})),
+    "large-dflash": Case(LARGE, PROMPT, ("draft-dflash",), ("dflash_draft", {"form": "first", **BIG})),
+    "large-dflash2": Case(LARGE, PROMPT, ("draft-dflash",),
+                          ("dflash_draft", {"form": "first", "selector": True, **BIG})),
+    "large-dspark": Case(LARGE, PROMPT, ("draft-dspark",),
+                         ("dflash_draft", {"form": "first", "markov": "chain", **BIG})),
+    "large-heads": Case(("step35_mtp_heads", {"form": "echo", "heads": LARGE_HEADS, "size": "large"}), PROMPT,
+                        ("draft-mtp",), mtp=True, max_draft=LARGE_HEADS),
 }
 
 
@@ -344,12 +370,13 @@ def main(argv: list[str] | None = None) -> int:
                  mtp="draft-mtp" in types)
         return 0
     for name in [c for c in args.cases.split(",") if c]:
-        (tname, tparams), prompt, case_types, dspec, mtp = CASES[name]
-        run_types = [t for t in case_types if t in types]
+        case = CASES[name]
+        run_types = [t for t in case.types if t in types]
         if run_types:
-            draft = fixture_path(dspec[0], **dspec[1]) if dspec else None
-            run_case(name, fixture_path(tname, **tparams), prompt, run_types, drafts, args, tools, env,
-                     draft=draft, mtp=mtp)
+            draft = fixture_path(case.draft[0], **case.draft[1]) if case.draft else None
+            sizes = sorted({min(m, case.max_draft or m) for m in drafts})
+            run_case(name, fixture_path(case.target[0], **case.target[1]), case.prompt, run_types, sizes, args,
+                     tools, env, draft=draft, mtp=case.mtp)
     return 0
 
 
