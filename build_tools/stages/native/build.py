@@ -150,6 +150,11 @@ def cmake_defines(config: BuildConfig, lock: SourceLock) -> dict[str, str]:
         d.update(METAL_DEFINES)
     if config.target[0] == "Darwin":
         d["CMAKE_INSTALL_RPATH"] = "@loader_path"  # the dylibs find each other beside themselves
+        # ... and name each other @loader_path/<name>, not @rpath/<name>: delocate-wheel rewrites every
+        # reference between a wheel's own libraries to @loader_path/<relative path> (changing the bytes
+        # the native manifest records), unless it already reads so.
+        d["CMAKE_INSTALL_NAME_DIR"] = "@loader_path"
+        d["CMAKE_BUILD_WITH_INSTALL_NAME_DIR"] = "ON"
     if config.cuda is not None:
         d["CMAKE_CUDA_ARCHITECTURES"] = ";".join(config.cuda.architectures)
         if config.cuda.fa_quants is not None:

@@ -1,10 +1,11 @@
 """Step 3b for macOS wheels: delocate checks that the libraries need nothing outside the wheel and macOS.
 
 The Metal build links only system frameworks and libraries (Metal, Foundation, Accelerate,
-``/usr/lib/libc++.1.dylib``, ``libSystem``) and its own dylibs by ``@rpath`` with LC_RPATH
-``@loader_path``, so ``delocate-wheel`` must find nothing to copy into ``llama_cpp/.dylibs/`` and no
-install name to rewrite (a rewrite would change the bytes the native manifest records and break
-the linker's signature). It also checks every binary is arm64 and built for the wheel's macOS
+``/usr/lib/libc++.1.dylib``, ``libSystem``) and its own dylibs as ``@loader_path/<name>`` (with
+LC_RPATH ``@loader_path``), so ``delocate-wheel`` must find nothing to copy into
+``llama_cpp/.dylibs/`` and no install name to rewrite: it rewrites any other reference between a
+wheel's libraries to that form, and a rewrite would change the bytes the native manifest records
+and replace the linker's signature. It also checks every binary is arm64 and built for the wheel's macOS
 version. As for auditwheel, anything the repair changes beyond WHEEL and RECORD is a
 :class:`RepairError`; :func:`dependency_problems` is the same rule for the files themselves.
 delocate runs on macOS only (it calls ``install_name_tool`` and ``codesign``): the release
@@ -107,6 +108,17 @@ def dependency_problems(files: Mapping[str, bytes], lib_names: Sequence[str], ar
     return problems
 
 
+def delocate_args(platform_tag: str, out: Path, wheel_name: str) -> list[str]:
+    """``delocate-wheel``'s command line for one wheel.
+
+    ``--no-sanitize-rpaths``: delocate's sanitizer keeps only rpaths starting ``@loader_path/`` (so it
+    would delete ours, ``@loader_path``) and re-signs every library that loads another one of the wheel
+    even when it deletes nothing; either changes the bytes the native manifest records. The libraries'
+    LC_RPATH is checked here instead (:func:`dependency_problems`).
+    """
+    return ["--require-archs", tag_arch(platform_tag), "--no-sanitize-rpaths", "-w", str(out), wheel_name]
+
+
 def _delocate(args: Sequence[str], cwd: Path, macos_version: str) -> str:
     # MACOSX_DEPLOYMENT_TARGET: delocate refuses a library that needs a newer macOS than the tag says.
     if importlib.util.find_spec("delocate") is None:
@@ -157,8 +169,7 @@ def repair(wheels: Sequence[BuiltWheel], manifest: NativeManifest, *, jobs: int 
     def one(w: BuiltWheel) -> BuiltWheel:
         with tempfile.TemporaryDirectory(prefix="delocate-") as tmp:
             out = Path(tmp)
-            _delocate(["--require-archs", tag_arch(w.platform_tag), "-w", str(out), w.path.name], w.path.parent,
-                      tag_version(w.platform_tag))
+            _delocate(delocate_args(w.platform_tag, out, w.path.name), w.path.parent, tag_version(w.platform_tag))
             produced = list(out.glob("*.whl"))
             if len(produced) != 1:
                 raise RepairError(f"delocate-wheel {w.path.name} produced {[p.name for p in produced]}")
