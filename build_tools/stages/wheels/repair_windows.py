@@ -89,7 +89,9 @@ def delvewheel_args(search: Sequence[Path]) -> list[str]:
     than once, so every name and folder is passed as an option of its own: no separator at all.
     """
     args = ["repair", "--analyze-existing", "--ignore-existing", "--no-mangle-all"]
-    for name in EXCLUDES:
+    # Windows' own DLLs too: delvewheel's list is Windows 7's (no ucrtbase.dll, no d3d12.dll), and a
+    # copy it grafted would be refused by graft_problems.
+    for name in (*EXCLUDES, *sorted(pe.SYSTEM_DLLS)):
         args += ["--exclude", name]
     for folder in search:
         args += ["--add-path", str(folder)]
