@@ -4,6 +4,7 @@ ggml's own CMake list builds for its target (x86 and arm alike), read from the v
 from __future__ import annotations
 
 import hashlib
+
 import pytest
 
 from build_tools.common.paths import VENDOR_DIR
