@@ -216,3 +216,14 @@ def test_public_names_resolve():
     assert set(llama_cpp._LAZY) <= set(llama_cpp.__all__)
     for name in llama_cpp.__all__:
         assert getattr(llama_cpp, name) is not None, name
+
+
+def test_vulkan_without_a_driver_is_worded_apart_from_a_missing_loader():
+    from llama_cpp._loader import _LOAD_FAILED, explain_dlerror, loaded_status
+
+    no_loader = explain_dlerror("libvulkan.so.1: cannot open shared object file: No such file or directory")
+    assert no_loader == "libvulkan.so.1 not found (Vulkan loader not installed)"
+    # the loader is there but finds no ICD (instance refused), or the backend registers no device
+    for no_driver in (_LOAD_FAILED["vulkan"], loaded_status("vulkan", "Vulkan", None, []).reason or ""):
+        assert "no driver" in no_driver and "libvulkan" not in no_driver and "not found" not in no_driver, no_driver
+    assert "GGML_VK_VISIBLE_DEVICES" in (loaded_status("vulkan", "Vulkan", None, []).reason or "")

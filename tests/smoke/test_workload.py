@@ -17,6 +17,9 @@ def test_stage_lists_come_from_the_registry():
     assert STAGES == workload.RELEASE_STAGES == ("import", "libraries", "embedding", "mtp")
     assert set(workload.RELEASE_STAGES) | set(workload.GPU_STAGES) == set(workload.REGISTRY)
     assert [n for n, s in workload.REGISTRY.items() if s.gate] == ["import", "backends"]
+    # the GPU stages compare a real model too; a GPU bundle (fixtures only) runs the others
+    assert "real-generation" in workload.GPU_STAGES and "real-generation" not in workload.FIXTURE_GPU_STAGES
+    assert set(workload.STAGE_MODELS.values()) == set(workload.MODEL_ROLES)
 
 
 def test_workload_imports_only_the_standard_library():
@@ -91,3 +94,78 @@ def test_comparisons():
     assert not greedy_agrees(ids, ids[:2], cpu, 1e-4)[0]
     assert offloaded(["x", "load_tensors: offloaded 3/3 layers to GPU"]) == (3, 3)
     assert offloaded(["nothing"]) is None
+
+
+def test_a_greedy_divergence_is_accepted_only_between_near_tied_choices():
+    cpu = np.zeros((3, 10))
+    cpu[:, 0] = 5.0
+    cpu[1, 1] = 5.0 - 1e-5  # a near-tie of the top two at step 1
+    ids = [0, 0, 0]
+    assert greedy_agrees(ids, [0, 1, 4], cpu, 1e-4)[0]  # the GPU took the other near-tied token
+    ok, why = greedy_agrees(ids, [0, 2, 4], cpu, 1e-4)  # ... but not a token 5 logits behind
+    assert not ok and "token 1: CPU 0, GPU 2" in why
+
+
+def test_core_libraries_are_recognised_per_platform():
+    linux = ["libggml-base.so.0", "libggml.so.0", "libllama.so.0", "libggml-cpu-haswell.so"]
+    msvc = ["ggml-base.dll", "ggml.dll", "llama.dll", "ggml-cpu-haswell.dll"]
+    mingw = ["ggml-base.dll", "ggml.dll", "libllama.dll", "libmtmd.dll"]
+    mac = ["libggml-base.0.dylib", "libggml.0.dylib", "libllama.0.dylib"]
+    for names in (linux, msvc, mingw, mac):
+        assert not any(workload.core_library_missing(names, core) for core in workload.CORE_LIBRARIES), names
+    # ggml-base is not ggml, and a variant is not the core
+    assert workload.core_library_missing(["ggml-base.dll", "ggml-cpu-x64.dll"], "ggml")
+    assert workload.core_library_missing(["libggml.so.0"], "ggml-base")
+    assert workload.core_library_missing(["libllama-foo.so"], "llama")
+
+
+def _status(name, loaded, reason=None, devices=()):
+    return argparse.Namespace(name=name, loaded=loaded, reason=reason, path=None,
+                              devices=[argparse.Namespace(name=d, description=d, type="GPU") for d in devices])
+
+
+def test_cuda_report_names_the_missing_driver():
+    no_driver = "libcuda.so.1 not found (NVIDIA driver not installed)"
+    cpu = _status("CPU", True)
+    assert workload.cuda_report([cpu], False, "libcuda.so.1") == (None, None)  # not a CUDA wheel
+    problem, summary = workload.cuda_report([_status("CUDA", False, no_driver), cpu], False, "libcuda.so.1")
+    assert problem is None and no_driver in summary and "the CPU serves" in summary
+    # CPU fallback alone is not enough: the report must say why CUDA did not load
+    for wrong in ("libcublas.so.13 not found (CUDA runtime ...)", "ggml_backend_load failed", None):
+        problem, _ = workload.cuda_report([_status("CUDA", False, wrong), cpu], False, "libcuda.so.1")
+        assert problem and "must be reported as 'libcuda.so.1 not found (NVIDIA driver not installed)'" in problem
+    win = "nvcuda.dll not found (NVIDIA driver not installed)"
+    assert workload.cuda_report([_status("CUDA", False, win), cpu], False, "nvcuda.dll")[0] is None
+    assert workload.cuda_report([_status("CUDA", False, no_driver)], False, "libcuda.so.1")[0]  # no CPU either
+    assert workload.cuda_report([_status("CUDA", True, devices=["H100"]), cpu], False, "libcuda.so.1")[0]
+    # with the driver installed, CUDA serves, or says why (no device): both are fine
+    assert workload.cuda_report([_status("CUDA", True, devices=["H100"]), cpu], True, "libcuda.so.1")[0] is None
+    assert workload.cuda_report([_status("CUDA", False, "no usable device"), cpu], True, "libcuda.so.1")[0] is None
+
+
+def test_offload_problems():
+    assert workload.offload_problem(999, (3, 3)) is None and workload.offload_problem(0, None) is None
+    assert "only 2/3" in workload.offload_problem(999, (2, 3))
+    assert "did not log" in workload.offload_problem(999, None)
+
+
+def test_the_cpu_reference_process_hides_every_gpu(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run(cmd, env, **kw):
+        seen.update(cmd=cmd, env=env)
+        np.savez(cmd[cmd.index("--out") + 1], ids=np.arange(3), logits=np.zeros((3, 4)), seconds=np.float64(1))
+        return argparse.Namespace(returncode=0, stdout="", stderr="")
+
+    monkeypatch.setenv("LLAMA_CPP_REQUIRE_GPU", "1")
+    monkeypatch.setenv("VK_DRIVER_FILES", "/lvp.json")
+    monkeypatch.setattr(workload.subprocess, "run", fake_run)
+    ref = workload.cpu_reference("generation", "/m.gguf")
+    assert list(ref["ids"]) == [0, 1, 2]
+    assert seen["env"]["GGML_VK_VISIBLE_DEVICES"] == "" and seen["env"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert "LLAMA_CPP_REQUIRE_GPU" not in seen["env"] and seen["env"]["VK_DRIVER_FILES"] == "/lvp.json"
+    assert seen["cmd"][seen["cmd"].index("--cpu-reference") + 1] == "generation"
+    # inside, a visible GPU device is refused before anything runs
+    monkeypatch.setattr(workload, "_gpu_backends", lambda: [_status("Vulkan", True, devices=["llvmpipe"])])
+    with pytest.raises(SystemExit, match="still sees GPU devices"):
+        workload.main(["--out", str(tmp_path / "r.npz"), "--cpu-reference", "generation", "--reference-model", "m"])

@@ -200,7 +200,7 @@ def run_bundle(bundle: Path, *, python: str | None = None, out: Path | None = No
                               f"({python}): prepare it with --python {ver} or pass --python")
     verified = time.monotonic() - t0
     models = SmokeModels(**{role: bundle / "models" / name for role, name in meta["models"].items()})
-    report = install_and_run(Path(python), bundle / "wheels" / wheel, models, stages=workload.GPU_STAGES,
+    report = install_and_run(Path(python), bundle / "wheels" / wheel, models, stages=workload.FIXTURE_GPU_STAGES,
                              find_links=lambda _py: [bundle / "wheels"], version=_wheel_version(wheel),
                              flags=["--allow-cpu"] if allow_cpu else [],
                              system_site_packages=not meta["nvidia_wheels"],  # NVIDIA's runtime is the machine's

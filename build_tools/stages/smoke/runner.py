@@ -292,6 +292,7 @@ def run(wheels: Sequence[BuiltWheel], interpreters: Sequence[Interpreter], model
     unknown = [s for s in stages if s not in workload.REGISTRY]
     if unknown:
         raise SmokeInputError(f"unknown smoke stage {unknown[0]!r}; choose from {list(workload.REGISTRY)}")
+    models = models.for_stages(stages)
     results: list[SmokeResult] = []
     todo: list[tuple[BuiltWheel, Interpreter, Path, Sandbox | None]] = []
     digest = models.digest()

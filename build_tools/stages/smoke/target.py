@@ -2,8 +2,9 @@
 
 - cpu, cuda (on a machine without a GPU): the release stages; the CUDA wheel must load, report why
   CUDA did not, and serve on the CPU.
-- vulkan: the GPU stages (every layer offloaded, results against the CPU, MTP) on Mesa's lavapipe,
-  a Vulkan device that runs on the CPU. ggml-vulkan skips CPU-type devices unless asked, so the
+- vulkan: the GPU stages (every layer offloaded, greedy tokens and logits against a pure-CPU
+  process on the fixtures and on Gemma 3 270M, embeddings, MTP) on Mesa's lavapipe, a Vulkan device
+  that runs on the CPU. ggml-vulkan skips CPU-type devices unless asked, so the
   workload gets ``GGML_VK_VISIBLE_DEVICES=0`` and the lavapipe driver alone (``VK_DRIVER_FILES``):
   a passing cell proves the layers ran through the Vulkan backend, not a silent CPU fallback.
 - metal (on GitHub's macos-14 runners): the release stages with no Metal device

@@ -4,15 +4,25 @@ Standard library only (plus the installed ``llama_cpp`` and its dependencies, nu
 them); never imports from the repository. One registry of stages, each reported as pass/fail
 with a reason in the JSON written to ``--out``:
 
-    import      ``import llama_cpp`` resolves to the venv's copy, with the intended version
-    libraries   every loaded llama/ggml/mtmd library is the wheel's own (path inside the installed
-                ``llama_cpp/lib`` and sha256 equal to the embedded native manifest)
-    backends    a GPU backend is loaded with a device (``--allow-cpu``: run the GPU side on the
-                CPU); from here on the later stages compare the GPU with the CPU
-    generation  all layers offloaded; teacher-forced logits and greedy tokens match the CPU
-    embedding   ``LlamaEmbedding.embed`` gives finite float32 rows (and, after ``backends``,
-                the GPU's rows match the CPU's)
-    mtp         greedy completion with MTP speculative decoding equals plain greedy completion
+    import          ``import llama_cpp`` resolves to the venv's copy, with the intended version
+    libraries       every loaded llama/ggml/mtmd library is the wheel's own (path inside the installed
+                    ``llama_cpp/lib`` and sha256 equal to the embedded native manifest); a CUDA
+                    wheel's report is checked against the machine: without the NVIDIA driver
+                    (libcuda.so.1, nvcuda.dll) CUDA must say "<driver> not found (NVIDIA driver not
+                    installed)" and the CPU serve; with it, CUDA serves or names the missing device
+    backends        a GPU backend is loaded with a device (``--allow-cpu``: run the GPU side on the
+                    CPU); from here on the later stages compare the GPU with the CPU
+    generation      all layers offloaded; teacher-forced logits and greedy tokens match the CPU's
+    real-generation the same on a real small model (``--real-model``: Gemma 3 270M in the release)
+    embedding       ``LlamaEmbedding.embed`` gives finite float32 rows (and, after ``backends``, all
+                    layers offloaded and the GPU's rows within cosine 0.999 of the CPU's)
+    mtp             greedy completion with MTP speculative decoding equals plain greedy completion
+                    (after ``backends``: on the GPU, all layers offloaded)
+
+The CPU side of a comparison runs in a child process of this script in which no GPU backend has a
+device (``CPU_ONLY_ENV``): with ``n_gpu_layers=0`` alone, llama.cpp still offloads big batches'
+matrix multiplications to the GPU (``op_offload``), so an in-process "CPU" run would share the
+kernels it is meant to check.
 
 A failed gate stage (``import``, ``backends``) marks every later stage as not run. Exit status
 0 when every requested stage passed, 1 otherwise.
@@ -27,8 +37,10 @@ import logging
 import os
 import platform
 import re
+import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -37,8 +49,12 @@ from pathlib import Path
 from typing import Any
 
 RELEASE_STAGES = ("import", "libraries", "embedding", "mtp")
-GPU_STAGES = ("import", "libraries", "backends", "generation", "embedding", "mtp")
-MODEL_ROLES = ("generation", "embedding", "mtp")
+GPU_STAGES = ("import", "libraries", "backends", "generation", "real-generation", "embedding", "mtp")
+# The GPU stages on the generated fixtures alone (a GPU bundle carries no real model).
+FIXTURE_GPU_STAGES = tuple(s for s in GPU_STAGES if s != "real-generation")
+# The model role each stage reads (``--ROLE-model``).
+STAGE_MODELS = {"generation": "generation", "real-generation": "real", "embedding": "embedding", "mtp": "mtp"}
+MODEL_ROLES = ("generation", "embedding", "mtp", "real")
 PROMPT = "the quick brown fox"
 N_PREDICT = 32
 ALL_LAYERS = 999
@@ -47,6 +63,13 @@ ALL_LAYERS = 999
 LOGITS_RTOL = 2e-2
 EMBD_MIN_COSINE = 0.999
 EMBED_TEXTS = ("the quick brown fox", "jumps over the lazy dog", "a")
+# The CPU reference process: every GPU backend loads with no device (GGML_VK_VISIBLE_DEVICES
+# lists none, CUDA sees none, Metal registers none), so nothing can run on a GPU there.
+CPU_ONLY_ENV = {"GGML_VK_VISIBLE_DEVICES": "", "CUDA_VISIBLE_DEVICES": "", "GGML_METAL_DEVICES": "0"}
+CORE_LIBRARIES = ("llama", "ggml", "ggml-base")
+# The NVIDIA driver library the CUDA backend needs from the system, per platform.
+CUDA_DRIVER = {"win32": "nvcuda.dll"}
+CUDA_DRIVER_DEFAULT = "libcuda.so.1"
 _OURS = re.compile(r"^(lib)?(llama|ggml|mtmd)[-.]")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 
@@ -90,21 +113,26 @@ def compare_logits(cpu: Any, gpu: Any, rtol: float = LOGITS_RTOL) -> tuple[bool,
 
 
 def greedy_agrees(cpu_ids: Sequence[int], gpu_ids: Sequence[int], cpu_logits: Any, tie: float) -> tuple[bool, str]:
-    """Greedy tokens must be equal; a divergence is accepted only at a near-tie of the CPU's top two logits.
+    """Greedy tokens must be equal; a divergence is accepted only where the two choices are a near-tie.
 
-    ``cpu_logits[i]`` are the logits that chose ``cpu_ids[i]``; ``tie`` is the largest logit
-    difference between the backends, below which the two best tokens are interchangeable.
+    ``cpu_logits[i]`` are the CPU's logits that chose ``cpu_ids[i]``; ``tie`` is the largest
+    difference between the backends' logits on the same tokens (the teacher-forced comparison).
+    If no logit moves by more than ``tie`` between the backends, two tokens can swap places only
+    when the CPU has them within ``2 * tie`` of each other: that is the one divergence accepted
+    (llama.cpp's own backend tests compare with tolerances, never bit for bit). After it the
+    sequences differ, so the tokens that follow are not compared.
     """
     import numpy as np
 
     n = min(len(cpu_ids), len(gpu_ids))
     for i in range(n):
         if cpu_ids[i] != gpu_ids[i]:
-            row = np.sort(np.asarray(cpu_logits[i], dtype=np.float64))[::-1]
-            gap = float(row[0] - row[1])
+            row = np.asarray(cpu_logits[i], dtype=np.float64)
+            gap = float(row[cpu_ids[i]] - row[gpu_ids[i]])
             if gap <= 2 * tie:
-                return True, f"diverged at token {i} on a near-tie (top-2 gap {gap:.2e} <= {2 * tie:.2e})"
-            return False, f"token {i}: CPU {cpu_ids[i]}, GPU {gpu_ids[i]} (top-2 gap {gap:.2e})"
+                return True, (f"diverged at token {i} on a near-tie (CPU's logits for the two choices "
+                              f"{gap:.2e} apart <= 2 x max backend difference {2 * tie:.2e})")
+            return False, f"token {i}: CPU {cpu_ids[i]}, GPU {gpu_ids[i]} (CPU's logits for them {gap:.2e} apart)"
     if len(cpu_ids) != len(gpu_ids):
         return False, f"CPU produced {len(cpu_ids)} tokens, GPU {len(gpu_ids)}"
     return True, f"{n} greedy tokens identical"
@@ -168,6 +196,81 @@ class _LogCapture(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+def _load_logged(make: Callable[[], Any]) -> tuple[Any, tuple[int, int] | None]:
+    """``make()`` (a model load) with llama.cpp's log captured: the object and its offload count."""
+    cap = _LogCapture()
+    native = logging.getLogger("llama_cpp.native")
+    old_level = native.level
+    native.setLevel(logging.DEBUG)
+    native.addHandler(cap)
+    try:
+        obj = make()
+    finally:
+        native.removeHandler(cap)
+        native.setLevel(old_level)
+    return obj, offloaded(cap.lines)
+
+
+def offload_problem(layers: int | None, off: tuple[int, int] | None) -> str | None:
+    """Why a GPU run did not run every layer on the GPU (None when it did, or when no GPU was asked for)."""
+    if not layers:
+        return None
+    if off is None:
+        return "llama.cpp did not log 'offloaded N/N layers to GPU'"
+    if off[0] != off[1]:
+        return f"only {off[0]}/{off[1]} layers were offloaded"
+    return None
+
+
+def core_library_missing(names: Sequence[str], core: str) -> bool:
+    """Whether none of ``names`` is the core library ``core`` (``llama``, ``ggml``, ``ggml-base``) on
+    any platform: ``libllama.so.0``, ``libllama.0.dylib``, ``llama.dll`` (MSVC) or ``libllama.dll``
+    (MinGW), and never ``ggml-base`` for ``ggml``."""
+    pattern = re.compile(rf"^(lib)?{re.escape(core)}\.(so|dylib|dll|\d)", re.IGNORECASE)
+    return not any(pattern.match(n) for n in names)
+
+
+# ============================================================================ the CPU reference process
+
+def cpu_reference(kind: str, model: str, timeout: float = 1800.0) -> dict[str, Any]:
+    """``kind`` ("generation", "embedding") of ``model`` computed by this script in a child process
+    where no GPU backend has a device (``CPU_ONLY_ENV``); its arrays by name."""
+    import numpy as np
+
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_REQUIRE_GPU"}
+    env.update(CPU_ONLY_ENV)
+    with tempfile.TemporaryDirectory(prefix="cpu-reference-") as tmp:
+        out = Path(tmp) / "reference.npz"
+        isolated = ["-I"] if sys.flags.isolated else []  # as this process runs (the release: -I in the venv)
+        done = subprocess.run([sys.executable, *isolated, str(Path(__file__).resolve()), "--out", str(out),
+                               "--cpu-reference", kind, "--reference-model", model],
+                              env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        if done.returncode != 0 or not out.is_file():
+            raise AssertionError(f"the CPU reference process failed (exit {done.returncode}): "
+                                 f"{(done.stderr or done.stdout)[-1500:]}")
+        with np.load(out) as data:
+            return {k: data[k] for k in data.files}
+
+
+def _cpu_reference_main(kind: str, model: str, out: Path) -> int:
+    """Inside the reference process: refuse to run where a GPU device is visible, then compute."""
+    import numpy as np
+
+    gpus = [f"{s.name}: {d.description or d.name}" for s in _gpu_backends() for d in s.devices]
+    if gpus:
+        raise SystemExit(f"the CPU reference process still sees GPU devices {gpus} although {CPU_ONLY_ENV} is set")
+    if kind == "generation":
+        run = _greedy_run(model, 0)
+        np.savez(out, ids=np.asarray(run["ids"], dtype=np.int64), logits=run["logits"],
+                 seconds=np.float64(run["seconds"]))
+    elif kind == "embedding":
+        rows, seconds, _ = _embed(model, 0)
+        np.savez(out, rows=rows, seconds=np.float64(seconds))
+    else:
+        raise SystemExit(f"unknown reference kind {kind!r}")
+    return 0
+
+
 # ============================================================================ stages
 
 def stage_import(ctx: Context) -> str:
@@ -212,17 +315,53 @@ def stage_libraries(ctx: Context) -> str:
         elif _sha256(p) != expected[p.name]:
             problems.append(f"{p.name}: sha256 differs from the embedded native manifest")
     names = {p.name for p in loaded}
-    for core in ("libllama", "libggml", "libggml-base"):
-        if not any(n.startswith(core + ".") for n in names):
-            problems.append(f"{core} is not loaded")
+    for core in CORE_LIBRARIES:
+        if core_library_missing(sorted(names), core):
+            problems.append(f"the {core} library is not loaded (loaded: {sorted(names)})")
     if ctx.args.require_gpu and not _gpu_backends():
         problems.append(f"no GPU backend loaded: {[(s.name, s.reason) for s in loader.backends()]}")
+    driver = CUDA_DRIVER.get(sys.platform, CUDA_DRIVER_DEFAULT)
+    cuda_problem, cuda = cuda_report(loader.backends(), _library_present(driver), driver)
+    if cuda_problem:
+        problems.append(cuda_problem)
     if problems:
         raise AssertionError("; ".join(problems))
     ctx.libraries = [str(p) for p in loaded]
     cpu = sorted(Path(s.path).name for s in serving if s.name == "CPU")
     return (f"{len(loaded)} libraries, all from {lib_dir} and matching the manifest; "
-            f"CPU backend {', '.join(cpu) or 'linked in'} on {platform.machine()}")
+            f"CPU backend {', '.join(cpu) or 'linked in'} on {platform.machine()}{'; ' + cuda if cuda else ''}")
+
+
+def _library_present(name: str) -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL(name)
+    except OSError:
+        return False
+    return True
+
+
+def cuda_report(statuses: Sequence[Any], driver_present: bool, driver: str) -> tuple[str | None, str | None]:
+    """(problem, summary) of a CUDA backend's status against whether the NVIDIA driver is installed;
+    (None, None) when the report has no CUDA backend."""
+    cuda = [s for s in statuses if s.name.upper().startswith("CUDA")]
+    if not cuda:
+        return None, None
+    serving = [s for s in cuda if s.loaded]
+    if driver_present:
+        if serving:
+            return None, f"CUDA serves {[d.description or d.name for d in serving[0].devices]}"
+        return None, f"NVIDIA driver {driver} present, CUDA not loaded: {cuda[0].reason}"
+    if serving:
+        return f"CUDA is reported as serving although {driver} cannot be loaded", None
+    reason = str(cuda[0].reason)
+    if not reason.startswith(f"{driver} not found") or "NVIDIA driver not installed" not in reason:
+        return (f"without {driver} the CUDA backend must be reported as '{driver} not found (NVIDIA driver not "
+                f"installed)', it says {reason!r}"), None
+    if not any(s.loaded and s.name.upper() == "CPU" for s in statuses):
+        return f"CUDA did not load ({reason}) and the CPU backend does not serve either", None
+    return None, f"CUDA not loaded: {reason}; the CPU serves"
 
 
 def stage_backends(ctx: Context) -> str:
@@ -240,22 +379,14 @@ def stage_backends(ctx: Context) -> str:
     return "; ".join(f"{d.description or d.name} ({d.memory_total / 2**30:.1f} GiB)" for d in gpus)
 
 
-def _greedy_run(model: str, n_gpu_layers: int) -> dict[str, Any]:
-    """Greedy ids after PROMPT, then the teacher-forced logits of prompt + ids in one batch."""
+def _greedy_run(model: str, n_gpu_layers: int, forced: Sequence[int] | None = None) -> dict[str, Any]:
+    """Greedy ids after PROMPT, then the teacher-forced logits of prompt + ``forced`` (default: the
+    ids) in one batch, and llama.cpp's offload count."""
     import numpy as np
 
     Llama = _need("Llama")
-    cap = _LogCapture()
-    native = logging.getLogger("llama_cpp.native")
-    old_level = native.level
-    native.setLevel(logging.DEBUG)
-    native.addHandler(cap)
-    try:
-        llm = Llama(model, n_gpu_layers=n_gpu_layers, n_ctx=256, n_batch=256, n_ubatch=256,
-                    logits_all=True, verbose=False, seed=0)
-    finally:
-        native.removeHandler(cap)
-        native.setLevel(old_level)
+    llm, off = _load_logged(lambda: Llama(model, n_gpu_layers=n_gpu_layers, n_ctx=256, n_batch=256, n_ubatch=256,
+                                          logits_all=True, verbose=False, seed=0))
     try:
         prompt = llm.tokenize(PROMPT.encode("utf-8"))
         t = time.monotonic()
@@ -266,7 +397,7 @@ def _greedy_run(model: str, n_gpu_layers: int) -> dict[str, Any]:
                 break
         seconds = time.monotonic() - t
         llm.reset()
-        seq = prompt + ids
+        seq = prompt + [int(i) for i in (ids if forced is None else forced)]
         llm.eval(seq)
         # Row j holds the logits that predict token j + 1: the ones that chose ids[k] are row
         # len(prompt) - 1 + k.
@@ -274,42 +405,46 @@ def _greedy_run(model: str, n_gpu_layers: int) -> dict[str, Any]:
                            for j in range(len(prompt) - 1, len(seq) - 1)])
     finally:
         llm.close()
-    return {"ids": ids, "logits": logits, "seconds": seconds, "offloaded": offloaded(cap.lines)}
+    return {"ids": ids, "logits": logits, "seconds": seconds, "offloaded": off}
 
 
 def _tokens_per_second(run: dict[str, Any]) -> float:
     return len(run["ids"]) / run["seconds"] if run["seconds"] > 0 else float("inf")
 
 
-def stage_generation(ctx: Context) -> str:
-    model = ctx.model("generation")
+def _compare_generation(model: str, ctx: Context) -> str:
     layers = ALL_LAYERS if ctx.gpu_layers is None else ctx.gpu_layers
-    cpu, gpu = _greedy_run(model, 0), _greedy_run(model, layers)
-    problems = []
-    if layers:
-        off = gpu["offloaded"]
-        if off is None:
-            problems.append("llama.cpp did not log 'offloaded N/N layers to GPU'")
-        elif off[0] != off[1]:
-            problems.append(f"only {off[0]}/{off[1]} layers were offloaded")
-    n = min(len(cpu["logits"]), len(gpu["logits"]))
-    ok, diff, bound = compare_logits(cpu["logits"][:n], gpu["logits"][:n])
+    ref = cpu_reference("generation", model)
+    cpu_ids = [int(i) for i in ref["ids"]]
+    gpu = _greedy_run(model, layers, forced=cpu_ids)  # teacher-forced on the CPU's tokens: same inputs
+    problems = [p for p in (offload_problem(layers, gpu["offloaded"]),) if p]
+    ok, diff, bound = compare_logits(ref["logits"], gpu["logits"])
     if not ok:
         problems.append(f"teacher-forced logits differ by {diff:.3e} (> {bound:.3e})")
-    agree, why = greedy_agrees(cpu["ids"], gpu["ids"], cpu["logits"], diff)
+    agree, why = greedy_agrees(cpu_ids, gpu["ids"], ref["logits"], diff)
     if not agree:
         problems.append(f"greedy tokens differ: {why}")
     if problems:
         raise AssertionError("; ".join(problems))
+    cpu_tps = len(cpu_ids) / float(ref["seconds"]) if float(ref["seconds"]) > 0 else float("inf")
     return (f"{why}; max logit diff {diff:.2e} (bound {bound:.2e}); layers {gpu['offloaded']}; "
-            f"CPU {_tokens_per_second(cpu):.0f} tok/s, GPU {_tokens_per_second(gpu):.0f} tok/s")
+            f"CPU (reference process) {cpu_tps:.0f} tok/s, GPU {_tokens_per_second(gpu):.0f} tok/s")
 
 
-def _embed(model: str, n_gpu_layers: int | None) -> tuple[Any, float]:
-    """Checked float32 rows of EMBED_TEXTS (as float64) and the seconds ``embed`` took."""
+def stage_generation(ctx: Context) -> str:
+    return _compare_generation(ctx.model("generation"), ctx)
+
+
+def stage_real_generation(ctx: Context) -> str:
+    return f"{Path(ctx.model('real')).name}: {_compare_generation(ctx.model('real'), ctx)}"
+
+
+def _embed(model: str, n_gpu_layers: int | None) -> tuple[Any, float, tuple[int, int] | None]:
+    """Checked float32 rows of EMBED_TEXTS (as float64), the seconds ``embed`` took, the offload count."""
     import numpy as np
 
-    emb = _need("LlamaEmbedding")(model, **_layers(n_gpu_layers))
+    Embedding = _need("LlamaEmbedding")
+    emb, off = _load_logged(lambda: Embedding(model, **_layers(n_gpu_layers)))
     try:
         t = time.monotonic()
         arr = np.asarray(emb.embed(list(EMBED_TEXTS)))
@@ -321,7 +456,7 @@ def _embed(model: str, n_gpu_layers: int | None) -> tuple[Any, float]:
                              f"expected float32 ({len(EMBED_TEXTS)}, n_embd)")
     if not np.isfinite(arr).all() or not np.abs(arr).sum(axis=1).all():
         raise AssertionError("embeddings contain non-finite or all-zero rows")
-    return arr.astype(np.float64), seconds
+    return arr.astype(np.float64), seconds, off
 
 
 def stage_embedding(ctx: Context) -> str:
@@ -329,15 +464,22 @@ def stage_embedding(ctx: Context) -> str:
 
     model = ctx.model("embedding")
     if ctx.gpu_layers is None:
-        rows, _ = _embed(model, None)
+        rows, _, _ = _embed(model, None)
         return f"embeddings {rows.shape} float32"
-    (cpu, cpu_s), (gpu, gpu_s) = _embed(model, 0), _embed(model, ctx.gpu_layers)
+    ref = cpu_reference("embedding", model)
+    cpu, cpu_s = ref["rows"], float(ref["seconds"])
+    gpu, gpu_s, off = _embed(model, ctx.gpu_layers)
+    problems = [p for p in (offload_problem(ctx.gpu_layers, off),) if p]
+    if cpu.shape != gpu.shape:
+        raise AssertionError("; ".join([*problems, f"embedding shapes differ: CPU {cpu.shape}, GPU {gpu.shape}"]))
     cos = (cpu * gpu).sum(1) / (np.linalg.norm(cpu, axis=1) * np.linalg.norm(gpu, axis=1))
     ok, diff, bound = compare_logits(cpu, gpu)
     if not ok or float(cos.min()) < EMBD_MIN_COSINE:
-        raise AssertionError(f"embeddings differ: min cosine {cos.min():.6f}, max diff {diff:.3e} (bound {bound:.3e})")
-    return (f"{cpu.shape[0]}x{cpu.shape[1]}: min cosine {cos.min():.6f}, max diff {diff:.2e}; "
-            f"CPU {cpu_s * 1e3:.0f} ms, GPU {gpu_s * 1e3:.0f} ms")
+        problems.append(f"embeddings differ: min cosine {cos.min():.6f}, max diff {diff:.3e} (bound {bound:.3e})")
+    if problems:
+        raise AssertionError("; ".join(problems))
+    return (f"{cpu.shape[0]}x{cpu.shape[1]}: min cosine {cos.min():.6f}, max diff {diff:.2e}; layers {off}; "
+            f"CPU (reference process) {cpu_s * 1e3:.0f} ms, GPU {gpu_s * 1e3:.0f} ms")
 
 
 def stage_mtp(ctx: Context) -> str:
@@ -346,21 +488,26 @@ def stage_mtp(ctx: Context) -> str:
     out = {}
     for label, kw in (("plain", {}), ("mtp", {"speculative": SpecConfig(spec_type=SpeculativeType.DRAFT_MTP,
                                                                            draft_n_max=4)})):
-        llm = Llama(model, n_ctx=256, verbose=False, **_layers(ctx.gpu_layers), **kw)
+        llm, off = _load_logged(lambda kw=kw: Llama(model, n_ctx=256, verbose=False, **_layers(ctx.gpu_layers), **kw))
         try:
             t = time.monotonic()
             text = llm.create_completion(PROMPT, max_tokens=N_PREDICT, temperature=0)["choices"][0]["text"]
-            out[label] = (text, time.monotonic() - t, getattr(llm, "last_speculative_stats", None))
+            out[label] = (text, time.monotonic() - t, getattr(llm, "last_speculative_stats", None), off)
         finally:
             getattr(llm, "close", lambda: None)()
-    (ref, plain_s, _), (got, mtp_s, stats) = out["plain"], out["mtp"]
+    (ref, plain_s, _, plain_off), (got, mtp_s, stats, mtp_off) = out["plain"], out["mtp"]
+    problems = [f"{label}: {p}" for label, off in (("plain", plain_off), ("MTP", mtp_off))
+                if (p := offload_problem(ctx.gpu_layers, off))]
     if got != ref:
-        raise AssertionError(f"MTP greedy output {got!r} != plain greedy {ref!r}")
+        problems.append(f"MTP greedy output {got!r} != plain greedy {ref!r}")
+    if problems:
+        raise AssertionError("; ".join(problems))
     if stats is None:
         raise AssertionError("llm.last_speculative_stats is None after an MTP completion")
     rate = getattr(stats, "acceptance_rate", None)
     return (f"MTP output equals plain greedy ({len(ref)} chars); acceptance "
-            f"{'n/a' if rate is None else f'{rate:.0%}'}; plain {plain_s * 1e3:.0f} ms, MTP {mtp_s * 1e3:.0f} ms")
+            f"{'n/a' if rate is None else f'{rate:.0%}'}; layers {mtp_off if ctx.gpu_layers else 'CPU'}; "
+            f"plain {plain_s * 1e3:.0f} ms, MTP {mtp_s * 1e3:.0f} ms")
 
 
 REGISTRY: dict[str, Stage] = {
@@ -368,6 +515,7 @@ REGISTRY: dict[str, Stage] = {
     "libraries": Stage(stage_libraries),
     "backends": Stage(stage_backends, gate=True),
     "generation": Stage(stage_generation),
+    "real-generation": Stage(stage_real_generation),
     "embedding": Stage(stage_embedding),
     "mtp": Stage(stage_mtp),
 }
@@ -402,7 +550,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument(f"--{role}-model", default="")
     p.add_argument("--require-gpu", action="store_true", help="libraries: a GPU backend must be loaded")
     p.add_argument("--allow-cpu", action="store_true", help="backends: run the GPU side on the CPU")
+    p.add_argument("--cpu-reference", choices=("generation", "embedding"), default="",
+                   help=argparse.SUPPRESS)  # the child process that computes the CPU side of a comparison
+    p.add_argument("--reference-model", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.cpu_reference:
+        return _cpu_reference_main(args.cpu_reference, args.reference_model, args.out)
     stages = [s for s in args.stages.split(",") if s]
     unknown = [s for s in stages if s not in REGISTRY]
     if unknown:
