@@ -1,15 +1,20 @@
-"""The native step's git stand-in on a Windows host (faked here): ggml's CMakeLists asks git for the
-commit of the vendored tree, which has no .git, so the real git would name this checkout's commit.
-The configure line names a .cmd stand-in that answers from the source lock, as the shell one does."""
+"""The native step's configure line on a Windows host (faked here).
+
+ggml's CMakeLists asks git for the commit of the vendored tree, which has no .git, so the real git
+would name this checkout's commit: the line names a .cmd stand-in that answers from the source lock,
+as the shell one does. And paths go to CMake with forward slashes: it copies the compiler's path
+into generated .cmake files, where ``C:\\Program Files`` would read as an escape sequence.
+"""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import PureWindowsPath
 
 import pytest
 
-from build_tools.common.compilers import detect
+from build_tools.common.compilers import Toolchain, detect
 from build_tools.inputs.configs import load_matrix
 from build_tools.inputs.lock import load_lock
 from build_tools.stages.native import build as native
@@ -78,3 +83,25 @@ def test_the_cmd_stand_in_answers_like_git_under_wine(plan, tmp_path, monkeypatc
                               env=env, timeout=300)
         want = {"short": lock.short_commit, "build": str(lock.build_number), "": ""}[answer]
         assert (done.stdout.strip(), done.returncode) == (want, code), (args, done.stderr[-500:])
+
+
+def test_windows_paths_reach_cmake_with_forward_slashes(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLAMA_CPP_PYTHON_CACHE", str(tmp_path / "cache"))
+    llvm = PureWindowsPath(r"C:\Program Files\LLVM\bin")
+    scripts = PureWindowsPath(r"C:\hostedtoolcache\windows\Python\3.12.10\x64\Scripts")
+    host = Toolchain(cmake=scripts / "cmake.exe", ninja=scripts / "ninja.exe", cc=llvm / "clang.exe",
+                     cxx=llvm / "clang++.exe", versions={"cc": "clang version 20.1.8", "system": "Windows"})
+    config = load_matrix().get("cpu-windows-msvc")
+    p = native.plan(config, load_lock(), make_fake_tree(tmp_path / "tree"), host)
+    monkeypatch.setattr(native, "_host_is_windows", lambda: True)
+    defs = dict(a[2:].split("=", 1) for a in native._configure_cmd(p, tmp_path / "b") if a.startswith("-D"))
+    assert defs["CMAKE_C_COMPILER"] == "C:/Program Files/LLVM/bin/clang.exe"
+    assert defs["CMAKE_CXX_COMPILER"] == "C:/Program Files/LLVM/bin/clang++.exe"
+    assert defs["CMAKE_MAKE_PROGRAM"] == scripts.as_posix() + "/ninja.exe"
+    assert not any("\\" in v for k, v in defs.items() if k.startswith(("CMAKE_", "GIT_"))), defs
+
+
+def test_linux_configure_lines_keep_their_paths(plan, tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "_host_is_windows", lambda: False)
+    cmd = native._configure_cmd(plan, tmp_path / "b")
+    assert f"-DCMAKE_C_COMPILER={plan.toolchain.cc}" in cmd and f"-DCMAKE_MAKE_PROGRAM={plan.toolchain.ninja}" in cmd

@@ -262,11 +262,16 @@ def _locked_git(p: BuildPlan, *, windows: bool = False) -> Path:
 def _configure_cmd(p: BuildPlan, build_dir: Path) -> list[str]:
     # A configuration's own compiler flags (in the key) come first; the path maps are appended.
     maps = {k: " ".join(filter(None, (p.defines.get(k), v))) for k, v in _prefix_map_flags(p, build_dir).items()}
-    defs = {**p.defines, **maps, **p.extra_defines, "CMAKE_MAKE_PROGRAM": str(p.toolchain.ninja)}
+    windows = _host_is_windows()
     # Every host: ggml's CMakeLists runs `git rev-parse` in the vendored tree, which has no .git, so
     # the real git answers with the enclosing checkout's commit.
-    git = str(_locked_git(p, windows=_host_is_windows()))
-    defs.update(GIT_EXE=git, GIT_EXECUTABLE=git)
+    git = str(_locked_git(p, windows=windows))
+    paths = {**p.extra_defines, "CMAKE_MAKE_PROGRAM": str(p.toolchain.ninja), "GIT_EXE": git, "GIT_EXECUTABLE": git}
+    if windows:
+        # CMake copies CMAKE_<LANG>_COMPILER into generated .cmake files, where a backslash reads as an
+        # escape ("Invalid character escape '\P'" for C:\Program Files\LLVM\bin\clang.exe).
+        paths = {k: v.replace("\\", "/") for k, v in paths.items()}
+    defs = {**p.defines, **maps, **paths}
     return [
         str(p.toolchain.cmake), "-S", str(p.tree.path), "-B", str(build_dir), "-G", "Ninja",
         *(f"-D{k}={v}" for k, v in sorted(defs.items())),
