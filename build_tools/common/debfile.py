@@ -10,6 +10,7 @@ import logging
 import os
 import tarfile
 import tempfile
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -27,7 +28,8 @@ def fetch(pool_path: str, sha256: str, dest_dir: Path, *, mirror: str = DEBIAN_M
     dest = dest_dir / pool_path.rsplit("/", 1)[-1]
     if dest.is_file() and sha256_file(dest) == sha256:
         return dest
-    url = f"{mirror.rstrip('/')}/{pool_path.lstrip('/')}"
+    # quoted: a pool name's "+" (an epoch-free version like 1.6.1+1.3.239.0) reads as a space to some mirrors
+    url = f"{mirror.rstrip('/')}/{urllib.parse.quote(pool_path.lstrip('/'))}"
     dest_dir.mkdir(parents=True, exist_ok=True)
     log.info("downloading %s", url)
     fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".deb-", suffix=".part")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..errors import ToolNotFoundError
 from . import proc
@@ -28,6 +29,21 @@ def version(mgr: str, package: str) -> str | None:
         return ver if done.returncode == 0 and status == "installed" and ver else None
     done = proc.run(["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", package], check=False)
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+APT_LISTS = Path("/var/lib/apt/lists")
+
+
+def available(mgr: str, package: str) -> bool | None:
+    """Whether the package manager's repositories offer ``package`` (installed or not); None when
+    it cannot tell (apt before its first ``apt-get update``: no package lists)."""
+    if mgr == "apt":
+        if not any(APT_LISTS.glob("*_Packages*")):
+            return None
+        done = proc.run(["apt-cache", "show", "--no-all-versions", package], check=False)
+        return done.returncode == 0 and bool(done.stdout.strip())
+    done = proc.run([shutil.which("dnf") or "yum", "-q", "info", package], check=False, timeout=600)
+    return done.returncode == 0
 
 
 def _privilege() -> list[str] | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,8 @@ def test_matrices_come_from_build_tools_matrix():
         assert matrix.removeprefix("${{ fromJSON(needs.matrix.outputs.").split(")")[0] in outputs
     gate = next(s for s in jobs["publish"]["steps"] if "--merge-reports" in s.get("run", ""))
     for where, text in [*((n, yaml.safe_dump(jobs[n])) for n in ("native", "wheels", "smoke")), ("gate", gate["run"])]:
+        # a step for one backend names the backend, not a configuration (the vulkan one shares its name)
+        text = re.sub(r"matrix\.backend == '[a-z]+'", "matrix.backend == BACKEND", text)
         for config in load_matrix().configs.values():
             assert not re.search(rf"(?<![\w.-]){re.escape(config.name)}(?![\w.-])", text), \
                 f"release.yml {where} names {config.name}: take it from the matrix job"
@@ -149,7 +153,8 @@ def test_native_is_cached_by_content_key_and_handed_over_as_artifact():
     jobs = _load("release.yml")["jobs"]
     steps = jobs["native"]["steps"]
     assert any("--print-key" in s.get("run", "") for s in steps)
-    cache = next(s for s in steps if s.get("uses", "").startswith("actions/cache@"))
+    caches = [s for s in steps if s.get("uses", "").startswith("actions/cache@")]
+    cache = next(s for s in caches if "steps.key.outputs.dir" in s["with"]["path"])
     assert "steps.key.outputs.key" in cache["with"]["key"]
     assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in steps)
     wheel_runs = " ".join(s.get("run", "") for s in jobs["wheels"]["steps"])
@@ -306,3 +311,56 @@ def test_the_publish_gate_covers_every_platform():
     assert {m.get(n).variant for n in ("cpu-windows-msvc", "metal")} == {"cpu"}
     pypi = next(s for s in jobs["publish"]["steps"] if "pypi/" in s.get("run", ""))
     assert "whl/cpu/" in pypi["run"]
+
+
+def test_vulkan_glslc_comes_from_pinned_sources_in_the_manylinux_image():
+    """AlmaLinux 8 (manylinux_2_28) packages no glslc: the native step builds it from the sources
+    pinned in vulkan_toolchain.py, cached by them, before the content key is computed."""
+    rows = [r for r in ci_matrices(load_matrix())["configs"]["include"] if r["backend"] == "vulkan"]
+    assert rows and all("manylinux_2_28" in r["container"] for r in rows)
+    steps = _load("release.yml")["jobs"]["native"]["steps"]
+    runs = " ".join(s.get("run", "") for s in steps)
+    assert not re.search(r"(dnf|yum)[^\n]*install[^\n]*glslc", runs)  # no package to install there
+    names = [s.get("name", "") for s in steps]
+    glslc = next(s for s in steps if "toolchains/glslc-" in s.get("with", {}).get("path", ""))
+    assert glslc["uses"].startswith("actions/cache@") and glslc["if"] == "matrix.backend == 'vulkan'"
+    assert "hashFiles('build_tools/stages/native/vulkan_toolchain.py')" in glslc["with"]["key"]
+    assert steps.index(glslc) < names.index("Content key")
+
+
+def _release_upload(tmp_path: Path, files: dict[str, str]) -> tuple[int, list[str], str]:
+    """Run the publish job's "GitHub release" step with ``gh`` recording its upload arguments."""
+    step = next(s for s in _load("release.yml")["jobs"]["publish"]["steps"] if s.get("name") == "GitHub release")
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text('#!/bin/bash\nif [ "$2" = upload ]; then shift 4; printf "%s\\n" "$@" > uploaded; fi\n')
+    (bin_dir / "gh").chmod(0o755)
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GITHUB_REF_NAME": "v0.4.0"},
+                          timeout=60, check=False)
+    uploaded = (tmp_path / "uploaded").read_text().split() if (tmp_path / "uploaded").is_file() else []
+    return done.returncode, uploaded, done.stdout + done.stderr
+
+
+def test_each_variants_sha256sums_is_uploaded_under_its_own_name(tmp_path):
+    whl = "dist/index/whl/{}/llama-cpp-python/llama_cpp_python-0.4.0{}-cp312-cp312-manylinux_2_28_x86_64.whl"
+    files = {"dist/index/whl/cpu/SHA256SUMS": "cpu sums\n", "dist/index/whl/cu130/SHA256SUMS": "cu130 sums\n",
+             whl.format("cpu", ""): "w", whl.format("cu130", "+cu130"): "w"}
+    rc, uploaded, out = _release_upload(tmp_path, files)
+    assert rc == 0, out
+    names = [Path(u).name for u in uploaded]
+    assert len(names) == len(set(names)) == 4
+    assert {"SHA256SUMS-cpu", "SHA256SUMS-cu130"} <= set(names)
+    by_name = {Path(u).name: tmp_path / u for u in uploaded}
+    assert by_name["SHA256SUMS-cu130"].read_text() == "cu130 sums\n"  # each variant's own sums
+
+
+def test_two_assets_of_one_name_are_refused(tmp_path):
+    whl = "dist/index/whl/{}/llama-cpp-python/llama_cpp_python-0.4.0-cp312-cp312-manylinux_2_28_x86_64.whl"
+    files = {"dist/index/whl/cpu/SHA256SUMS": "a\n", "dist/index/whl/other/SHA256SUMS": "b\n",
+             whl.format("cpu"): "w", whl.format("other"): "w"}
+    rc, uploaded, out = _release_upload(tmp_path, files)
+    assert rc != 0 and "same name" in out and not uploaded
