@@ -12,14 +12,20 @@ The flow, per request:
 3. tokens are sampled and streamed as OpenAI chat chunks by the shared generation engine
    (:mod:`llama_cpp._generation`), as for text-only ``Llama``.
 
-With ``speculative=SpecConfig(...)`` (MTP), the prompt goes through :class:`MultimodalMTPDecoder`,
-which extends the text MTP engine (:class:`~llama_cpp.speculative.MTPDecoder`) with media spans:
-the image rows are decoded on the target at their mtmd positions, and the MTP draft context is
-caught up over the same positions with the target's hidden states shifted by one
-(``h_{p-1}`` at position ``p``), so drafting continues right after the image. Rollback,
-checkpoints and statistics are the text engine's.
+With ``speculative=SpecConfig(...)`` the prompt goes through a speculative decoder that takes
+media chunks. ``draft-mtp``: :class:`MultimodalMTPDecoder` extends the text MTP engine
+(:class:`~llama_cpp.speculative.MTPDecoder`) with media spans: the image rows are decoded on the
+target at their mtmd positions, and the MTP draft context is caught up over the same positions
+with the target's hidden states shifted by one (``h_{p-1}`` at position ``p``), so drafting
+continues right after the image. The n-gram types and ``draft-simple``:
+:class:`MultimodalDraftDecoder` extends the token-drafter engine
+(:class:`~llama_cpp._spec_engine.DraftDecoder`) the same way, as llama.cpp's server speculates on
+media prompts: the n-gram drafters are told the text tokens only, a draft model mirrors the
+target's memory (media rows at the target's positions). In both, the history holds
+:data:`MEDIA_TOKEN` at each media position, so rollback, the room left in ``n_ctx`` and
+statistics are the text engines'. ``draft-eagle3``/``draft-dflash``/``draft-dspark`` are refused.
 
-Media rows on the draft: llama.cpp's extended batch cannot yet carry both a media embedding and
+Media rows on the MTP draft: llama.cpp's extended batch cannot yet carry both a media embedding and
 a hidden state for one entry (``llama_batch_ext_set_embd_state`` is a stub), and for an
 embedding-only entry the MTP graph reads the same row as token embedding and hidden state. The
 draft therefore sees ``h_{p-1}`` in both slots over a media span. This only affects how often
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import logging
 import os
 import time
@@ -49,9 +56,19 @@ from ._errors import ClosedError, ContextOverflowError, MultimodalError, Specula
 from ._guard import CallGuard, serialized
 from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, LlamaSampler
 from ._media_policy import MediaPolicy
+from ._spec_batch import check_snapshot_ubatch
+from ._spec_engine import DraftDecoder, tell_drafters
 from .llama_cpp import LLAMA_DEFAULT_SEED
 from .mtmd import Audio, Chunk, Chunks, Image, MarkerPrompt, MTMDContext, Text
-from .speculative import MTPDecoder, SpecConfig, SpeculativeStats, SpeculativeType, check_model_file
+from .speculative import (
+    MTPDecoder,
+    SpecConfig,
+    SpeculativeStats,
+    SpeculativeType,
+    build_drafters,
+    check_model_file,
+    target_context_params,
+)
 
 log = logging.getLogger("llama_cpp.mtmd_chat")
 
@@ -211,8 +228,9 @@ def eval_chunks(mctx: MTMDContext, ctx: LlamaContext, chunks: Chunks, n_past: in
     """Evaluate every chunk on sequence 0 of ``ctx`` from ``n_past``; logits of the last entry stay
     available. Returns the new ``n_past`` (the mtmd_helper_eval_chunks equivalent)."""
     items = list(chunks)
-    if n_past + chunks.n_pos > ctx.n_ctx():
-        raise ContextOverflowError(f"the prompt needs {chunks.n_pos} positions after {n_past}; n_ctx is "
+    need = max(chunks.n_pos, chunks.n_tokens)  # M-RoPE image rows take a cell each, sharing positions
+    if n_past + need > ctx.n_ctx():
+        raise ContextOverflowError(f"the prompt needs {need} positions after {n_past}; n_ctx is "
                                    f"{ctx.n_ctx()}: shorten the conversation or raise n_ctx")
     batch = LlamaBatchExtNative(ctx)
     try:
@@ -238,11 +256,304 @@ def eval_chunks(mctx: MTMDContext, ctx: LlamaContext, chunks: Chunks, n_past: in
     return n_past
 
 
-class MultimodalMTPDecoder(MTPDecoder):
-    """:class:`~llama_cpp.speculative.MTPDecoder` that also takes media chunks in its prompt."""
+# --------------------------------------------------------------------------------------------
+# speculation over media prompts
+# --------------------------------------------------------------------------------------------
 
-    #: token id kept in :attr:`kv_tokens` for media positions (never decoded)
-    MEDIA_TOKEN = -1
+#: token id a decoder's history holds at each media position (never decoded)
+MEDIA_TOKEN = -1
+#: types multimodal chat refuses: their drafts read the target's layer features at every position
+#: (llama.cpp's server hands them media features too; here their feature hooks see token decodes only)
+MEDIA_REFUSED_TYPES = frozenset((SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_DFLASH,
+                                 SpeculativeType.DRAFT_DSPARK))
+
+
+@dataclasses.dataclass(frozen=True)
+class MediaSpan:
+    """One media chunk as the target decoded it: ``rows`` at ``positions``, taking history
+    positions ``p0 .. p0 + n_pos - 1``."""
+
+    p0: int
+    n_pos: int
+    rows: np.ndarray
+    positions: np.ndarray
+
+
+class TextHistoryDrafter:
+    """A token drafter told the history's text tokens only: media positions are dropped, as
+    llama.cpp's server hands its drafters ``server_tokens::get_text_tokens()`` (n-gram matches run
+    across a media span as if it were not there)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._text: list[int] = []
+        self._seen = 0                          # history positions folded into _text
+        self._media: list[list[int]] = []       # [start, length] runs of media positions
+
+    @property
+    def kind(self) -> str | None:
+        return getattr(self.inner, "kind", None)
+
+    @property
+    def n_max(self) -> int:
+        return int(self.inner.n_max)
+
+    @property
+    def takes_limit(self) -> bool:
+        return bool(getattr(self.inner, "takes_limit", False))
+
+    def _clear(self) -> None:
+        self._text, self._seen, self._media = [], 0, []
+
+    def _absorb(self, history: Sequence[int]) -> None:
+        new = history[self._seen:]
+        if MEDIA_TOKEN not in new:
+            self._text.extend(new)
+        else:
+            for i, t in enumerate(new, self._seen):
+                if t != MEDIA_TOKEN:
+                    self._text.append(t)
+                elif self._media and sum(self._media[-1]) == i:
+                    self._media[-1][1] += 1
+                else:
+                    self._media.append([i, 1])
+        self._seen = len(history)
+
+    def text_len(self, n: int) -> int:
+        """How many of the first ``n`` history positions are text."""
+        return n - sum(max(0, min(n, s + k) - s) for s, k in self._media)
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self._clear()
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self._clear()
+        self._absorb(prompt)
+        self.inner.begin(list(self._text))
+
+    def rewind(self, n_keep: int) -> None:
+        rewind = getattr(self.inner, "rewind", None)
+        if rewind is not None:
+            rewind(self.text_len(n_keep))
+
+    def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
+        if len(prompt) < self._seen:  # not a continuation of what begin() saw: fold it in again
+            self._clear()
+        if len(prompt) > self._seen:
+            self._absorb(prompt)
+        if self.takes_limit:
+            return self.inner.draft(self._text, id_last, n_max)
+        return self.inner.draft(self._text, id_last)
+
+    def accept(self, n_accepted: int) -> None:
+        self.inner.accept(n_accepted)
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+
+class MediaDraftModel:
+    """``draft-simple`` over a media prompt: the draft memory holds what the target's holds, at the
+    target's positions, as llama.cpp's ``common_speculative_impl_draft_simple::process`` mirrors
+    every target batch: text tokens at their position; media rows at the first ``n_pos_per_embd``
+    of their target positions, the target's rows where the draft's input width is theirs, else
+    zero rows (drafts after the media are then poor: logged once). Media spans are decoded on the
+    draft when it first drafts after them; the text is synced by the draft model itself."""
+
+    kind = "draft-simple"
+    takes_limit = True
+
+    def __init__(self, inner: Any, target: LlamaContext) -> None:
+        dctx = inner.ctx
+        if target.n_pos_per_embd > 1 and dctx.n_pos_per_embd == 1:
+            # an image's rows share one first position and the text after it jumps past them:
+            # llama.cpp's draft context refuses that batch ("positions remain consecutive")
+            raise SpeculativeError(
+                "draft-simple in multimodal chat: the target uses M-RoPE and the draft model does not, so the "
+                "draft cannot take the target's positions after an image (llama.cpp's draft context fails there "
+                "too): use a draft model of the target's family, or an n-gram type")
+        self.inner = inner
+        self._batch: LlamaBatchExtNative | None = LlamaBatchExtNative(dctx)
+        self._spans: list[MediaSpan] = []
+        self._warned = False
+
+    @property
+    def n_max(self) -> int:
+        return int(self.inner.n_max)
+
+    def close(self) -> None:
+        if self._batch is not None:  # before the draft context it points into
+            self._batch.close()
+            self._batch = None
+        self.inner.close()
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self._spans = []
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.inner.begin(prompt)
+
+    def accept(self, n_accepted: int) -> None:
+        self.inner.accept(n_accepted)
+
+    def set_media(self, spans: Sequence[MediaSpan], history: Sequence[int]) -> None:
+        """A new prompt's media; the draft memory keeps at most the text before the first span
+        (another prompt's media rows hold the same placeholder ids)."""
+        self._spans = list(spans)
+        self.inner._sync(history[:spans[0].p0] if spans else history)
+
+    def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
+        try:
+            self._catch_up(prompt)
+        except BaseException:
+            self.inner.reset()  # the draft memory is unknown after a failed decode
+            raise
+        return self.inner.draft(prompt, id_last, n_max)
+
+    def _catch_up(self, history: Sequence[int]) -> None:
+        """Decode the media spans (and the text before each) the draft memory lacks."""
+        dm = self.inner
+        if not self._spans:
+            return
+        last = self._spans[-1]
+        end = last.p0 + last.n_pos
+        if len(dm._kv) >= end and dm._kv[end - 1] == MEDIA_TOKEN:
+            return  # spans are decoded whole and in order: the last one in means all are
+        L = dm._sync(history)
+        for sp in self._spans:
+            if sp.p0 + sp.n_pos <= L:
+                continue
+            if sp.p0 < L:  # never half in; rebuild from before it if it ever is
+                L = dm._sync(history[:sp.p0])
+            if L < sp.p0:
+                dm._decode(history[L:sp.p0], L)
+            self._decode_media(sp)
+            dm._kv.extend([MEDIA_TOKEN] * sp.n_pos)
+            L = sp.p0 + sp.n_pos
+
+    def _rows_for(self, sp: MediaSpan, width: int) -> np.ndarray | None:
+        """The rows the draft gets for a span: the target's, or None (zero rows) when widths differ."""
+        if sp.rows.shape[1] == width:
+            return sp.rows
+        if not self._warned:
+            log.warning("media rows of width %d do not fit the draft input width %d: the draft receives zero rows "
+                        "for them and drafts after media will be poor", sp.rows.shape[1], width)
+            self._warned = True
+        return None
+
+    def _decode_media(self, sp: MediaSpan) -> None:
+        b, dctx = self._batch, self.inner.ctx
+        if b is None:
+            raise ClosedError("this draft model is closed")
+        width, npd = b.n_embd, b.n_pos_per_embd
+        rows = self._rows_for(sp, width)
+        zero = np.zeros(width, dtype=np.float32)
+        pos = np.zeros((sp.positions.shape[0], max(npd, sp.positions.shape[1])), dtype=np.int64)
+        pos[:, :sp.positions.shape[1]] = sp.positions  # llama.cpp copies the draft's count of them
+        n, step = sp.rows.shape[0], dctx.n_batch()
+        for s in range(0, n, step):
+            b.clear()
+            for j in range(s, min(n, s + step)):
+                p: Any = int(pos[j, 0]) if npd == 1 else [int(v) for v in pos[j, :npd]]
+                b.add_embd(rows[j] if rows is not None else zero, 0, p, output=False)
+            dctx.process(b)
+
+
+def media_drafters(drafters: Sequence[Any], target: LlamaContext) -> list[Any]:
+    """``drafters`` (from :func:`~llama_cpp.speculative.build_drafters`) wrapped for a history with
+    media positions; on failure every drafter is closed."""
+    from ._spec_draft import DraftModel
+
+    out: list[Any] = []
+    try:
+        for d in drafters:
+            out.append(MediaDraftModel(d, target) if isinstance(d, DraftModel) else TextHistoryDrafter(d))
+    except BaseException:
+        for d in drafters:
+            close = getattr(d, "close", None)
+            if close is not None:
+                close()
+        raise
+    return out
+
+
+def check_media_prompt(items: Sequence[Chunk], n_ctx: int) -> int:
+    """Refuse a speculative prompt that does not end with text or does not fit ``n_ctx`` cells;
+    return the cells its media take beyond their positions (M-RoPE images: rows share positions)."""
+    if not items or items[-1].is_media or items[-1].n_tokens == 0:
+        raise MultimodalError("a speculative prompt must end with text (the chat template's generation prompt); "
+                              "add text after the last media item")
+    n_cells = sum(c.n_tokens for c in items)
+    if n_cells > n_ctx:
+        raise ContextOverflowError(f"the prompt takes {n_cells} tokens of context (media rows included); n_ctx is "
+                                   f"{n_ctx}: shorten the conversation or raise n_ctx")
+    return sum(c.n_tokens - c.n_pos for c in items if c.is_media)
+
+
+class _MediaHistory:
+    """What both media decoders share: ``n_ctx`` as positions left to the history (the context's
+    cells less what media rows take beyond their positions), the prompt's media spans, and the
+    drafters that must be told about them."""
+
+    MEDIA_TOKEN = MEDIA_TOKEN
+    _n_cells = 0
+    _excess = 0
+    _spans: tuple[MediaSpan, ...] = ()
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_cells - self._excess
+
+    @n_ctx.setter
+    def n_ctx(self, value: int) -> None:
+        self._n_cells = int(value)
+
+    def _forget_media(self) -> None:
+        self._excess = 0
+        self._spans = ()
+
+    def _tell_media(self, drafters: Sequence[Any], old: Sequence[int], history: list[int]) -> None:
+        for d in drafters:
+            set_media = getattr(d, "set_media", None)
+            if set_media is not None:
+                set_media(self._spans, history)
+        tell_drafters(drafters, old, history)
+
+    def save_state(self) -> Any:
+        if self._spans:
+            raise SpeculativeError("the state of a prompt with media is not saved (its media rows are not in "
+                                   "kv_tokens): prefill it again instead")
+        return super().save_state()  # type: ignore[misc]
+
+
+class MultimodalMTPDecoder(_MediaHistory, MTPDecoder):
+    """:class:`~llama_cpp.speculative.MTPDecoder` that also takes media chunks in its prompt (and
+    the n-gram types or ``draft-simple`` alongside, told about the media as
+    :class:`MultimodalDraftDecoder` tells them)."""
+
+    def __init__(self, model: LlamaModel, ctx_params: dict[str, Any] | None, config: SpecConfig,
+                 **kwargs: Any) -> None:
+        super().__init__(model, ctx_params, config, **kwargs)
+        try:
+            self._extra = media_drafters(self._extra, self._live()[0])
+        except BaseException:
+            self._extra = []  # media_drafters closed them
+            self.close()
+            raise
+
+    def _reset_state(self) -> None:
+        super()._reset_state()
+        self._forget_media()
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """A text prompt (:meth:`prefill_chunks` for one with media); after a media prompt it starts over."""
+        if self._spans:
+            self.reset()
+        super().prefill(tokens)
 
     def prefill_chunks(self, mctx: MTMDContext, chunks: Chunks) -> None:
         """Make the sequence the chunks' contents; the last text token stays pending.
@@ -251,19 +562,17 @@ class MultimodalMTPDecoder(MTPDecoder):
         """
         tgt, dft = self._live()
         items = list(chunks)
-        if not items or items[-1].is_media or items[-1].n_tokens == 0:
-            raise MultimodalError("an MTP prompt must end with text (the chat template's generation prompt); "
-                                  "add text after the last media item")
-        if chunks.n_pos > self.n_ctx:
-            raise ContextOverflowError(f"the prompt needs {chunks.n_pos} positions; n_ctx is {self.n_ctx}")
+        excess = check_media_prompt(items, self._n_cells)
         t0 = time.perf_counter()
+        old = self.history
         tgt.memory_clear(True)
         dft.memory_clear(True)
         self._reset_state()
+        spans: list[MediaSpan] = []
         n_new = 0
         for k, ch in enumerate(items):
             if ch.is_media:
-                self._extend_media(mctx, ch)
+                spans.append(self._extend_media(mctx, ch))
             else:
                 toks = [int(t) for t in ch.tokens]
                 if k == len(items) - 1:
@@ -273,10 +582,13 @@ class MultimodalMTPDecoder(MTPDecoder):
                     self.model.check_tokens(toks, "prompt token")
                     self._extend(toks)
             n_new += ch.n_tokens
+        self._excess, self._spans = excess, tuple(spans)
+        if self._extra:
+            self._tell_media(self._extra, old, self._kv)
         self.stats.prefill_tokens += n_new
         self.stats.t_prefill += time.perf_counter() - t0
 
-    def _extend_media(self, mctx: MTMDContext, ch: Chunk) -> None:
+    def _extend_media(self, mctx: MTMDContext, ch: Chunk) -> MediaSpan:
         """Decode one media chunk on the target and mirror it (shifted h rows) into the draft."""
         tgt, dft = self._live()
         rows = mctx.encode(ch)
@@ -297,8 +609,96 @@ class MultimodalMTPDecoder(MTPDecoder):
                 b.add_embd(np.ascontiguousarray(shifted[j], dtype=np.float32), 0, p, output=False)
             dft.process(b)
         self._pending_h = h[-1].copy()
-        self._kv.extend([self.MEDIA_TOKEN] * ch.n_pos)
+        self._kv.extend([MEDIA_TOKEN] * ch.n_pos)
         self._n_dft = P + ch.n_pos
+        return MediaSpan(P, ch.n_pos, rows, pos)
+
+
+class MultimodalDraftDecoder(_MediaHistory, DraftDecoder):
+    """:class:`~llama_cpp._spec_engine.DraftDecoder` (the n-gram types, ``draft-simple``, and lists
+    of them) whose prompt may hold media chunks, as llama.cpp's server speculates on them.
+
+    Media rows are decoded on the target at their mtmd positions (M-RoPE sections and causal
+    attention as :func:`eval_chunks` decodes them); the history holds :data:`MEDIA_TOKEN` at each
+    media position, so the verify loop's positions, rollbacks and room stay the target's. The
+    n-gram drafters are told the text tokens only (:class:`TextHistoryDrafter`), the draft model
+    mirrors the target's memory media included (:class:`MediaDraftModel`). The target context is
+    created from ``ctx_params`` and owned.
+    """
+
+    def __init__(self, model: LlamaModel, ctx_params: dict[str, Any], config: SpecConfig) -> None:
+        self._mbatch: LlamaBatchExtNative | None = None
+        target = LlamaContext(model, **target_context_params(config, ctx_params))
+        try:
+            check_snapshot_ubatch(model, target, "the target context")
+            drafters = media_drafters(build_drafters(model, config, target), target)
+        except BaseException:
+            target.close()
+            raise
+        super().__init__(model, target, config, drafters, owns_target=True)
+        try:
+            self._mbatch = LlamaBatchExtNative(target)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Free the drafters and the target context."""
+        if self._mbatch is not None:  # before the context it points into
+            self._mbatch.close()
+            self._mbatch = None
+        super().close()
+
+    def _reset_state(self) -> None:
+        super()._reset_state()
+        self._forget_media()
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """A text prompt (:meth:`prefill_chunks` for one with media); after a media prompt it starts over."""
+        if self._spans:
+            self.reset()
+        super().prefill(tokens)
+
+    def prefill_chunks(self, mctx: MTMDContext, chunks: Chunks) -> None:
+        """Make the sequence the chunks' contents; the last text token stays pending.
+
+        The target memory is cleared first (a media prompt is not matched against the history).
+        """
+        tgt = self._live()
+        items = list(chunks)
+        excess = check_media_prompt(items, self._n_cells)
+        if self._mbatch is None:
+            raise ClosedError("this speculative decoder is closed; create a new one")
+        t0 = time.perf_counter()
+        old = self.history
+        tgt.memory_clear(True)
+        self._reset_state()
+        self._dirty = True  # until the whole prompt is in
+        kv = self._kv
+        spans: list[MediaSpan] = []
+        n_new = 0
+        for k, ch in enumerate(items):
+            if ch.is_media:
+                rows = mctx.encode(ch)
+                pos = mctx.positions(ch, len(kv))
+                _decode_media(tgt, self._mbatch, rows, pos, mctx.use_non_causal(ch), output_last=False)
+                spans.append(MediaSpan(len(kv), ch.n_pos, rows, pos))
+                kv.extend([MEDIA_TOKEN] * ch.n_pos)
+            else:
+                toks = [int(t) for t in ch.tokens]
+                if k == len(items) - 1:
+                    self._id_last = toks[-1]
+                    toks = toks[:-1]
+                if toks:
+                    self.model.check_tokens(toks, "prompt token")
+                    self._decode(toks, len(kv), outputs=False)
+                    kv.extend(toks)
+            n_new += ch.n_tokens
+        self._dirty = False
+        self._excess, self._spans = excess, tuple(spans)
+        self._tell_media(self._drafters, old, kv)
+        self.stats.prefill_tokens += n_new
+        self.stats.t_prefill += time.perf_counter() - t0
 
 
 # --------------------------------------------------------------------------------------------
@@ -306,11 +706,12 @@ class MultimodalMTPDecoder(MTPDecoder):
 # --------------------------------------------------------------------------------------------
 
 class MultimodalChatEngine:
-    """Chat completions over a model, a projector and a context (or an MTP decoder) it borrows.
+    """Chat completions over a model, a projector and a context (or a speculative decoder) it borrows.
 
     Generation runs the shared engine (:mod:`llama_cpp._generation`): the conversation is
     evaluated as mtmd chunks, then tokens come from :func:`~llama_cpp._generation.decode_loop` (or
-    :func:`~llama_cpp._generation.speculative_loop` with a decoder) and are streamed as chat chunks.
+    :func:`~llama_cpp._generation.speculative_loop` with a :class:`MultimodalMTPDecoder` or
+    :class:`MultimodalDraftDecoder`) and are streamed as chat chunks.
     Every request re-evaluates the conversation (media prompts are not prefix-cached).
 
     Thread safety: as ``Llama``'s (:mod:`llama_cpp._guard`): calls run one at a time, an open
@@ -318,16 +719,17 @@ class MultimodalChatEngine:
     """
 
     def __init__(self, model: LlamaModel, mtmd: MTMDContext, formatter: _chat.Jinja2ChatFormatter, *,
-                 context: LlamaContext | None = None, decoder: MultimodalMTPDecoder | None = None,
+                 context: LlamaContext | None = None,
+                 decoder: MultimodalMTPDecoder | MultimodalDraftDecoder | None = None,
                  seed: int = LLAMA_DEFAULT_SEED, media_dirs: Sequence[str | os.PathLike[str]] | None = None,
                  ) -> None:
         if (context is None) == (decoder is None):
-            raise ValueError("give a context or an MTP decoder (exactly one)")
+            raise ValueError("give a context or a speculative decoder (exactly one)")
         self._guard = CallGuard(type(self).__name__)
         self.model = model
         self._mctx: MTMDContext | None = mtmd
         self._ctx = context
-        self._mtp = decoder
+        self._spec = decoder
         self._formatter = formatter
         self.media_policy = MediaPolicy.with_dirs(media_dirs)
         self.seed = int(seed)
@@ -394,22 +796,23 @@ class MultimodalChatEngine:
 
     def _tokens(self, mctx: MTMDContext, chunks: Chunks, pick: _sampling.Pick,
                 max_tokens: int | None) -> Iterator[_gen.TokenRow]:
-        if self._mtp is not None:
-            dec = self._mtp
+        if self._spec is not None:
+            dec = self._spec
             dec.stats.reset()
-            limit = _limit(dec.n_ctx - chunks.n_pos, max_tokens)
             dec.prefill_chunks(mctx, chunks)
             self.last_speculative_stats = dec.stats
-            yield from _gen.speculative_loop(dec, pick, limit)
+            # n_ctx: positions left to the history; the pending token takes one
+            yield from _gen.speculative_loop(dec, pick, _limit(dec.n_ctx - dec.n_past - 1, max_tokens))
             return
         ctx = self._ctx
         if ctx is None:
             raise ClosedError(f"this {type(self).__name__} is closed; create a new one")
         ctx.memory_clear(True)
         n_past = eval_chunks(mctx, ctx, chunks)
+        n_cells = n_past + chunks.n_tokens - chunks.n_pos  # M-RoPE image rows share positions
         step = _gen.TokenStep(ctx)
         try:
-            yield from _gen.decode_loop(self.model, step, pick, n_past, _limit(ctx.n_ctx() - n_past, max_tokens))
+            yield from _gen.decode_loop(self.model, step, pick, n_past, _limit(ctx.n_ctx() - n_cells, max_tokens))
         finally:
             step.close()
 
@@ -456,13 +859,18 @@ def _limit(room: int, max_tokens: int | None) -> int:
 
 
 class MultimodalChat(MultimodalChatEngine):
-    """Chat completions over a text model + projector, with optional MTP speculative decoding.
+    """Chat completions over a text model + projector, with optional speculative decoding.
 
     ``MultimodalChat(model_path, mmproj_path, speculative=SpecConfig(draft_n_max=3))``; then
     :meth:`create_chat_completion` takes OpenAI-style messages (``image_url`` and
     ``input_audio`` parts) and returns a response dict, or an iterator of chunks with
     ``stream=True``. ``chat_template`` overrides the GGUF template, ``chat_format`` picks a named
     one. This object owns its projector and contexts (and the model when given a path).
+
+    ``speculative`` takes ``draft-mtp`` (:class:`MultimodalMTPDecoder`), the n-gram types and
+    ``draft-simple`` (:class:`MultimodalDraftDecoder`), and lists of them, as llama.cpp's server
+    speculates on media prompts. The drafts fed the target's layer features (``draft-eagle3``,
+    ``draft-dflash``, ``draft-dspark``) are refused before anything loads.
     """
 
     def __init__(self, model: str | os.PathLike[str] | LlamaModel, mmproj_path: str | os.PathLike[str], *,
@@ -476,29 +884,36 @@ class MultimodalChat(MultimodalChatEngine):
         self._owned_model: LlamaModel | None = None
         self._mctx = None
         self._ctx = None
-        self._mtp = None
-        self.speculative = speculative if speculative is not None and speculative.enabled else None
-        if self.speculative is not None and self.speculative.types != (SpeculativeType.DRAFT_MTP,):
-            # the n-gram and draft-model engines drive a text-only context: media spans have no tokens
-            # to look up or to feed a draft model
-            raise SpeculativeError(
-                f"multimodal chat speculates with draft-mtp only, not {', '.join(t.value for t in self.speculative.types)}"
-                ": use SpecConfig(spec_type='draft-mtp') with a model that has NextN layers, or no speculation")
+        self._spec = None
+        if speculative is not None and not isinstance(speculative, SpecConfig):
+            raise SpeculativeError(f"speculative must be a SpecConfig, got {type(speculative).__name__}")
+        spec = self.speculative = speculative if speculative is not None and speculative.enabled else None
+        if spec is not None:
+            refused = [t.value for t in spec.types if t in MEDIA_REFUSED_TYPES]
+            if refused:
+                # these drafts read the target's layer features at every position, and the media
+                # decodes here do not hand them any
+                raise SpeculativeError(
+                    f"multimodal chat does not speculate with {', '.join(refused)} (its draft reads the target's "
+                    "layer features, which media rows do not give it here): use draft-mtp, draft-simple or an "
+                    "n-gram type (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache), or no "
+                    "speculation")
+            check_model_file(model.path if isinstance(model, LlamaModel) else model, spec)
         if isinstance(model, LlamaModel):
             text_model = model
         else:
-            if self.speculative is not None:
-                check_model_file(model, self.speculative)
             self._owned_model = text_model = LlamaModel(model, n_gpu_layers=n_gpu_layers,
-                                                        load_mtp=self.speculative is not None)
+                                                        load_mtp=spec is not None and spec.needs_nextn)
         try:
             mctx = self._mctx = MTMDContext(mmproj_path, text_model, use_gpu=use_gpu, n_threads=n_threads,
                                             media_marker=media_marker, image_min_tokens=image_min_tokens,
                                             image_max_tokens=image_max_tokens)
             threads = {} if n_threads is None else {"n_threads": n_threads, "n_threads_batch": n_threads}
             params = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch or n_batch, n_seq_max=1, **threads)
-            if self.speculative is not None:
-                self._mtp = MultimodalMTPDecoder(text_model, params, self.speculative)
+            if spec is not None and spec.needs_nextn:
+                self._spec = MultimodalMTPDecoder(text_model, params, spec)
+            elif spec is not None:
+                self._spec = MultimodalDraftDecoder(text_model, params, spec)
             else:
                 self._ctx = LlamaContext(text_model, **params)
             formatter = _chat.model_chat_formatter(text_model, chat_format=chat_format, template=chat_template,
@@ -508,7 +923,7 @@ class MultimodalChat(MultimodalChatEngine):
         except BaseException:
             self.close()
             raise
-        super().__init__(text_model, mctx, formatter, context=self._ctx, decoder=self._mtp, seed=seed,
+        super().__init__(text_model, mctx, formatter, context=self._ctx, decoder=self._spec, seed=seed,
                          media_dirs=media_dirs)
 
     def close(self) -> None:
@@ -522,7 +937,7 @@ class MultimodalChat(MultimodalChatEngine):
             self._free()
 
     def _free(self) -> None:
-        for name in ("_mtp", "_ctx", "_mctx", "_owned_model"):
+        for name in ("_spec", "_ctx", "_mctx", "_owned_model"):
             obj = getattr(self, name, None)
             if obj is not None:
                 obj.close()
@@ -610,6 +1025,7 @@ __all__ = [
     "MTMDChatHandler",
     "MultimodalChat",
     "MultimodalChatEngine",
+    "MultimodalDraftDecoder",
     "MultimodalMTPDecoder",
     "eval_chunks",
     "flatten_messages",

@@ -62,7 +62,7 @@ def test_media_span_positions_in_both_memories(qwen35_random, mmproj_vision, png
     with MultimodalChat(qwen35_random, mmproj_vision, n_ctx=512, n_batch=64, n_threads=1, speculative=spec) as chat:
         chunks, _ = chat.tokenize_messages(_msgs(png_path.read_bytes()))
         try:
-            dec = chat._mtp
+            dec = chat._spec
             dec.prefill_chunks(chat.mtmd, chunks)
             n_pos = chunks.n_pos
             img = next(c for c in chunks if c.is_media)
@@ -207,9 +207,14 @@ def test_mtp_chat_needs_nextn_model(spm_model, mmproj_vision):
         MultimodalChat(spm_model, mmproj_vision, n_threads=1, speculative=SpecConfig(draft_n_max=2))
 
 
-@pytest.mark.parametrize("spec_type", ["ngram-simple", "draft-mtp,ngram-mod"])
-def test_other_speculative_types_are_refused_before_loading(spec_type, spm_model, mmproj_vision):
+@pytest.mark.parametrize("spec_type", ["draft-eagle3", "draft-dflash", "draft-dspark", "ngram-mod,draft-eagle3"])
+def test_feature_drafts_are_refused_before_loading(spec_type, tmp_path):
+    """The drafts fed the target's layer features are refused before any file is read (neither the
+    model nor the draft exists here); the n-gram types and draft-simple are served
+    (tests/multimodal/test_chat_speculative.py)."""
     from llama_cpp import SpeculativeError
 
-    with pytest.raises(SpeculativeError, match="draft-mtp only"):
-        MultimodalChat(spm_model, mmproj_vision, n_threads=1, speculative=SpecConfig(spec_type=spec_type))
+    spec = SpecConfig(spec_type=spec_type, draft_model_path=tmp_path / "draft.gguf")
+    with pytest.raises(SpeculativeError, match="use draft-mtp, draft-simple or an n-gram type") as e:
+        MultimodalChat(tmp_path / "model.gguf", tmp_path / "mmproj.gguf", n_threads=1, speculative=spec)
+    assert spec_type.split(",")[-1] in str(e.value)
