@@ -129,3 +129,30 @@ def test_unknown_availability_installs_the_package(monkeypatch, fake_glslc):
     with pytest.raises(Exception, match="glslc is not on PATH"):  # the fake apt installed nothing
         vt.provision(spec)
     assert installed == [list(spec.packages("apt"))]
+
+
+def test_building_glslc_prints_nothing_on_stdout(monkeypatch, tmp_path, capfd):
+    # `native --print-key` provisions the toolchain, and release.yml reads the key from its stdout.
+    monkeypatch.setenv("LLAMA_CPP_PYTHON_CACHE", str(tmp_path / "cache"))
+    commands = []
+
+    def run(cmd, **kw):
+        commands.append(cmd)
+        assert kw.get("capture", True), "a build command would print on stdout"
+        if "--build" in cmd:
+            out = Path(cmd[cmd.index("--build") + 1]) / "glslc"
+            out.mkdir(parents=True)
+            (out / "glslc").write_text("#!/bin/sh\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(vt.proc, "run", run)
+    monkeypatch.setattr(vt, "find_cmake", lambda: Path("/usr/bin/cmake"))
+    monkeypatch.setattr(vt, "find_ninja", lambda: Path("/usr/bin/ninja"))
+    monkeypatch.setattr(vt, "_unpack", lambda archive, dest: dest.mkdir(parents=True, exist_ok=True))
+    monkeypatch.setattr(vt.debfile, "fetch", lambda pool, sha, dest: tmp_path / pool.rsplit("/", 1)[-1])
+    exe = vt.build_glslc()
+    assert exe.is_file() and exe == vt.glslc_path() and str(tmp_path / "cache") in str(exe)
+    assert capfd.readouterr().out == ""
+    assert any("-DSPIRV-Headers_SOURCE_DIR=" in " ".join(map(str, c)) for c in commands)
+    assert any(c[-2:] == ["--target", "glslc_exe"] or "glslc_exe" in c for c in commands)
+    assert vt.build_glslc() == exe and len(commands) == 2  # built once

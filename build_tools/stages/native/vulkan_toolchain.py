@@ -13,6 +13,7 @@ sha256-checked) into the cache, and the sources' hashes enter the key with its v
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 import sys
 import tarfile
@@ -25,6 +26,8 @@ from ...common.fsutil import staging_dir
 from ...common.paths import cache_root, downloads_dir
 from ...errors import ToolNotFoundError
 from ...inputs.configs import VulkanSpec
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ def build_glslc(sources: tuple[PinnedSource, ...] = GLSLC_SOURCES, *, jobs: int 
     root = exe.parent.parent
     if exe.is_file():
         return exe
+    # Captured, not printed: `native --print-key` (which provisions) prints only the key on stdout.
+    log.info("building glslc from its pinned sources into %s (a few minutes, once)", root)
     with staging_dir(root) as tmp:
         for t in sources:
             _unpack(debfile.fetch(t.pool_path, t.sha256, downloads_dir()), tmp / t.into)
@@ -100,9 +105,9 @@ def build_glslc(sources: tuple[PinnedSource, ...] = GLSLC_SOURCES, *, jobs: int 
         proc.run([cmake, "-S", str(src), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={find_ninja()}",
                   f"-DPython3_EXECUTABLE={sys.executable}", f"-DPYTHON_EXECUTABLE={sys.executable}",
                   f"-DSPIRV-Headers_SOURCE_DIR={headers}", *_GLSLC_CMAKE],
-                 what="configuring glslc (shaderc)", error=ToolNotFoundError, capture=False)
+                 what="configuring glslc (shaderc)", error=ToolNotFoundError)
         proc.run([cmake, "--build", str(build), "--target", "glslc_exe", *(["-j", str(jobs)] if jobs else [])],
-                 what="building glslc (shaderc)", error=ToolNotFoundError, capture=False, timeout=7200)
+                 what="building glslc (shaderc)", error=ToolNotFoundError, timeout=7200)
         (tmp / "bin").mkdir()
         shutil.copy2(build / "glslc" / "glslc", tmp / "bin" / "glslc")
         for d in {t.into.split("/", 1)[0] for t in sources} | {"build"}:
