@@ -67,3 +67,24 @@ def test_cross_wheel_is_repaired_validated_and_runs_emulated(cross_build, userla
         assert "on aarch64" in libs and "CPU backend libggml-cpu" in libs, libs
         assert any(v in libs for v in variants), (libs, variants)
         assert cell.stages["mtp"]["status"] == "pass" and cell.stages["embedding"]["status"] == "pass"
+
+
+def test_the_release_build_has_every_arm64_cpu_variant_of_ggml():
+    """cpu-aarch64 (cpu_variants = "all"): one CPU backend per architecture level ggml's own list
+    names for Linux arm64, armv8.0 to armv9.2; validate's cpu-variants check refuses a build without one."""
+    from dataclasses import replace
+
+    from build_tools.common.paths import VENDOR_DIR
+    from build_tools.stages.native.manifest import GGML_CPU_LISTS, cpu_variant_problems, expected_cpu_variants
+
+    nb = _finished("cpu-aarch64")
+    if nb is None:
+        pytest.skip("the cpu-aarch64 cross build is not in the cache: nox -s release -- cpu-aarch64")
+    want = expected_cpu_variants((VENDOR_DIR / GGML_CPU_LISTS).read_text(), system="Linux", machine="aarch64",
+                                 msvc=False)
+    have = sorted(lib.name for lib in nb.manifest.libraries if lib.name.startswith("libggml-cpu-"))
+    assert have == sorted(f"libggml-cpu-{v}.so" for v in want) and want[0] == "armv8.0_1" and want[-1] == "armv9.2_2"
+    assert cpu_variant_problems(nb.manifest, VENDOR_DIR) == []
+    lacking = replace(nb.manifest, libraries=tuple(lib for lib in nb.manifest.libraries
+                                                   if lib.name != "libggml-cpu-armv8.6_2.so"))
+    assert [p.split(":")[0] for p in cpu_variant_problems(lacking, VENDOR_DIR)] == ["CPU variant armv8.6_2 is missing"]
