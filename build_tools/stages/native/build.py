@@ -223,12 +223,13 @@ case "$*" in
 esac
 """
 # The same for Windows, where CMake runs a .cmd through cmd.exe (FindGit itself looks for git.cmd).
+# Arguments are compared one by one, %~N without quotes: a launcher may quote each one.
 _LOCKED_GIT_CMD = """@echo off\r
 rem Stand-in for git while configuring the vendored llama.cpp (see _LOCKED_GIT in build.py).\r
 if "%~1"=="describe" goto short\r
-if "%*"=="rev-parse --short HEAD" goto short\r
-if "%*"=="rev-list --count HEAD" goto build\r
-if "%*"=="diff-index --quiet HEAD -- ." exit /b 0\r
+if "%~1 %~2 %~3"=="rev-parse --short HEAD" if "%~4"=="" goto short\r
+if "%~1 %~2 %~3"=="rev-list --count HEAD" if "%~4"=="" goto build\r
+if "%~1 %~2 %~3 %~4 %~5"=="diff-index --quiet HEAD -- ." if "%~6"=="" exit /b 0\r
 exit /b 1\r
 :short\r
 echo {short}\r
