@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._errors import SpeculativeError
 
@@ -403,19 +404,83 @@ def load_ngram_cache(path: str | os.PathLike[str]) -> NgramCounts:
     return out
 
 
+#: libstdc++'s bucket counts of a ``std::unordered_map`` as it grows: it rehashes to the next one
+#: when an insertion would exceed the current count (max_load_factor 1).
+_STL_BUCKETS = (13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043, 85229, 172933, 351061)
+
+
+def stl_order(keys: Sequence[int]) -> list[int]:
+    """The iteration order of a libstdc++ ``std::unordered_map<llama_token, int>`` into which
+    ``keys`` (distinct, non-negative) were inserted in this order.
+
+    llama.cpp's n-gram cache keeps each n-gram's continuations in such a map and, among equally
+    counted ones, drafts the first it iterates over: a tie is decided by this order, which is not
+    the insertion order (a node goes to the front of its bucket's run, or of the whole list when
+    its bucket is empty; a rehash relinks the nodes)."""
+    if len(keys) > _STL_BUCKETS[-1]:
+        return list(keys)  # beyond any vocabulary llama.cpp loads
+    head = object()
+    nxt: dict[Any, Any] = {head: None}
+    buckets: dict[int, Any] = {}
+    grow = iter(_STL_BUCKETS)
+    n_bkt = next(grow)
+    for n, k in enumerate(keys):
+        if n == n_bkt:  # rehash before inserting (std::_Hashtable::_M_rehash_aux, unique keys)
+            n_bkt = next(grow)
+            p, nxt[head], buckets, first_bkt = nxt[head], None, {}, 0
+            while p is not None:
+                after, b = nxt[p], p % n_bkt
+                if b in buckets:
+                    prev = buckets[b]
+                    nxt[p], nxt[prev] = nxt[prev], p
+                else:
+                    nxt[p], nxt[head] = nxt[head], p
+                    buckets[b] = head
+                    if nxt[p] is not None:
+                        buckets[first_bkt] = p
+                    first_bkt = b
+                p = after
+        b = k % n_bkt
+        if b in buckets:  # std::_Hashtable::_M_insert_bucket_begin
+            prev = buckets[b]
+            nxt[k], nxt[prev] = nxt[prev], k
+        else:
+            nxt[k], nxt[head] = nxt[head], k
+            if nxt[k] is not None:
+                buckets[nxt[k] % n_bkt] = k
+            buckets[b] = head
+    out = []
+    p = nxt[head]
+    while p is not None:
+        out.append(p)
+        p = nxt[p]
+    return out
+
+
+def _first_best(part: dict[int, int], best: int, weight: Callable[[int, int], int]) -> int:
+    """Among ``part``'s tokens of weight ``best``, the one llama.cpp's map iterates over first."""
+    tied = [tok for tok, cnt in part.items() if weight(tok, cnt) == best]
+    if len(tied) == 1:
+        return tied[0]
+    rank = {tok: i for i, tok in enumerate(stl_order(list(part)))}
+    return min(tied, key=rank.__getitem__)
+
+
 def _pick_part(part: dict[int, int] | None, static_part: dict[int, int], min_samples: int,
                min_percent: int) -> int | None:
     """The continuation ``part`` drafts after one n-gram (weighted by the static cache), or None."""
     if part is None:
         return None
-    best_p = best_s = total = 0
-    best = None
+
+    def weight(tok: int, cnt: int) -> int:
+        return cnt * (100 * static_part[tok] if tok in static_part else 1)
+
+    best_w = total = 0
     for tok, cnt in part.items():
-        cs = 100 * static_part[tok] if tok in static_part else 1
-        if cnt * cs > best_p * best_s:
-            best, best_p, best_s = tok, cnt, cs
+        best_w = max(best_w, weight(tok, cnt))
         total += cnt
-    if total < min_samples or 100 * best_p < min_percent * total:
+    best = _first_best(part, best_w, weight)
+    if total < min_samples or 100 * part[best] < min_percent * total:
         return None
     return best
 
@@ -450,15 +515,11 @@ def _pick_static(cache: NgramCounts, gram: tuple[int, ...]) -> int | None:
     part = cache.get(gram)
     if not part:
         return None
-    best, best_c = None, 0
-    total = 0
-    for tok, cnt in part.items():
-        if cnt > best_c:
-            best, best_c = tok, cnt
-        total += cnt
+    best_c = max(part.values())
+    total = sum(part.values())
     if total < _LAX_SAMPLES[NGRAM_STATIC - 1] or 100 * best_c < _LAX_PERCENT[NGRAM_STATIC - 1] * total:
         return None
-    return best
+    return _first_best(part, best_c, lambda tok, cnt: cnt)
 
 
 class NgramCache:
@@ -521,4 +582,4 @@ class NgramCache:
         pass
 
 
-__all__ = ["NgramCache", "NgramCounts", "NgramMap", "NgramMod", "NgramSimple", "load_ngram_cache"]
+__all__ = ["NgramCache", "NgramCounts", "NgramMap", "NgramMod", "NgramSimple", "load_ngram_cache", "stl_order"]

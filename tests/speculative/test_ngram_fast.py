@@ -2,7 +2,8 @@
 
 ``NgramCache`` memoizes its picks per n-gram and looks only at the tail of the history: its
 drafts must equal a direct count over the whole history (the algorithm of llama.cpp's
-``common/ngram-cache.cpp``, written out here) under growth, rewinds and file caches. A decoder
+``common/ngram-cache.cpp``, written out here, ties going to the continuation libstdc++'s
+``std::unordered_map`` iterates over first) under growth, rewinds and file caches. A decoder
 warms up only the target context it created, and leaves it empty.
 """
 
@@ -12,7 +13,7 @@ import random
 
 import pytest
 
-from llama_cpp._spec_ngram import NgramCache
+from llama_cpp._spec_ngram import NgramCache, stl_order
 
 from .util import CTX, config, plain_generate
 
@@ -41,7 +42,8 @@ def _pick(cache: dict, grams: list, static_part: dict, samples: tuple, percent: 
             continue
         best = None
         best_p = best_s = total = 0
-        for tok, cnt in part.items():
+        for tok in stl_order(list(part)):  # llama.cpp's std::unordered_map order decides ties
+            cnt = part[tok]
             cs = 100 * static_part[tok] if tok in static_part else 1
             if cnt * cs > best_p * best_s:
                 best, best_p, best_s = tok, cnt, cs
@@ -83,7 +85,7 @@ class _Reference:
             if tok is None:
                 part = self.static.get(s_gram)
                 if part:
-                    best, best_c = max(part.items(), key=lambda kv: kv[1])
+                    best, best_c = max(((t, part[t]) for t in stl_order(list(part))), key=lambda kv: kv[1])
                     if sum(part.values()) >= 2 and 100 * best_c >= 50 * sum(part.values()):
                         tok = best
             if tok is None:
@@ -246,3 +248,47 @@ def test_raw_batch_fills_chunks_and_refuses_unknown_output_modes(targets):
         finally:
             raw.close()
     assert [first] == plain_generate(model, prompt, 1)
+
+
+_STL_PROGRAM = r"""
+#include <cstdio>
+#include <unordered_map>
+int main() {
+    int n;
+    while (std::scanf("%d", &n) == 1) {
+        std::unordered_map<int, int> m;
+        for (int i = 0; i < n; i++) { int k; std::scanf("%d", &k); m.emplace(k, 1); }
+        std::unordered_map<int, int> copy = m;  // llama.cpp's try_draft reads a copy of the part
+        for (auto & kv : copy) std::printf("%d ", kv.first);
+        std::printf("\n");
+    }
+}
+"""
+
+
+def test_stl_order_is_libstdcxx_unordered_map_order(tmp_path):
+    """llama.cpp breaks ngram-cache ties by its map's iteration order: emulated for libstdc++ (the
+    toolchain of the Linux builds), checked against a real one across rehashes."""
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    src, exe = tmp_path / "order.cpp", tmp_path / "order"
+    src.write_text(_STL_PROGRAM)
+    built = subprocess.run([cxx, "-O1", "-o", str(exe), str(src)], capture_output=True, text=True)
+    if built.returncode != 0 or "libstdc++" not in subprocess.run([cxx, "-print-file-name=libstdc++.so"],
+                                                                   capture_output=True, text=True).stdout:
+        pytest.skip("no libstdc++ toolchain")
+    rng = random.Random(5)
+    cases = []
+    for n in (1, 2, 5, 13, 14, 29, 30, 59, 60, 200, 700, 1200):
+        for _ in range(4):
+            cases.append(rng.sample(range(max(n, rng.choice((40, 500, 300000)))), n))
+    out = subprocess.run([str(exe)], input="".join(f"{len(c)} {' '.join(map(str, c))}\n" for c in cases),
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(out) == len(cases)
+    for c, line in zip(cases, out):
+        assert stl_order(c) == [int(x) for x in line.split()], len(c)
+    assert any(stl_order(c) != c for c in cases)  # not the insertion order
