@@ -15,10 +15,13 @@ Types (llama.cpp's ``common_speculative_type`` names, :class:`SpeculativeType`):
   types ``ngram-simple``, ``ngram-map-k``, ``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``
   (:mod:`llama_cpp._spec_ngram`): drafters verified by
   :class:`~llama_cpp._spec_engine.DraftDecoder`.
-- Several types at once (``SpecConfig(spec_type=[...])``): each step verifies the first
-  non-empty draft in llama.cpp's priority order (n-gram types, draft-simple, draft-eagle3, MTP,
-  draft-dflash, draft-dspark); the drafts fed target hidden states do not combine with draft-mtp
-  here, and one configuration has one draft file.
+- Several types at once (``SpecConfig(spec_type=[...])``, llama.cpp's ``--spec-type a,b``):
+  each step verifies the first non-empty draft in llama.cpp's priority order (ngram-simple,
+  ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, draft-simple, draft-eagle3, draft-mtp,
+  draft-dflash, draft-dspark), whatever the order given. llama.cpp creates one draft context for
+  the whole list (over the ``-md`` file, typed ``LLAMA_CONTEXT_TYPE_MTP`` when draft-mtp is listed,
+  or the MTP context over the target) and hands it to every draft-* type, so a list holds any
+  n-gram types and at most one draft-* type: two are refused here (in llama.cpp they fail).
 
 :func:`make_decoder` picks the decoder for a configuration; ``Llama(speculative=...)`` uses it.
 
@@ -225,7 +228,8 @@ class SpecConfig:
 
     - ``spec_type``: a :class:`SpeculativeType` (or its name/value, e.g. ``"draft-mtp"``), or
       several (a list, or names joined by commas as in ``--spec-type``): each step verifies the
-      first non-empty draft in llama.cpp's priority order (n-gram types, then draft models).
+      first non-empty draft in llama.cpp's priority order (n-gram types, then the draft-* type;
+      at most one draft-* type per list, as llama.cpp has one draft context).
       ``None`` means ``draft-simple`` when ``draft_model_path`` is given, else ``draft-mtp``.
       :attr:`types` lists them all.
     - ``draft_n_max``: most tokens drafted per step by a draft model or MTP head, ``1..DRAFT_N_MAX_LIMIT``.
@@ -311,17 +315,18 @@ class SpecConfig:
         dm = self.draft_model_path
         if dm is not None and not isinstance(dm, (str, os.PathLike)):
             raise SpeculativeError(f"draft_model_path must be a path, got {dm!r}")
+        # llama.cpp gives every draft-* type of a list the same single draft context (one draft
+        # file, or the MTP context over the target): two of them cannot run together there
+        drafts = [t.value for t in _PRIORITY if t in types and t not in _NGRAM_TYPES]
+        if len(drafts) > 1:
+            raise SpeculativeError(
+                f"{' and '.join(drafts)} cannot be combined: llama.cpp runs every draft-* type of a list on its one "
+                "draft context (the draft_model_path model, or the MTP head's context), so a list holds at most one "
+                "of them; combine it with the n-gram types instead")
         for t in _DRAFT_MODEL_TYPES:
             if t in types and dm is None:
                 raise SpeculativeError(f"spec_type {t.value!r} needs a draft model: give "
                                        "SpecConfig(draft_model_path='draft.gguf')")
-        drafts = [t.value for t in _PRIORITY if t in types and t in _DRAFT_MODEL_TYPES]
-        if len(drafts) > 1:
-            raise SpeculativeError(f"{' and '.join(drafts)} all read draft_model_path: choose one of them")
-        for t in _FEATURE_TYPES:
-            if t in types and SpeculativeType.DRAFT_MTP in types:
-                raise SpeculativeError(f"{t.value} cannot be combined with draft-mtp here: use one of them "
-                                       "(either may be combined with the n-gram types)")
 
     @property
     def enabled(self) -> bool:
