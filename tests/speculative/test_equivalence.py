@@ -102,9 +102,9 @@ def mtp_targets():
 
 @pytest.mark.parametrize("form", ("echo", "noisy", "random"))
 @pytest.mark.parametrize("types", (["ngram-simple", "draft-mtp"], ["ngram-mod", "ngram-cache", "draft-mtp"],
-                                   ["ngram-map-k", "draft-simple"]))
+                                   ["ngram-map-k", "draft-mtp"]))
 def test_ngram_or_draft_model_with_mtp_equals_plain(mtp_targets, draft_path, form, types):
-    """n-gram drafts first, the MTP head (or the draft model) when they have none (llama.cpp's order)."""
+    """n-gram drafts first, the MTP head when they have none (llama.cpp's order)."""
     model = mtp_targets[form]
     for p in PROMPTS:
         prompt = model.tokenize(p.encode(), add_special=True)
