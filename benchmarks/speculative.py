@@ -1,7 +1,7 @@
 """Speculative decoding, every implemented type: ours vs ``llama-speculative-simple`` vs plain.
 
     python benchmarks/speculative.py [--cases C,...] [--types T,...] [--drafts 1,2,3,4] [--n-gen G]
-                                     [--threads N] [--reps R] [--tool-poll P] [--cpu]
+                                     [-t N] [--reps R] [--tool-poll P] [--cpu] [--breakdown]
                                      [--target PATH --prompt TEXT [--draft PATH]]
 
 One row per (case, type, draft size): our tokens/s (generation only, after the prompt), the tool's
@@ -10,52 +10,45 @@ context parameters, and the ratios, each the median over ``--reps`` rounds of pl
 tool run back to back, in an order that rotates from round to round (the machine is shared: the
 load average ends each row); both acceptance
 rates; whether our tokens equal plain decoding's. Same model, threads and context size on both
-sides; greedy (``--temp 0``). No assertions. ``--cpu`` adds CPU-time columns (one thread on
-both sides): ours is the process CPU time of ``generate()``, the tool's the CPU time of a run
-with ``-n G`` minus one with ``-n G/4`` per extra decoded token.
+sides; greedy (``--temp 0``). No assertions. ``--cpu`` adds CPU-time columns (tokens per CPU
+second, one thread on both sides): ours and plain are the process CPU time of the generation, the
+tool's the CPU time of a run with ``-n G`` minus one with ``-n G/4`` per extra decoded token.
 
-Cases (fixtures generated on first use):
+Cases (fixtures generated on first use; ``large-*`` on ``qwen35_mtp_large``, 89 M parameters in
+f16, where decoding costs, with drafts built for it; the others on the tiny fixtures):
 
-- ``echo-cycle`` / ``large-cycle``: the qwen35 echo target (tiny / ``qwen35_mtp_large``) with a
-  prompt that repeats the cycle its greedy output ends in: every n-gram draft is right.
+- ``echo-cycle`` / ``large-cycle``: the qwen35 echo target with a prompt that repeats the cycle its
+  greedy output ends in: every n-gram draft is right.
 - ``bpe-text``: the pure-attention ``llama_bpe`` target with a repetitive text prompt.
-- ``draft-echo`` / ``draft-noisy``: ``draft-simple`` with the one-layer draft fixture on the
-  echo target (100 % / partial acceptance).
-- ``eagle3-echo``, ``dflash-first``, ``dspark-first``: the feature drafts on the echo target.
+- ``draft-echo`` / ``draft-noisy`` / ``large-draft`` / ``large-draft-noisy``: ``draft-simple`` with
+  the one-layer draft fixture (100 % / partial acceptance; about 5 M parameters for the large one).
+- ``eagle3-echo`` / ``large-eagle3``: ``draft-eagle3`` (100 %).
+- ``dflash-first`` / ``large-dflash`` and ``dflash2-first`` / ``large-dflash2`` (the selector
+  lattice): ``draft-dflash`` whose first drafted token is right and the others wrong.
+- ``dspark-first`` (a Markov head without bias: as ``dflash-first``) / ``large-dspark`` (the
+  target's successor chain: 100 %): ``draft-dspark``.
 - ``mtp-echo`` / ``mtp-noisy`` / ``large-mtp`` / ``large-mtp-noisy``: ``draft-mtp`` with the
-  target's own NextN head (the large ones: 89 M parameters in f16, where decoding costs).
+  target's own NextN head.
+- ``heads-echo`` / ``large-heads``: ``draft-mtp`` chaining step35's NextN heads (3 on the tiny
+  trunk; 4 on ``qwen35_mtp_large``'s trunk sizes, 96 M parameters); draft sizes are capped at the
+  head count.
 
-``--target``/``--prompt`` (and ``--draft``) run a real model instead.
+``--target``/``--prompt`` (and ``--draft``) run a real model instead. ``--breakdown`` prints where
+our last run's time went (draft, verify, catch-up, rollback, other).
 
-Findings (docs/architecture.md, "Speculative decoding speed", has the numbers):
+The table of results, with the command that produced it, is in docs/architecture.md ("Speculative
+decoding speed"). What explains them:
 
-- ``-t 1`` on ``large-mtp``: ours equals the tool (0.98-1.00) and beats plain decoding from
-  ``draft_n_max`` 1 (1.4x) to 8 (2.4x); 2.07x at 4.
 - ``-t 2``: the tool's default ``--poll 50`` keeps its target pool's workers spinning while its
   draft context computes, which on two cores makes it several times slower than plain decoding;
   ``--tool-poll 0`` compares against the tool without that (our draft contexts share the
   target's pool). Any ``-t 2`` number needs a quiet machine.
 - Tiny fixtures: a decode is fixed overhead (0.1-0.3 ms), so the types with draft decodes lose
-  to plain decoding in the tool too; ours/tool is 0.9-1.7 there. The n-gram types (no draft
-  decode) reach 1.6-1.8x plain at 100 % acceptance and ours/tool 1.11-1.27 (echo-cycle) and
-  1.14-1.29 (bpe-text), 8 rounds at load 1.2-1.7. They were 0.90-1.00 on echo-cycle mostly
-  because of a one-off: a context's first decode with outputs costs about 1.3 ms there (a run
-  is 10 ms), which the tool pays in its warm-up before timing and our decoder now pays when it
-  creates its target context. Python is 5-7 % of a verify step (8-17 us of 160-360 us).
-- MTP on the tiny fixtures (8 rounds alternating with the code before, load 0.5-2.2): ours/tool
-  was 1.04-1.17 on the qwen35 echo target and 0.92-0.98 on step35's three chained heads; now
-  1.31-2.17 and 1.10-2.07 (1.43-1.83 on mtp-noisy). The extended batch of token + hidden-row
-  entries is one ``llama_batch`` carrying both, filled through ctypes views (it took four ctypes
-  calls an entry); the draft context's catch-up on the accepted pairs rides in the next
-  draft's first batch (one draft decode fewer a step, one per head reached when chained), and
-  only heads a draft can reach (``min(draft_n_max, heads)``) take it, where llama.cpp's driver
-  catches every head up in batches of their own. ``large-mtp`` at draft 4: ours/tool
-  0.99-1.03, 2.1x plain; its 5-token verify is 86 % of a step (about two plain steps: f16
-  matmuls turn compute-bound). ``n_rs_seq=0`` (a checkpoint a step instead of per-position
-  snapshots) is 7 % faster there at 100 % acceptance, 5 % slower on ``large-mtp-noisy``.
-- Every context a decoder or drafter creates is warmed up as llama.cpp's common init warms its
-  target (draft contexts too, which the tool does not warm): draft-simple 1.27-1.83x the tool,
-  eagle3 1.06-1.21, dflash 1.09-1.31, dspark 1.02-1.22.
+  to plain decoding in the tool too, and a run lasts 10-50 ms: on a loaded machine single rounds
+  swing by 2x, so only medians over many rounds compare. A context's first decode with outputs
+  costs about 1.3 ms there; the tool pays it in its warm-up before timing, and every context our
+  decoders and drafters create is warmed up the same way (draft contexts too, which the tool
+  does not warm).
 - ``llama-speculative-simple`` reports 100 % acceptance for draft-simple on hybrid targets
   whatever the draft: after a partial acceptance it restores its checkpoint and re-verifies the
   accepted tokens as a new draft, and counts only that pass.
@@ -167,6 +160,15 @@ def ours(model, prompt: list[int], n_gen: int, ctx_params: dict, cfg):
         return dec.stats, toks, time.process_time() - c0
 
 
+def breakdown(st) -> str:
+    """Where the last run of ours spent its generation time (shares of ``t_generate``)."""
+    tot = st.t_generate or float("nan")
+    parts = {"draft": st.t_draft, "verify": st.t_verify, "catch-up": st.t_catchup, "rollback": st.t_rollback}
+    rest = tot - sum(parts.values())
+    per = f"{1e3 * tot / max(st.steps, 1):.2f} ms/step over {st.steps} steps"
+    return per + ": " + ", ".join(f"{k} {100 * v / tot:.0f}%" for k, v in (*parts.items(), ("other", rest)))
+
+
 def _children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -253,7 +255,8 @@ def run_case(label: str, path: Path, prompt_text: str | None, types: list[str], 
         print(f"\n{label}: {path.name} ({path.stat().st_size / 2**20:.1f} MiB), prompt {len(prompt)} tokens, "
               f"-t {args.threads}, {args.n_gen} tokens, {args.reps} rounds"
               + (f", tool --poll {args.tool_poll}" if extra else "") + f"; {_load()}")
-        cpu_head = f" {'ours cpu':>9} {'tool cpu':>9} {'cpu o/t':>8}" if args.cpu else ""
+        cpu_head = (f" {'ours cpu':>9} {'tool cpu':>9} {'plain cpu':>9} {'cpu o/t':>8} {'cpu o/p':>8}"
+                    if args.cpu else "")
         print(f"  {'type':<14} {'n':>3} {'ours':>8} {'tool':>8} {'plain':>8} {'ours/tool':>9} {'ours/plain':>10} "
               f"{'tool/plain':>10}{cpu_head} {'accept':>7} {'tool acc':>8}  tokens  load")
         for spec_type in types:
@@ -279,15 +282,19 @@ def run_case(label: str, path: Path, prompt_text: str | None, types: list[str], 
                 if args.cpu:
                     runs = [ours(model, prompt, args.n_gen, ctx, cfg) for _ in range(args.reps)]
                     cpu_tps = _med([len(tk) / c for _, tk, c in runs if c > 0])
+                    plains = [plain_tps(model, prompt, args.n_gen, ctx) for _ in range(args.reps)]
+                    p_cpu = _med([len(tk) / c for _, tk, c in plains if c > 0])
                     t_cpu = 1.0 / tool_cpu_per_token(tools, env, path, text, args.n_gen, spec_type, m, draft,
                                                      args.threads, args.n_ctx, args.reps, extra)
-                    cpu_cols = f" {cpu_tps:9.1f} {t_cpu:9.1f} {cpu_tps / t_cpu:8.2f}"
+                    cpu_cols = f" {cpu_tps:9.1f} {t_cpu:9.1f} {p_cpu:9.1f} {cpu_tps / t_cpu:8.2f} {cpu_tps / p_cpu:8.2f}"
                 same = "same" if toks == ref[:len(toks)] else "DIFFERENT"
                 t_acc_s = f"{100 * t_acc:7.1f}%" if t_acc is not None else f"{'-':>8}"
                 print(f"  {spec_type:<14} {m:>3} {_med(o_tps):8.1f} {_med(t_tps):8.1f} {_med(p_tps):8.1f} "
                       f"{_med(o_t):9.2f} {_med(o_p):10.2f} {_med(t_p):10.2f}{cpu_cols} "
                       f"{100 * st.acceptance_rate:6.1f}% {t_acc_s}  {same:<6}  {os.getloadavg()[0]:.2f}",
                       flush=True)
+                if args.breakdown:
+                    print("    " + breakdown(st), flush=True)
                 if spec_type == "ngram-cache":
                     break  # llama.cpp fixes its draft length at 8
     finally:
@@ -350,9 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafts", default="1,2,3,4")
     ap.add_argument("--n-gen", type=int, default=128)
     ap.add_argument("--n-ctx", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--cpu", action="store_true", help="add CPU-time columns (more tool runs)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="add CPU-time columns, tok/s per CPU second (more runs; not inflated by other load)")
+    ap.add_argument("--breakdown", action="store_true", help="print where our last run's time went")
     ap.add_argument("--tool-poll", type=int, default=None,
                     help="the tool's --poll/--poll-batch (its default 50 spins its target pool's workers "
                          "while its draft context computes; 0 is what our shared pool amounts to)")
