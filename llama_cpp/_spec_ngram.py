@@ -19,6 +19,11 @@ One class per llama.cpp type, with the semantics of ``common/ngram-map.cpp``,
   optional static/dynamic caches loaded from llama.cpp's ``lookup-cache`` files; drafts up to
   ``n_draft`` tokens, each the most frequent continuation above a sample-size and share
   threshold.
+- :class:`PromptLookup` (``prompt-lookup``, not a llama.cpp type): upstream llama-cpp-python's
+  :class:`~llama_cpp.llama_speculative.LlamaPromptLookupDecoding`, called as it is. It tries the
+  longest n-gram first (``max_ngram_size`` down to 1) and drafts after its *earliest* earlier
+  occurrence, where ``ngram-simple`` drafts after the *latest* occurrence of exactly ``size_n``
+  tokens and proposes nothing shorter than ``size_n``.
 
 Every drafter offers ``begin(prompt)`` (a generation starts with ``prompt`` in the target's
 memory), ``draft(prompt, id_last) -> tokens`` and ``accept(n_accepted)`` (how much of the last
@@ -31,6 +36,8 @@ import os
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from ._errors import SpeculativeError
 
@@ -582,4 +589,30 @@ class NgramCache:
         pass
 
 
-__all__ = ["NgramCache", "NgramCounts", "NgramMap", "NgramMod", "NgramSimple", "load_ngram_cache", "stl_order"]
+class PromptLookup:
+    """A prompt-lookup callable (``LlamaPromptLookupDecoding``, or anything with its call
+    signature) as a drafter: its proposals are exactly what the object returns for the history
+    including the pending token, cut to ``n_max`` tokens."""
+
+    kind = "prompt-lookup"
+
+    def __init__(self, fn: Callable[[np.ndarray], Any], n_max: int) -> None:
+        self.fn = fn
+        self.n_max = int(n_max)
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def accept(self, n_accepted: int) -> None:
+        pass
+
+    def draft(self, prompt: list[int], id_last: int) -> list[int]:
+        out = self.fn(np.asarray([*prompt, id_last], dtype=np.intc))
+        return [int(t) for t in np.asarray(out).reshape(-1)[:self.n_max]]
+
+
+__all__ = ["NgramCache", "NgramCounts", "NgramMap", "NgramMod", "NgramSimple", "PromptLookup", "load_ngram_cache",
+           "stl_order"]

@@ -37,6 +37,7 @@ import numpy as np
 from ._errors import DecodeError, SpeculativeError
 from ._spec_batch import SeqCheckpoint, common_prefix, top_k_share
 from ._spec_engine import propose, share_threadpools
+from ._spec_ngram import PromptLookup
 from ._spec_stats import SpeculativeStats
 from .llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
@@ -65,29 +66,6 @@ def slot_unsupported(config: Any, model_path: Any = None) -> str | None:
             return (f"draft-mtp on a model with {n} chained NextN heads (each draft position runs the next head "
                     "over the whole draft) is not run in slots: served one request at a time")
     return None
-
-
-class PromptLookup:
-    """Upstream's ``draft_model`` callable (``LlamaPromptLookupDecoding``) as a slot drafter."""
-
-    kind = "prompt-lookup"
-
-    def __init__(self, fn: Callable[[np.ndarray], Any], n_max: int) -> None:
-        self.fn = fn
-        self.n_max = int(n_max)
-
-    def begin(self, prompt: Sequence[int]) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def accept(self, n_accepted: int) -> None:
-        pass
-
-    def draft(self, prompt: list[int], id_last: int) -> list[int]:
-        out = self.fn(np.asarray([*prompt, id_last], dtype=np.intc))
-        return [int(t) for t in np.asarray(out).reshape(-1)[:self.n_max]]
 
 
 class SlotDrafts:
@@ -568,7 +546,14 @@ class SlotSpeculation:
         for t in _PRIORITY:
             if t not in cfg.types:
                 continue
-            if t is SpeculativeType.NGRAM_SIMPLE:
+            if t is SpeculativeType.PROMPT_LOOKUP:
+                if self.prompt_lookup is None:
+                    from .llama_speculative import LlamaPromptLookupDecoding
+
+                    pl = cfg.prompt_lookup
+                    out.append(PromptLookup(LlamaPromptLookupDecoding(pl.max_ngram_size, pl.num_pred_tokens),
+                                            pl.num_pred_tokens))
+            elif t is SpeculativeType.NGRAM_SIMPLE:
                 out.append(NgramSimple(cfg.ngram_simple.size_n, cfg.ngram_simple.size_m))
             elif t in (SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V):
                 p = cfg.ngram_map_k if t is SpeculativeType.NGRAM_MAP_K else cfg.ngram_map_k4v

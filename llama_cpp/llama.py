@@ -109,7 +109,10 @@ class Llama:
     ``None`` (auto). Keywords this version does not know (``f16_kv``, ``n_parts``, ... which older
     releases took) are accepted and ignored with a warning naming them, as upstream ignores them.
     ``draft_model`` (a :class:`~llama_cpp.llama_speculative.LlamaDraftModel`) verifies drafted
-    tokens in one batch and gives the same tokens as without it; ``tokenizer`` replaces the
+    tokens in one batch and gives the same tokens as without it: a ``LlamaPromptLookupDecoding``
+    drafts as the n-gram type ``prompt-lookup`` of the speculative engine (any model, including
+    recurrent and hybrid ones; ``last_speculative_stats``; combined with ``speculative=``), other
+    draft models through a verify loop of their own; ``tokenizer`` replaces the
     vocabulary's tokenizer for ``tokenize``/``detokenize`` and text prompts. ``load_mtp=True``
     loads the model's NextN (MTP) tensors without a speculative decoder, for a caller that drafts
     with them over this context itself (the server's slot engine); a file without NextN layers is
@@ -230,15 +233,24 @@ class Llama:
         if speculative is not None and not isinstance(speculative, _spec.SpecConfig):
             raise TypeError(f"speculative must be a SpecConfig, got {type(speculative).__name__}")
         spec_on = speculative is not None and speculative.enabled and not vocab_only
+        # upstream's prompt lookup drafts as the n-gram type prompt-lookup of the speculative engine
+        # (rollback on recurrent memory, stats, combination with speculative=); other draft models
+        # keep draft_loop
+        lookup = draft_model if (isinstance(draft_model, LlamaPromptLookupDecoding) and not vocab_only
+                                 and not embedding and (n_seq_max is None or int(n_seq_max) == 1)) else None
+        spec_cfg = speculative if lookup is None else _spec.with_prompt_lookup(speculative if spec_on else None, lookup)
+        spec_on = spec_on or lookup is not None
         if spec_on:
             # everything checkable without loading: the file's NextN layers, the batch sizes
-            _spec.check_model_file(model_path, speculative)
-            _spec.check_context_params(speculative, {
+            _spec.check_model_file(model_path, spec_cfg)
+            _spec.check_context_params(spec_cfg, {
                 "n_ctx": int(n_ctx), "n_batch": int(n_batch), "n_ubatch": int(n_ubatch),
                 "n_seq_max": 1 if n_seq_max is None else int(n_seq_max), "embeddings": bool(embedding)})
         self.speculative = speculative
+        self._spec_lookup = lookup
+        self._spec_lookup_only = lookup is not None and not (speculative is not None and speculative.enabled)
         # load_mtp alone: the NextN tensors for a caller that drafts with them itself (the server's slots)
-        want_mtp = (spec_on and speculative.needs_nextn) or (bool(load_mtp) and not vocab_only)
+        want_mtp = (spec_on and spec_cfg.needs_nextn) or (bool(load_mtp) and not vocab_only)
         if want_mtp and not spec_on:
             _spec.check_model_file(model_path, _spec.SpecConfig(spec_type=_spec.SpeculativeType.DRAFT_MTP))
         self._model = LlamaModel(
@@ -252,7 +264,7 @@ class Llama:
         self.tokenizer_: BaseLlamaTokenizer = tokenizer if tokenizer is not None else LlamaTokenizer(self._model)
         self._is_recurrent = self._model.is_recurrent()
         self._is_hybrid = self._model.is_hybrid()
-        if draft_model is not None and (self._is_recurrent or self._is_hybrid):
+        if draft_model is not None and lookup is None and (self._is_recurrent or self._is_hybrid):
             warnings.warn("draft_model is not used with this model: its recurrent memory cannot drop rejected "
                           "drafts (the output is the same without it)", UserWarning, stacklevel=2)
         try:
@@ -265,9 +277,9 @@ class Llama:
                                yarn_orig_ctx=yarn_orig_ctx, offload_kqv=offload_kqv, op_offload=op_offload,
                                swa_full=swa_full, no_perf=no_perf, type_k=type_k, type_v=type_v,
                                lora_path=lora_path, lora_scale=lora_scale, attention_type=attention_type,
-                               n_rs_seq=speculative.rollback_snapshots if spec_on else None)
+                               n_rs_seq=spec_cfg.rollback_snapshots if spec_on else None)
             if spec_on:
-                self._spec = _spec.make_decoder(self._model, speculative, target=self._ctx)
+                self._spec = _spec.make_decoder(self._model, spec_cfg, target=self._ctx, prompt_lookup=lookup)
         except BaseException:
             self.close()
             raise
@@ -664,7 +676,8 @@ class Llama:
         want_row = want_logprobs or (hooks is not None and bool(hooks.criteria))
         pick = _sampling.token_picker(model, chain, grammar, want_row, hooks)
         source: Iterator[_gen.TokenRow]
-        if self._spec is not None:
+        # an engine made only for a prompt-lookup draft_model runs while that object is the draft model
+        if self._spec is not None and not (self._spec_lookup_only and self.draft_model is not self._spec_lookup):
             source = self._spec_token_stream(prompt_tokens, max_tokens, chain, pick, reuse_prefix, prime)
         else:
             self._prepare(prompt_tokens, reuse_prefix)

@@ -11,12 +11,18 @@ Types (llama.cpp's ``common_speculative_type`` names, :class:`SpeculativeType`):
 - ``draft-simple`` (a separate draft model, :mod:`llama_cpp._spec_draft`), ``draft-eagle3`` (an
   EAGLE3 draft head fed with target hidden states, :mod:`llama_cpp._spec_eagle3`), ``draft-dflash``
   (a DFlash block-diffusion draft over target hidden states, :mod:`llama_cpp._spec_dflash`, with
-  DFlash2's selector lattice when the draft has one), ``draft-dspark`` (DFlash with a Markov head, the same module) and the n-gram
-  types ``ngram-simple``, ``ngram-map-k``, ``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``
-  (:mod:`llama_cpp._spec_ngram`): drafters verified by
+  DFlash2's selector lattice when the draft has one), ``draft-dspark`` (DFlash with a Markov
+  head, the same module) and the n-gram types ``ngram-simple``, ``ngram-map-k``, ``ngram-map-k4v``,
+  ``ngram-mod``, ``ngram-cache`` (:mod:`llama_cpp._spec_ngram`): drafters verified by
   :class:`~llama_cpp._spec_engine.DraftDecoder`.
+- ``prompt-lookup`` (this package's name, not llama.cpp's): upstream llama-cpp-python's
+  ``LlamaPromptLookupDecoding`` as an n-gram drafter of the same engine, asked before the other
+  types (as the server's slots ask it). It drafts after the *earliest* earlier occurrence of the
+  longest matching n-gram (``max_ngram_size`` down to 1); ``ngram-simple`` after the *latest*
+  occurrence of exactly ``size_n`` tokens. ``Llama(draft_model=LlamaPromptLookupDecoding(...))``
+  adds it, drafting with that very object.
 - Several types at once (``SpecConfig(spec_type=[...])``, llama.cpp's ``--spec-type a,b``):
-  each step verifies the first non-empty draft in llama.cpp's priority order (ngram-simple,
+  each step verifies the first non-empty draft in llama.cpp's priority order (prompt-lookup, ngram-simple,
   ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, draft-simple, draft-eagle3, draft-mtp,
   draft-dflash, draft-dspark), whatever the order given. llama.cpp creates one draft context for
   the whole list (over the ``-md`` file, typed ``LLAMA_CONTEXT_TYPE_MTP`` when draft-mtp is listed,
@@ -123,14 +129,19 @@ class SpeculativeType(str, enum.Enum):
     NGRAM_MAP_K4V = "ngram-map-k4v"  # n-gram keys with up to four counted m-gram continuations
     NGRAM_MOD = "ngram-mod"          # a hash table from n-grams to the next token, chained
     NGRAM_CACHE = "ngram-cache"      # 1..4-gram continuation counts (+ static/dynamic cache files)
+    #: upstream llama-cpp-python's LlamaPromptLookupDecoding (not a llama.cpp type): the continuation
+    #: of the earliest earlier match of the longest n-gram (``max_ngram_size`` down to 1)
+    PROMPT_LOOKUP = "prompt-lookup"
 
 
-#: llama.cpp's priority: the first type that drafts something in a step is verified.
-_PRIORITY = (SpeculativeType.NGRAM_SIMPLE, SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V,
+#: llama.cpp's priority (upstream's prompt lookup first, as the server's slots ask it): the first
+#: type that drafts something in a step is verified.
+_PRIORITY = (SpeculativeType.PROMPT_LOOKUP,
+             SpeculativeType.NGRAM_SIMPLE, SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V,
              SpeculativeType.NGRAM_MOD, SpeculativeType.NGRAM_CACHE, SpeculativeType.DRAFT_SIMPLE,
              SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_MTP, SpeculativeType.DRAFT_DFLASH,
              SpeculativeType.DRAFT_DSPARK)
-_NGRAM_TYPES = frozenset(_PRIORITY[:5])
+_NGRAM_TYPES = frozenset(_PRIORITY[:6])
 _NOT_IMPLEMENTED: frozenset[SpeculativeType] = frozenset()
 _DRAFT_MODEL_TYPES = frozenset((SpeculativeType.DRAFT_SIMPLE, SpeculativeType.DRAFT_EAGLE3,
                                 SpeculativeType.DRAFT_DFLASH, SpeculativeType.DRAFT_DSPARK))
@@ -211,6 +222,19 @@ class NgramCacheParams:
                 raise SpeculativeError(f"ngram_cache {name} must be a path or None, got {v!r}")
 
 
+@dataclasses.dataclass(frozen=True)
+class PromptLookupParams:
+    """``prompt-lookup`` parameters, as ``LlamaPromptLookupDecoding`` names them."""
+
+    max_ngram_size: int = 2
+    num_pred_tokens: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("max_ngram_size", "num_pred_tokens"):
+            object.__setattr__(self, name, _check_int("prompt_lookup ", name, getattr(self, name), 1,
+                                                      _NGRAM_SIZE_LIMIT))
+
+
 def _params(value: Any, cls: type, name: str) -> Any:
     if isinstance(value, cls):
         return value
@@ -246,7 +270,10 @@ class SpecConfig:
       ``draft-eagle3``, ``draft-dflash`` or ``draft-dspark`` draft (one draft file per configuration).
     - ``ngram_simple``, ``ngram_map_k``, ``ngram_map_k4v`` (:class:`NgramMapParams`),
       ``ngram_mod`` (:class:`NgramModParams`), ``ngram_cache`` (:class:`NgramCacheParams`):
-      the n-gram types' parameters, as llama.cpp's ``common_params_speculative`` names them.
+      the n-gram types' parameters, as llama.cpp's ``common_params_speculative`` names them;
+      ``prompt_lookup`` (:class:`PromptLookupParams`): those of ``prompt-lookup``, upstream's
+      ``LlamaPromptLookupDecoding`` (``Llama(draft_model=LlamaPromptLookupDecoding(...))`` adds
+      that type with the object's own lookup).
     """
 
     spec_type: Any = None
@@ -261,6 +288,7 @@ class SpecConfig:
     ngram_map_k4v: NgramMapParams = dataclasses.field(default_factory=NgramMapParams)
     ngram_mod: NgramModParams = dataclasses.field(default_factory=NgramModParams)
     ngram_cache: NgramCacheParams = dataclasses.field(default_factory=NgramCacheParams)
+    prompt_lookup: PromptLookupParams = dataclasses.field(default_factory=PromptLookupParams)
     types: tuple[SpeculativeType, ...] = dataclasses.field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -312,6 +340,7 @@ class SpecConfig:
             object.__setattr__(self, name, _params(getattr(self, name), NgramMapParams, name))
         object.__setattr__(self, "ngram_mod", _params(self.ngram_mod, NgramModParams, "ngram_mod"))
         object.__setattr__(self, "ngram_cache", _params(self.ngram_cache, NgramCacheParams, "ngram_cache"))
+        object.__setattr__(self, "prompt_lookup", _params(self.prompt_lookup, PromptLookupParams, "prompt_lookup"))
         dm = self.draft_model_path
         if dm is not None and not isinstance(dm, (str, os.PathLike)):
             raise SpeculativeError(f"draft_model_path must be a path, got {dm!r}")
@@ -348,6 +377,8 @@ class SpecConfig:
                 n = max(n, self.ngram_mod.n_max)
             elif t is SpeculativeType.NGRAM_CACHE:
                 n = max(n, self.ngram_cache.n_draft)
+            elif t is SpeculativeType.PROMPT_LOOKUP:
+                n = max(n, self.prompt_lookup.num_pred_tokens)
             elif t is not SpeculativeType.NONE:
                 n = max(n, self.draft_n_max)
         return n
@@ -599,10 +630,23 @@ def _check_mtp_loaded(model: Any) -> None:
 Sampler = Any  # a LlamaSampler, or a callable (target_context, batch_index) -> token
 
 
-def build_drafters(model: Any, config: SpecConfig, target: Any) -> list[Any]:
-    """The token drafters of ``config``'s n-gram and draft-model types, in llama.cpp's priority order."""
+def with_prompt_lookup(config: SpecConfig | None, lookup: Any) -> SpecConfig:
+    """``config`` (None: no other type) plus ``prompt-lookup`` with the parameters of ``lookup``
+    (a ``LlamaPromptLookupDecoding``); pass ``lookup`` itself to :func:`make_decoder` to draft with it."""
+    params = PromptLookupParams(lookup.max_ngram_size, lookup.num_pred_tokens)
+    if config is None or not config.enabled:
+        return SpecConfig(SpeculativeType.PROMPT_LOOKUP, prompt_lookup=params)
+    types = [SpeculativeType.PROMPT_LOOKUP, *(t for t in config.types if t is not SpeculativeType.PROMPT_LOOKUP)]
+    return dataclasses.replace(config, spec_type=types, types=(), prompt_lookup=params)
+
+
+def build_drafters(model: Any, config: SpecConfig, target: Any, prompt_lookup: Any = None) -> list[Any]:
+    """The token drafters of ``config``'s n-gram and draft-model types, in llama.cpp's priority order.
+
+    ``prompt_lookup``: the callable that drafts for ``prompt-lookup`` (by default a
+    ``LlamaPromptLookupDecoding`` with ``config.prompt_lookup``)."""
     from ._spec_draft import DraftModel
-    from ._spec_ngram import NgramCache, NgramMap, NgramMod, NgramSimple, load_ngram_cache
+    from ._spec_ngram import NgramCache, NgramMap, NgramMod, NgramSimple, PromptLookup, load_ngram_cache
 
     tp = getattr(target, "params", None)
     # draft contexts run like their target (threads above all)
@@ -612,7 +656,15 @@ def build_drafters(model: Any, config: SpecConfig, target: Any) -> list[Any]:
         for t in _PRIORITY:
             if t not in config.types:
                 continue
-            if t is SpeculativeType.NGRAM_SIMPLE:
+            if t is SpeculativeType.PROMPT_LOOKUP:
+                fn = prompt_lookup
+                if fn is None:
+                    from .llama_speculative import LlamaPromptLookupDecoding
+
+                    fn = LlamaPromptLookupDecoding(config.prompt_lookup.max_ngram_size,
+                                                   config.prompt_lookup.num_pred_tokens)
+                out.append(PromptLookup(fn, config.prompt_lookup.num_pred_tokens))
+            elif t is SpeculativeType.NGRAM_SIMPLE:
                 p = config.ngram_simple
                 out.append(NgramSimple(p.size_n, p.size_m))
             elif t in (SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V):
@@ -654,19 +706,20 @@ def build_drafters(model: Any, config: SpecConfig, target: Any) -> list[Any]:
 
 
 def make_decoder(model: Any, config: SpecConfig, *, target: Any = None,
-                 ctx_params: Mapping[str, Any] | None = None) -> MTPDecoder | DraftDecoder:
+                 ctx_params: Mapping[str, Any] | None = None, prompt_lookup: Any = None) -> MTPDecoder | DraftDecoder:
     """The decoder that serves ``config``: :class:`MTPDecoder` when it includes ``draft-mtp``,
     else a :class:`~llama_cpp._spec_engine.DraftDecoder` over the configured drafters.
 
     ``Llama`` passes its context as ``target``; without one, a target context is created from
     ``ctx_params`` (sized with :func:`target_context_params`) and owned by the decoder.
+    ``prompt_lookup``: the object ``prompt-lookup`` drafts with (see :func:`build_drafters`).
     """
     if not isinstance(config, SpecConfig):
         raise SpeculativeError(f"config must be a SpecConfig, got {type(config).__name__}")
     if not config.enabled:
         raise SpeculativeError("spec_type 'none' needs no decoder")
     if config.needs_nextn:
-        return MTPDecoder(model, ctx_params, config, target=target)
+        return MTPDecoder(model, ctx_params, config, target=target, prompt_lookup=prompt_lookup)
     from ._internals import LlamaContext
 
     params = dict(ctx_params or {})
@@ -681,7 +734,7 @@ def make_decoder(model: Any, config: SpecConfig, *, target: Any = None,
         target = LlamaContext(model, **target_context_params(config, params))
     try:
         check_snapshot_ubatch(model, target, "the target context")
-        drafters = build_drafters(model, config, target)
+        drafters = build_drafters(model, config, target, prompt_lookup)
         return DraftDecoder(model, target, config, drafters, owns_target=owns)
     except BaseException:
         if owns:
@@ -707,7 +760,7 @@ class MTPDecoder:
     """
 
     def __init__(self, model: Any, ctx_params: Mapping[str, Any] | None, config: SpecConfig, *,
-                 target: Any = None) -> None:
+                 target: Any = None, prompt_lookup: Any = None) -> None:
         from ._internals import LlamaContext
         from .llama_batch import LlamaBatchExt
 
@@ -795,7 +848,7 @@ class MTPDecoder:
             self._ckpt = SeqCheckpoint(target, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
             self._draw = RawExtBatch(self._dbatch, self._draft, n_embd)
             # the other types of a combined configuration, asked before the MTP head (llama.cpp's order)
-            self._extra = build_drafters(model, config, target)
+            self._extra = build_drafters(model, config, target, prompt_lookup)
         except BaseException:
             self.close()
             raise
@@ -1337,6 +1390,7 @@ __all__ = [
     "NgramCacheParams",
     "NgramMapParams",
     "NgramModParams",
+    "PromptLookupParams",
     "SpecConfig",
     "SpeculativeStats",
     "SpeculativeType",
@@ -1347,4 +1401,5 @@ __all__ = [
     "load_mtp_model",
     "make_decoder",
     "target_context_params",
+    "with_prompt_lookup",
 ]

@@ -108,11 +108,32 @@ def test_bad_draft_model_is_a_clear_error(spm_model):
 
 
 @pytest.mark.parametrize("fixture", ["hybrid_model", "recurrent_model"])
-def test_recurrent_memory_ignores_the_draft_with_a_warning(request, fixture):
+def test_prompt_lookup_runs_on_recurrent_memory(request, fixture):
+    """Prompt lookup drafts through the speculative engine, which rolls recurrent state back: the
+    output is plain greedy's, drafts were verified, and no warning is given."""
+    import warnings
+
     path = request.getfixturevalue(fixture)
     with make(path) as m:
+        expected = m(PROMPT, max_tokens=24, temperature=0)["choices"][0]["text"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = make(path, draft_model=LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=4))
+    with m:
+        assert m(PROMPT, max_tokens=24, temperature=0)["choices"][0]["text"] == expected
+        st = m.last_speculative_stats
+        assert st is not None and st.drafted_by.get("prompt-lookup", 0) == st.drafted > 0
+        assert st.rollbacks > 0 or st.accepted == st.drafted
+
+
+@pytest.mark.parametrize("fixture", ["hybrid_model", "recurrent_model"])
+def test_recurrent_memory_ignores_a_custom_draft_with_a_warning(request, fixture):
+    path = request.getfixturevalue(fixture)
+    with make(path) as m:
+        prompt = m.tokenize(PROMPT.encode())
         expected = m(PROMPT, max_tokens=12, temperature=0)["choices"][0]["text"]
     with pytest.warns(UserWarning, match="draft_model is not used"):
-        m = make(path, draft_model=LlamaPromptLookupDecoding())
+        m = make(path, draft_model=Oracle(prompt, 4))
     with m:
         assert m(PROMPT, max_tokens=12, temperature=0)["choices"][0]["text"] == expected
+        assert m.draft_model.calls == 0

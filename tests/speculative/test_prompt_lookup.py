@@ -1,0 +1,170 @@
+"""Upstream's ``LlamaPromptLookupDecoding`` as the n-gram type ``prompt-lookup`` of the speculative engine.
+
+``Llama(draft_model=LlamaPromptLookupDecoding(...))`` drafts what the object itself proposes, through
+:class:`~llama_cpp._spec_engine.DraftDecoder`: the output is plain decoding's on attention and hybrid
+targets, stats are reported, and it combines with ``speculative=``. Other draft models keep their loop.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from build_tools.fixtures import fixture_path
+from llama_cpp import SpeculativeError
+from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
+from llama_cpp.speculative import SpecConfig, SpeculativeType, make_decoder
+
+from .util import CTX, SMALL, greedy_sampler, plain_generate
+
+Llama = pytest.importorskip("llama_cpp.llama").Llama
+KW = {"n_ctx": 512, "n_batch": 128, "n_ubatch": 128, "n_threads": 1, "n_threads_batch": 1, "verbose": False}
+PROMPT = "the cat sat on the mat and the dog sat on the log and the cat sat on the"
+TARGETS = {"bpe": ("llama_bpe", {}), "echo": ("qwen35_mtp", {"form": "echo"})}
+
+
+class Recording(LlamaPromptLookupDecoding):
+    """Upstream's lookup, remembering every history it was asked about and its answer."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.calls: list[tuple[list[int], list[int]]] = []
+
+    def __call__(self, input_ids, /, **kwargs):
+        out = super().__call__(input_ids, **kwargs)
+        self.calls.append((np.asarray(input_ids).tolist(), np.asarray(out).tolist()))
+        return out
+
+
+def _path(target: str):
+    name, kw = TARGETS[target]
+    return fixture_path(name, **kw)
+
+
+def _text(resp) -> str:
+    return resp["choices"][0]["text"]
+
+
+def test_the_drafter_proposes_what_the_class_proposes():
+    from llama_cpp._spec_ngram import PromptLookup
+
+    rng = random.Random(3)
+    for _ in range(300):
+        hist = [rng.randrange(6) for _ in range(rng.randrange(0, 40))]
+        last = rng.randrange(6)
+        size, n = rng.randrange(1, 4), rng.randrange(1, 9)
+        lookup = LlamaPromptLookupDecoding(size, n)
+        want = LlamaPromptLookupDecoding.find_candidate_pred_tokens(np.array(hist + [last], dtype=np.intc), size, n)
+        assert PromptLookup(lookup, n).draft(hist, last) == want.tolist()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_llama_output_equals_plain_with_stats(target):
+    """Attention (bpe) and hybrid (echo, rolled back by checkpoints) targets."""
+    lookup = Recording(max_ngram_size=2, num_pred_tokens=6)
+    with Llama(_path(target), **KW) as plain, Llama(_path(target), draft_model=lookup, **KW) as spec:
+        assert spec.draft_model is lookup
+        drafted = 0
+        for p in (PROMPT, "Once upon a time"):
+            ref = plain.create_completion(p, max_tokens=32, temperature=0)
+            got = spec.create_completion(p, max_tokens=32, temperature=0)
+            assert _text(got) == _text(ref) and got["usage"] == ref["usage"]
+            st = spec.last_speculative_stats
+            assert st is not None and st.generated == got["usage"]["completion_tokens"]
+            assert set(st.drafted_by) <= {"prompt-lookup"} and st.drafted_by.get("prompt-lookup", 0) == st.drafted
+            drafted += st.drafted
+        assert drafted > 0
+        chunks = list(spec.create_completion(PROMPT, max_tokens=32, temperature=0, stream=True))
+        assert "".join(c["choices"][0]["text"] for c in chunks) == _text(plain.create_completion(
+            PROMPT, max_tokens=32, temperature=0))
+        kw = {"max_tokens": 20, "temperature": 0.8, "seed": 5, "repeat_penalty": 1.1}
+        assert _text(spec.create_completion(PROMPT, **kw)) == _text(plain.create_completion(PROMPT, **kw))
+        # every history the object saw is the sequence so far (the pending token included), and the
+        # drafts are its own answers, unchanged
+        toks = spec.tokenize(PROMPT.encode())
+        for hist, out in lookup.calls:
+            assert out == LlamaPromptLookupDecoding.find_candidate_pred_tokens(
+                np.array(hist, dtype=np.intc), 2, 6).tolist()
+        assert any(h[:len(toks)] == toks for h, _ in lookup.calls)
+        if target == "echo":  # hybrid memory without snapshots: rejected drafts go through checkpoints
+            st = spec.last_speculative_stats
+            assert st.rollbacks == st.rollbacks_checkpoint
+
+
+def test_each_step_verifies_the_objects_answer():
+    """One call per verify step, and the step verifies that call's whole answer (the token budget
+    may cut the last one)."""
+    lookup = Recording(2, 6)
+    with Llama(_path("bpe"), draft_model=lookup, **KW) as m:
+        ks: list[int] = []
+        st = m._spec.stats
+        count = st._count_draft
+
+        def counted(k, n_acc, kind=None):
+            ks.append(k)
+            count(k, n_acc, kind)
+
+        st._count_draft = counted
+        m.create_completion(PROMPT, max_tokens=40, temperature=0)
+    answers = [len(out) for _, out in lookup.calls]
+    # a step with no budget left for a draft (the last) asks nobody
+    assert len(answers) <= len(ks) <= len(answers) + 1 and sum(ks) > 0
+    assert ks[:len(answers) - 1] == answers[:-1] and ks[len(answers) - 1] <= answers[-1]
+
+
+def test_combined_with_speculative_and_named_by_specconfig():
+    path = _path("echo")
+    lookup = LlamaPromptLookupDecoding(max_ngram_size=3, num_pred_tokens=4)
+    with Llama(path, **KW) as plain, \
+            Llama(path, draft_model=lookup, speculative=SpecConfig("ngram-mod", **SMALL), **KW) as both:
+        for p in (PROMPT, "Once upon a time there was a test, and once upon a time there was"):
+            ref = plain.create_completion(p, max_tokens=32, temperature=0)
+            assert _text(both.create_completion(p, max_tokens=32, temperature=0)) == _text(ref)
+            assert set(both.last_speculative_stats.drafted_by) <= {"prompt-lookup", "ngram-mod"}
+        assert both.speculative.types == (SpeculativeType.NGRAM_MOD,)  # the caller's config is kept
+    # SpecConfig names it: the same drafts as the object with those parameters
+    from llama_cpp._internals import LlamaModel
+
+    with LlamaModel(str(path)) as model:
+        prompt = model.tokenize(PROMPT.encode(), add_special=True)
+        ref = plain_generate(model, prompt, 32)
+        stats = []
+        for cfg, obj in ((SpecConfig("prompt-lookup", prompt_lookup={"max_ngram_size": 3, "num_pred_tokens": 4}),
+                          None), (SpecConfig("prompt-lookup"), LlamaPromptLookupDecoding(3, 4))):
+            with make_decoder(model, cfg, ctx_params=dict(CTX), prompt_lookup=obj) as dec:
+                dec.prefill(prompt)
+                assert list(dec.generate(greedy_sampler(), 32)) == ref
+                stats.append((dec.stats.drafted_at, dec.stats.accepted_at))
+        assert stats[0] == stats[1] and stats[0][0]
+
+
+def test_custom_draft_models_keep_their_loop():
+    class Nothing(LlamaDraftModel):
+        def __call__(self, input_ids, /, **kwargs):
+            return np.array([], dtype=np.intc)
+
+    with Llama(_path("bpe"), draft_model=Nothing(), **KW) as m:
+        m.create_completion(PROMPT, max_tokens=4, temperature=0)
+        assert m.last_speculative_stats is None
+
+
+def test_prompt_lookup_config_errors():
+    for bad in ({"max_ngram_size": 0}, {"num_pred_tokens": 0}, {"num_pred_tokens": 2.5}, {"bogus": 1}):
+        with pytest.raises(SpeculativeError, match="prompt_lookup"):
+            SpecConfig("prompt-lookup", prompt_lookup=bad)
+    cfg = SpecConfig("prompt-lookup,ngram-simple,draft-simple", draft_model_path="d.gguf")
+    assert cfg.types[0] is SpeculativeType.PROMPT_LOOKUP and cfg.n_max == max(10, cfg.ngram_simple.size_m, 3)
+
+
+def test_replacing_the_draft_model_after_construction():
+    """Upstream reads ``draft_model`` at each generation: None turns drafting off, a custom model
+    runs its own loop; the output stays plain decoding's."""
+    with Llama(_path("bpe"), **KW) as plain, Llama(_path("bpe"), draft_model=LlamaPromptLookupDecoding(), **KW) as m:
+        ref = _text(plain.create_completion(PROMPT, max_tokens=20, temperature=0))
+        assert _text(m.create_completion(PROMPT, max_tokens=20, temperature=0)) == ref
+        m.draft_model = None
+        m.last_speculative_stats = None
+        assert _text(m.create_completion(PROMPT, max_tokens=20, temperature=0)) == ref
+        assert m.last_speculative_stats is None
