@@ -113,3 +113,20 @@ def test_draft_p_min_and_n_min(targets, draft_path):
     got, st = spec_generate(model, prompt, 24, config("draft-simple", draft_model_path=str(draft_path("echo")),
                                                        draft_n_max=4, draft_n_min=3))
     assert got == ref and all(d == st.drafted_at[0] for d in st.drafted_at[:3])
+
+
+def test_ngram_cache_partly_right_continuation_accepts_part(targets):
+    """ngram-cache drafts from the longest n-gram seen once (3- and 4-grams need one sample): the
+    prompt holds the echo chain ``c0 c1 c2`` once after ``a b``, then a wrong token ``x``, and ends
+    with ``a b c0``; the draft ``c1 c2 x`` is right for two tokens and wrong at the third."""
+    model = targets["echo"]
+    c0 = _word(model, " time")
+    chain = plain_generate(model, [c0], 6)  # c1, c2, c3, ...: what follows c0 wherever it stands
+    words = [_word(model, w) for w in (" cat", " dog", " sat", " mat", " the", " on", " and", " world")]
+    a, b, x, *filler = [w for w in words if w not in chain and w != c0]
+    prompt = [a, b, c0, chain[0], chain[1], x] + filler + [a, b, c0]
+    ref = plain_generate(model, prompt, 16)
+    got, st = spec_generate(model, prompt, 16, config("ngram-cache", 8))
+    assert got == ref
+    assert st.drafted_at and st.accepted_at[:2] == [1, 1] and st.accepted_at[2:3] == [0], str(st)
+    assert 0.0 < st.acceptance_rate < 1.0 and st.rollbacks > 0, str(st)

@@ -172,6 +172,31 @@ def test_dflash2_greedy_equals_plain_and_acceptance(echo, references, name, n):
         assert 0.1 * drafted < accepted < 0.9 * drafted
 
 
+@pytest.mark.parametrize("n", (1, 4, 15))
+def test_dflash2_first_token_always_right_and_constant_never(echo, references, n):
+    """The v1 constructions through the selector lattice (no transition scores: each row's top
+    candidate): ``first`` is always right at position 0 and never after it (100 % with n=1);
+    ``constant`` (a byte token the target never emits tops every row) is never right."""
+    first = SpecConfig("draft-dflash", draft_model_path=str(fixture_path("dflash_draft", form="first", selector=True)),
+                       draft_n_max=n)
+    never = SpecConfig("draft-dflash", draft_model_path=str(fixture_path("dflash_draft", form="constant",
+                                                                           selector=True)), draft_n_max=n)
+    from llama_cpp.speculative import make_decoder
+
+    for cfg in (first, never):
+        with make_decoder(echo, cfg, ctx_params=dict(CTX)) as dec:
+            assert dec.drafters[0]._top_k > 0  # the DFlash2 lattice runs
+    for p in PROMPTS:
+        prompt, ref = references[p]
+        got, st = spec_generate(echo, prompt, N_GEN, first)
+        assert got == ref
+        assert st.drafted_at[0] > 0 and st.accepted_at[0] == st.drafted_at[0], (n, p, str(st))
+        assert sum(st.accepted_at[1:]) == 0 and (n > 1 or st.accepted == st.drafted), (n, p, str(st))
+        got, st = spec_generate(echo, prompt, N_GEN, never)
+        assert got == ref
+        assert st.drafted >= N_GEN // 2 and st.accepted == 0, (n, p, str(st))
+
+
 def test_dflash2_seeded_sampling_equals_plain(echo):
     prompt = echo.tokenize(PROMPTS[1].encode(), add_special=True)
     ref = plain_generate(echo, prompt, N_GEN, dist_sampler(3))

@@ -159,3 +159,21 @@ def test_matches_llama_speculative_simple(echo, target_path, run_tool, name, m):
         assert st.drafted == tool_drafted_tokens(proc.stderr, "draft-dspark"), str(st)
         assert (st.drafted_at[0], st.accepted) == (n_drafts, n_acc), (name, m, p, str(st))
         assert my_rates == [r for r in rates if r], (name, m, p)
+
+
+@pytest.mark.parametrize("name", ("chain", "blurred"))
+def test_llama_grammar_constrained_equals_plain(name):
+    """draft-dspark under a grammar: drafts the grammar forbids are rejected, the output is plain
+    decoding's (greedy and seeded)."""
+    path = fixture_path("qwen35_mtp", form="echo")
+    grammar = 'root ::= (" the" | " cat" | " sat" | " on" | " mat")+'
+    prompt = "the cat sat on the mat and the dog sat on the log and the cat sat on the"
+    with Llama(path, **KW) as plain, Llama(path, speculative=_cfg(name, 4), **KW) as spec:
+        for temp, seed in ((0, None), (0.9, 3)):
+            ref = plain.create_completion(prompt, max_tokens=20, temperature=temp, seed=seed, grammar=grammar)
+            got = spec.create_completion(prompt, max_tokens=20, temperature=temp, seed=seed, grammar=grammar)
+            assert got["choices"][0]["text"] == ref["choices"][0]["text"]
+            words = got["choices"][0]["text"].split()
+            assert words and set(words[:-1]) <= {"the", "cat", "sat", "on", "mat"}
+            st = spec.last_speculative_stats
+            assert st.drafted > 0 and set(st.drafted_by) == {"draft-dspark"}

@@ -72,7 +72,7 @@ def test_completion_and_stream_equal_plain(pair, target, kind):
     assert got["choices"][0]["logprobs"]["tokens"] == ref["choices"][0]["logprobs"]["tokens"]
 
 
-@pytest.mark.parametrize("kind", ("ngram-simple", "ngram-map-k4v", "draft-simple", "combined"))
+@pytest.mark.parametrize("kind", NGRAM_TYPES + ("draft-simple", "combined"))
 def test_chat_equals_plain(pair, kind):
     plain, spec = pair("echo", kind)
     msgs = list(MESSAGES)
@@ -83,6 +83,9 @@ def test_chat_equals_plain(pair, kind):
         streamed = "".join(c["choices"][0]["delta"].get("content") or ""
                            for c in spec.create_chat_completion(msgs, max_tokens=16, temperature=0, stream=True))
         assert streamed == ref["choices"][0]["message"]["content"]
+        st = spec.last_speculative_stats  # the chat ran through the speculative decoder
+        assert st is not None and st.generated == got["usage"]["completion_tokens"]
+        assert set(st.drafted_by) <= {t.value for t in spec.speculative.types}
         msgs = msgs + [ref["choices"][0]["message"], {"role": "user", "content": "Again, the cat sat on the mat"}]
 
 
