@@ -168,3 +168,20 @@ def test_replacing_the_draft_model_after_construction():
         m.last_speculative_stats = None
         assert _text(m.create_completion(PROMPT, max_tokens=20, temperature=0)) == ref
         assert m.last_speculative_stats is None
+
+
+def test_slots_run_a_named_prompt_lookup(targets):
+    """The server's slots draft with ``spec_type="prompt-lookup"`` as with upstream's ``draft_model``."""
+    from llama_cpp._internals import LlamaContext
+    from llama_cpp._spec_ngram import PromptLookup
+    from llama_cpp._spec_slots import SlotSpeculation
+
+    model = targets["bpe"]
+    with LlamaContext(model, n_ctx=256, n_batch=64, n_ubatch=64, n_seq_max=2, n_threads=1, n_threads_batch=1) as ctx:
+        named = SlotSpeculation(model, ctx, 2, config=SpecConfig(
+            "prompt-lookup", prompt_lookup={"max_ngram_size": 3, "num_pred_tokens": 5}))
+        given = SlotSpeculation(model, ctx, 2, prompt_lookup=LlamaPromptLookupDecoding(3, 5))
+        prompt = model.tokenize(PROMPT.encode(), add_special=True)
+        a, b = named.start(prompt), given.start(prompt)
+        assert [type(d) for d in a.drafters] == [PromptLookup] and named.n_max == given.n_max == 5
+        assert a.drafters[0].draft(prompt[:-1], prompt[-1]) == b.drafters[0].draft(prompt[:-1], prompt[-1]) != []
