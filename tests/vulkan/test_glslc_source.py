@@ -98,6 +98,8 @@ def test_the_built_glslc_compiles_ggml_shaders(tmp_path):
                     "python -c 'from build_tools.stages.native.vulkan_toolchain import build_glslc; build_glslc()'")
     version = subprocess.run([str(glslc), "--version"], capture_output=True, text=True, check=True).stdout
     assert version.startswith("shaderc v2023.2") and "spirv-tools v2023.1" in version and "glslang" in version
+    # the first line enters the content key: the fixed date, not the day it was built
+    assert version.splitlines()[0] == "shaderc v2023.2 unknown hash, 2023-02-01", version
     shaders = REPO / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-vulkan" / "vulkan-shaders"
     if not shaders.is_dir():
         pytest.skip("the pinned llama.cpp is not vendored")
@@ -139,6 +141,7 @@ def test_building_glslc_prints_nothing_on_stdout(monkeypatch, tmp_path, capfd):
     def run(cmd, **kw):
         commands.append(cmd)
         assert kw.get("capture", True), "a build command would print on stdout"
+        assert kw["env"]["SOURCE_DATE_EPOCH"] == vt.GLSLC_SOURCE_DATE_EPOCH  # no build date in the version
         if "--build" in cmd:
             out = Path(cmd[cmd.index("--build") + 1]) / "glslc"
             out.mkdir(parents=True)

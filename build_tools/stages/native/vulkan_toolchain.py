@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import shutil
 import sys
 import tarfile
@@ -54,6 +55,9 @@ GLSLC_SOURCES = (
                  "0af7d53fb033dbcf0a35a2f27e5a4a609e1e2755477d4188743f3e4e3a62c760", "spirv-headers"),
 )
 GLSLC_PACKAGE = "glslc"  # the package name [config.vulkan] uses for it
+# shaderc, glslang and SPIRV-Tools stamp the build date into `glslc --version` (whose first line
+# enters the key) unless SOURCE_DATE_EPOCH fixes it: shaderc 2023.2's release month, 2023-02-01.
+GLSLC_SOURCE_DATE_EPOCH = "1675209600"
 # Only glslc is built: no tests, examples, other executables, or install rules.
 _GLSLC_CMAKE = ("-DCMAKE_BUILD_TYPE=Release", "-DSHADERC_SKIP_TESTS=ON", "-DSHADERC_SKIP_EXAMPLES=ON",
                 "-DSHADERC_SKIP_COPYRIGHT_CHECK=ON", "-DSHADERC_SKIP_INSTALL=ON", "-DSPIRV_SKIP_TESTS=ON",
@@ -85,7 +89,7 @@ def _unpack(archive: Path, dest: Path) -> None:
 
 def glslc_path(sources: tuple[PinnedSource, ...] = GLSLC_SOURCES) -> Path:
     """Where :func:`build_glslc` puts the glslc of ``sources`` (under the cache root)."""
-    digest = hashlib.sha256("".join(t.sha256 for t in sources).encode()).hexdigest()[:16]
+    digest = hashlib.sha256("".join(t.sha256 for t in sources).encode() + GLSLC_SOURCE_DATE_EPOCH.encode()).hexdigest()[:16]
     return cache_root() / "toolchains" / f"glslc-{digest}" / "bin" / "glslc"
 
 
@@ -102,12 +106,13 @@ def build_glslc(sources: tuple[PinnedSource, ...] = GLSLC_SOURCES, *, jobs: int 
             _unpack(debfile.fetch(t.pool_path, t.sha256, downloads_dir()), tmp / t.into)
         src, build, headers = tmp / "src", tmp / "build", tmp / "spirv-headers" / "usr"
         cmake = str(find_cmake())
+        env = {**os.environ, "SOURCE_DATE_EPOCH": GLSLC_SOURCE_DATE_EPOCH}
         proc.run([cmake, "-S", str(src), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={find_ninja()}",
                   f"-DPython3_EXECUTABLE={sys.executable}", f"-DPYTHON_EXECUTABLE={sys.executable}",
                   f"-DSPIRV-Headers_SOURCE_DIR={headers}", *_GLSLC_CMAKE],
-                 what="configuring glslc (shaderc)", error=ToolNotFoundError)
+                 what="configuring glslc (shaderc)", error=ToolNotFoundError, env=env)
         proc.run([cmake, "--build", str(build), "--target", "glslc_exe", *(["-j", str(jobs)] if jobs else [])],
-                 what="building glslc (shaderc)", error=ToolNotFoundError, timeout=7200)
+                 what="building glslc (shaderc)", error=ToolNotFoundError, timeout=7200, env=env)
         (tmp / "bin").mkdir()
         shutil.copy2(build / "glslc" / "glslc", tmp / "bin" / "glslc")
         for d in {t.into.split("/", 1)[0] for t in sources} | {"build"}:
