@@ -28,7 +28,10 @@ f16, where decoding costs, with drafts built for it; the others on the tiny fixt
 - ``dspark-first`` (a Markov head without bias: as ``dflash-first``) / ``large-dspark`` (the
   target's successor chain: 100 %): ``draft-dspark``.
 - ``mtp-echo`` / ``mtp-noisy`` / ``large-mtp`` / ``large-mtp-noisy``: ``draft-mtp`` with the
-  target's own NextN head.
+  target's own NextN head. ``large-mtp-q8`` / ``large-mtp-f32``: ``large-mtp`` with the matrices in
+  q8_0 / f32 (how a multi-token verify costs against one token depends on ggml's matmul kernels
+  for the weight type); ``large-mtp-f32-24``: f32 with 24 trunk layers (the one NextN block, a
+  draft step, then costs half as much against a target decode).
 - ``heads-echo`` / ``large-heads``: ``draft-mtp`` chaining step35's NextN heads (3 on the tiny
   trunk; 4 on ``qwen35_mtp_large``'s trunk sizes, 96 M parameters); draft sizes are capped at the
   head count.
@@ -334,6 +337,10 @@ CASES: dict[str, Case] = {
                        max_draft=HEADS),
     "large-mtp": Case(LARGE, PROMPT, ("draft-mtp",), mtp=True),
     "large-mtp-noisy": Case(("qwen35_mtp_large", {"form": "noisy"}), PROMPT, ("draft-mtp",), mtp=True),
+    "large-mtp-q8": Case(("qwen35_mtp_large", {"form": "echo", "wtype": "q8_0"}), PROMPT, ("draft-mtp",), mtp=True),
+    "large-mtp-f32": Case(("qwen35_mtp_large", {"form": "echo", "wtype": "f32"}), PROMPT, ("draft-mtp",), mtp=True),
+    "large-mtp-f32-24": Case(("qwen35_mtp_large", {"form": "echo", "wtype": "f32", "n_trunk": 24}), PROMPT,
+                             ("draft-mtp",), mtp=True),
     "large-cycle": Case(LARGE, None, NGRAM),
     "large-draft": Case(LARGE, PROMPT, ("draft-simple",), ("draft_model", {"form": "echo", **BIG})),
     "large-draft-noisy": Case(LARGE, PROMPT, ("draft-simple",),
