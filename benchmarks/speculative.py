@@ -2,7 +2,7 @@
 
     python benchmarks/speculative.py [--cases C,...] [--types T,...] [--drafts 1,2,3,4] [--n-gen G]
                                      [-t N] [--reps R] [--tool-poll P] [--cpu] [--breakdown]
-                                     [--target PATH --prompt TEXT [--draft PATH]]
+                                     [--target PATH --prompt TEXT [--draft PATH]] [--batch-cost N,...]
 
 One row per (case, type, draft size): our tokens/s (generation only, after the prompt), the tool's
 "decoded ... speed" from the same build, plain greedy token-at-a-time tokens/s on the same target
@@ -304,6 +304,41 @@ def run_case(label: str, path: Path, prompt_text: str | None, types: list[str], 
         model.close()
 
 
+def batch_cost(path: Path, sizes: list[int], reps: int, threads: int) -> None:
+    """CPU ms of one target decode of ``n`` tokens (every row an output, as a verify batch), per
+    size in ``sizes``, interleaved over ``reps`` rounds at growing positions; thread CPU time
+    (``-t 1``: the decode runs on the calling thread), medians, and each size's multiple of the
+    first's: what a verify of ``n - 1`` drafted tokens costs in single-token decodes."""
+    from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel
+
+    if threads != 1:
+        raise SystemExit("--batch-cost measures thread CPU time: use -t 1")
+    model = LlamaModel(path)
+    res: dict[int, list[float]] = {n: [] for n in sizes}
+    try:
+        with LlamaContext(model, n_ctx=4096, n_batch=256, n_ubatch=256, n_threads=1, n_threads_batch=1) as ctx, \
+                LlamaBatch(256, 0, 1) as b:
+            pos = 0
+            for r in range(reps + 2):  # two warm-up rounds
+                for n in sizes:
+                    b.clear()
+                    for i in range(n):
+                        b.add(10 + i, pos + i, 0, True)
+                    c0 = time.thread_time()
+                    ctx.decode(b)
+                    if r >= 2:
+                        res[n].append(1e3 * (time.thread_time() - c0))
+                    pos += n
+                    if pos + max(sizes) >= 4096:
+                        ctx.memory_clear(True)
+                        pos = 0
+    finally:
+        model.close()
+    base = _med(res[sizes[0]])
+    print(f"{path.name}: " + ", ".join(f"{n} tokens {_med(v):.2f} ms ({_med(v) / base:.2f}x)" for n, v in res.items())
+          + f"; {_load()}")
+
+
 class Case(NamedTuple):
     """A benchmark case: the target fixture (name, params), the prompt (None: the echo cycle), the
     types it runs, the draft fixture (name, params) and whether the target loads its NextN layers."""
@@ -375,12 +410,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=Path, help="a real target model (replaces the cases)")
     ap.add_argument("--draft", type=Path, help="its draft model (draft-simple, -eagle3, -dflash, -dspark)")
     ap.add_argument("--prompt", default=TEXT)
+    ap.add_argument("--batch-cost", metavar="N,...",
+                    help="instead: CPU ms of one target decode of N tokens (all outputs) for each case's target "
+                         "(or --target), e.g. 1,2,5,9")
     args = ap.parse_args(argv)
     types = [t for t in args.types.split(",") if t]
     drafts = [int(x) for x in args.drafts.split(",") if x]
     tools, env = native_tools()
     from build_tools.fixtures import fixture_path
 
+    if args.batch_cost:
+        sizes = [int(x) for x in args.batch_cost.split(",") if x]
+        paths = [args.target] if args.target is not None else [
+            fixture_path(CASES[c].target[0], **CASES[c].target[1]) for c in args.cases.split(",") if c]
+        for p in dict.fromkeys(paths):
+            batch_cost(p, sizes, args.reps, args.threads)
+        return 0
     if args.target is not None:
         run_case("model", args.target, args.prompt, types, drafts, args, tools, env, draft=args.draft,
                  mtp="draft-mtp" in types)
