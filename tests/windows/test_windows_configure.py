@@ -8,8 +8,9 @@ into generated .cmake files, where ``C:\\Program Files`` would read as an escape
 
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
+import tempfile
 from pathlib import PureWindowsPath
 
 import pytest
@@ -20,6 +21,7 @@ from build_tools.inputs.lock import load_lock
 from build_tools.stages.native import build as native
 
 from ..build_tools.fake_tree import make_fake_tree
+from .test_wine import _wine, _wineserver
 
 # What llama.cpp's CMake files ask (ggml/CMakeLists.txt, cmake/build-info.cmake, cmake/git-vars.cmake,
 # CMake's FindGit) and what the pinned answers are.
@@ -30,6 +32,7 @@ QUESTIONS = {
     ("describe", "--match=NeVeRmAtCh", "--always", "--abbrev=8"): ("short", 0),
     ("log", "-1", "--format=%ad", "--date=local"): ("", 1),
     ("--version",): ("", 1),
+    ("rev-parse", "--short", "HEAD", "extra"): ("", 1),
 }
 
 
@@ -69,20 +72,33 @@ def test_other_hosts_keep_the_shell_stand_in(plan, tmp_path, monkeypatch):
 
 
 def test_the_cmd_stand_in_answers_like_git_under_wine(plan, tmp_path, monkeypatch):
-    """cmd.exe's own reading of the .cmd file (Wine's cmd; on a runner CMake starts it through cmd.exe)."""
-    wine = shutil.which("wine") or shutil.which("wine64")
+    """cmd.exe's own reading of the .cmd file (Wine's cmd; on a runner CMake starts it through cmd.exe),
+    by the forward-slash path CMake uses and by a backslash one. A private prefix: the shared one's
+    wineserver belongs to tests/windows/test_wine.py."""
+    wine = _wine()
     if wine is None:
-        pytest.skip("Wine is not installed (nox -s windows installs it as root)")
+        pytest.skip("Wine is not installed: apt-get install wine64")
     monkeypatch.setattr(native, "_host_is_windows", lambda: True)
     git = _git_defines(native._configure_cmd(plan, tmp_path / "b"))["GIT_EXE"]
     lock = load_lock()
-    env = {"WINEDEBUG": "-all", "WINEPREFIX": str(tmp_path / "wineprefix"), "PATH": "/usr/bin:/bin"}
-    for args, (answer, code) in QUESTIONS.items():
-        windows_path = "Z:" + git.replace("/", "\\")  # Wine's Z: drive is /
-        done = subprocess.run([wine, "cmd", "/c", windows_path, *args], capture_output=True, text=True, check=False,
-                              env=env, timeout=300)
-        want = {"short": lock.short_commit, "build": str(lock.build_number), "": ""}[answer]
-        assert (done.stdout.strip(), done.returncode) == (want, code), (args, done.stderr[-500:])
+    env = {**os.environ, "WINEPREFIX": str(tmp_path / "wineprefix"), "WINEDEBUG": "-all",
+           "WINEDLLOVERRIDES": "mscoree,mshtml="}
+    try:
+        for windows_path in ("Z:" + git, "Z:" + git.replace("/", "\\")):  # Wine's Z: drive is /
+            for args, (answer, code) in QUESTIONS.items():
+                with tempfile.TemporaryFile() as out:  # a file: Wine's helpers may keep a pipe open
+                    done = subprocess.run([wine, "cmd", "/c", windows_path, *args], stdin=subprocess.DEVNULL,
+                                          stdout=out, stderr=subprocess.DEVNULL, env=env, timeout=300,
+                                          check=False, start_new_session=True)
+                    out.seek(0)
+                    got = out.read().decode(errors="replace").strip()
+                want = {"short": lock.short_commit, "build": str(lock.build_number), "": ""}[answer]
+                assert (got, done.returncode) == (want, code), (windows_path, args)
+    finally:
+        server = _wineserver(wine)
+        if server is not None:
+            subprocess.run([server, "-k"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=False, timeout=60)
 
 
 def test_windows_paths_reach_cmake_with_forward_slashes(tmp_path, monkeypatch):
