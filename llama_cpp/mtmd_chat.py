@@ -516,6 +516,16 @@ class _MediaHistory:
         self._excess = 0
         self._spans = ()
 
+    def _reset_state(self) -> None:
+        super()._reset_state()  # type: ignore[misc]
+        self._forget_media()
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """A text prompt (:meth:`prefill_chunks` for one with media); after a media prompt it starts over."""
+        if self._spans:
+            self.reset()  # type: ignore[attr-defined]
+        super().prefill(tokens)  # type: ignore[misc]
+
     def _tell_media(self, drafters: Sequence[Any], old: Sequence[int], history: list[int]) -> None:
         for d in drafters:
             set_media = getattr(d, "set_media", None)
@@ -544,16 +554,6 @@ class MultimodalMTPDecoder(_MediaHistory, MTPDecoder):
             self._extra = []  # media_drafters closed them
             self.close()
             raise
-
-    def _reset_state(self) -> None:
-        super()._reset_state()
-        self._forget_media()
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        """A text prompt (:meth:`prefill_chunks` for one with media); after a media prompt it starts over."""
-        if self._spans:
-            self.reset()
-        super().prefill(tokens)
 
     def prefill_chunks(self, mctx: MTMDContext, chunks: Chunks) -> None:
         """Make the sequence the chunks' contents; the last text token stays pending.
@@ -648,16 +648,6 @@ class MultimodalDraftDecoder(_MediaHistory, DraftDecoder):
             self._mbatch.close()
             self._mbatch = None
         super().close()
-
-    def _reset_state(self) -> None:
-        super()._reset_state()
-        self._forget_media()
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        """A text prompt (:meth:`prefill_chunks` for one with media); after a media prompt it starts over."""
-        if self._spans:
-            self.reset()
-        super().prefill(tokens)
 
     def prefill_chunks(self, mctx: MTMDContext, chunks: Chunks) -> None:
         """Make the sequence the chunks' contents; the last text token stays pending.
