@@ -535,7 +535,7 @@ class SlotSpeculation:
 
     def _ngram_drafters(self) -> list[Any]:
         from ._spec_ngram import NgramCache, NgramMap, NgramMod, NgramSimple
-        from .speculative import _PRIORITY, SpeculativeType
+        from .speculative import _PRIORITY, SpeculativeType, prompt_lookup_drafter
 
         cfg = self.config
         out: list[Any] = []
@@ -548,11 +548,7 @@ class SlotSpeculation:
                 continue
             if t is SpeculativeType.PROMPT_LOOKUP:
                 if self.prompt_lookup is None:
-                    from .llama_speculative import LlamaPromptLookupDecoding
-
-                    pl = cfg.prompt_lookup
-                    out.append(PromptLookup(LlamaPromptLookupDecoding(pl.max_ngram_size, pl.num_pred_tokens),
-                                            pl.num_pred_tokens))
+                    out.append(prompt_lookup_drafter(cfg.prompt_lookup))
             elif t is SpeculativeType.NGRAM_SIMPLE:
                 out.append(NgramSimple(cfg.ngram_simple.size_n, cfg.ngram_simple.size_m))
             elif t in (SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V):

@@ -520,6 +520,25 @@ class _MediaHistory:
         super()._reset_state()  # type: ignore[misc]
         self._forget_media()
 
+    def _fill(self, mctx: MTMDContext, items: Sequence[Chunk]) -> tuple[list[MediaSpan], int]:
+        """Decode ``items`` in order through ``_add_media``/``_add_text``; the last text token stays
+        pending (``_id_last``). Returns the media spans and the prompt's token count."""
+        spans: list[MediaSpan] = []
+        n_new = 0
+        for k, ch in enumerate(items):
+            if ch.is_media:
+                spans.append(self._add_media(mctx, ch))  # type: ignore[attr-defined]
+            else:
+                toks = [int(t) for t in ch.tokens]
+                if k == len(items) - 1:
+                    self._id_last = toks[-1]
+                    toks = toks[:-1]
+                if toks:
+                    self.model.check_tokens(toks, "prompt token")  # type: ignore[attr-defined]
+                    self._add_text(toks)  # type: ignore[attr-defined]
+            n_new += ch.n_tokens
+        return spans, n_new
+
     def prefill(self, tokens: Sequence[int]) -> None:
         """A text prompt (:meth:`prefill_chunks` for one with media); after a media prompt it starts over."""
         if self._spans:
@@ -568,27 +587,17 @@ class MultimodalMTPDecoder(_MediaHistory, MTPDecoder):
         tgt.memory_clear(True)
         dft.memory_clear(True)
         self._reset_state()
-        spans: list[MediaSpan] = []
-        n_new = 0
-        for k, ch in enumerate(items):
-            if ch.is_media:
-                spans.append(self._extend_media(mctx, ch))
-            else:
-                toks = [int(t) for t in ch.tokens]
-                if k == len(items) - 1:
-                    self._id_last = toks[-1]
-                    toks = toks[:-1]
-                if toks:
-                    self.model.check_tokens(toks, "prompt token")
-                    self._extend(toks)
-            n_new += ch.n_tokens
+        spans, n_new = self._fill(mctx, items)
         self._excess, self._spans = excess, tuple(spans)
         if self._extra:
             self._tell_media(self._extra, old, self._kv)
         self.stats.prefill_tokens += n_new
         self.stats.t_prefill += time.perf_counter() - t0
 
-    def _extend_media(self, mctx: MTMDContext, ch: Chunk) -> MediaSpan:
+    def _add_text(self, tokens: list[int]) -> None:
+        self._extend(tokens)
+
+    def _add_media(self, mctx: MTMDContext, ch: Chunk) -> MediaSpan:
         """Decode one media chunk on the target and mirror it (shifted h rows) into the draft."""
         tgt, dft = self._live()
         rows = mctx.encode(ch)
@@ -664,31 +673,25 @@ class MultimodalDraftDecoder(_MediaHistory, DraftDecoder):
         tgt.memory_clear(True)
         self._reset_state()
         self._dirty = True  # until the whole prompt is in
-        kv = self._kv
-        spans: list[MediaSpan] = []
-        n_new = 0
-        for k, ch in enumerate(items):
-            if ch.is_media:
-                rows = mctx.encode(ch)
-                pos = mctx.positions(ch, len(kv))
-                _decode_media(tgt, self._mbatch, rows, pos, mctx.use_non_causal(ch), output_last=False)
-                spans.append(MediaSpan(len(kv), ch.n_pos, rows, pos))
-                kv.extend([MEDIA_TOKEN] * ch.n_pos)
-            else:
-                toks = [int(t) for t in ch.tokens]
-                if k == len(items) - 1:
-                    self._id_last = toks[-1]
-                    toks = toks[:-1]
-                if toks:
-                    self.model.check_tokens(toks, "prompt token")
-                    self._decode(toks, len(kv), outputs=False)
-                    kv.extend(toks)
-            n_new += ch.n_tokens
+        spans, n_new = self._fill(mctx, items)
         self._dirty = False
         self._excess, self._spans = excess, tuple(spans)
-        self._tell_media(self._drafters, old, kv)
+        self._tell_media(self._drafters, old, self._kv)
         self.stats.prefill_tokens += n_new
         self.stats.t_prefill += time.perf_counter() - t0
+
+    def _add_text(self, tokens: list[int]) -> None:
+        self._decode(tokens, len(self._kv), outputs=False)
+        self._kv.extend(tokens)
+
+    def _add_media(self, mctx: MTMDContext, ch: Chunk) -> MediaSpan:
+        """Decode one media chunk on the target at its mtmd positions; the history holds MEDIA_TOKEN there."""
+        kv = self._kv
+        rows = mctx.encode(ch)
+        pos = mctx.positions(ch, len(kv))
+        _decode_media(self._live(), self._mbatch, rows, pos, mctx.use_non_causal(ch), output_last=False)
+        kv.extend([MEDIA_TOKEN] * ch.n_pos)
+        return MediaSpan(len(kv) - ch.n_pos, ch.n_pos, rows, pos)
 
 
 # --------------------------------------------------------------------------------------------

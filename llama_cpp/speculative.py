@@ -640,13 +640,25 @@ def with_prompt_lookup(config: SpecConfig | None, lookup: Any) -> SpecConfig:
     return dataclasses.replace(config, spec_type=types, types=(), prompt_lookup=params)
 
 
+def prompt_lookup_drafter(params: PromptLookupParams, fn: Any = None) -> Any:
+    """The ``prompt-lookup`` drafter: ``fn`` (a ``LlamaPromptLookupDecoding`` or its call signature),
+    by default upstream's lookup with ``params``, cut to ``params.num_pred_tokens`` tokens."""
+    from ._spec_ngram import PromptLookup
+
+    if fn is None:
+        from .llama_speculative import LlamaPromptLookupDecoding
+
+        fn = LlamaPromptLookupDecoding(params.max_ngram_size, params.num_pred_tokens)
+    return PromptLookup(fn, params.num_pred_tokens)
+
+
 def build_drafters(model: Any, config: SpecConfig, target: Any, prompt_lookup: Any = None) -> list[Any]:
     """The token drafters of ``config``'s n-gram and draft-model types, in llama.cpp's priority order.
 
     ``prompt_lookup``: the callable that drafts for ``prompt-lookup`` (by default a
     ``LlamaPromptLookupDecoding`` with ``config.prompt_lookup``)."""
     from ._spec_draft import DraftModel
-    from ._spec_ngram import NgramCache, NgramMap, NgramMod, NgramSimple, PromptLookup, load_ngram_cache
+    from ._spec_ngram import NgramCache, NgramMap, NgramMod, NgramSimple, load_ngram_cache
 
     tp = getattr(target, "params", None)
     # draft contexts run like their target (threads above all)
@@ -657,13 +669,7 @@ def build_drafters(model: Any, config: SpecConfig, target: Any, prompt_lookup: A
             if t not in config.types:
                 continue
             if t is SpeculativeType.PROMPT_LOOKUP:
-                fn = prompt_lookup
-                if fn is None:
-                    from .llama_speculative import LlamaPromptLookupDecoding
-
-                    fn = LlamaPromptLookupDecoding(config.prompt_lookup.max_ngram_size,
-                                                   config.prompt_lookup.num_pred_tokens)
-                out.append(PromptLookup(fn, config.prompt_lookup.num_pred_tokens))
+                out.append(prompt_lookup_drafter(config.prompt_lookup, prompt_lookup))
             elif t is SpeculativeType.NGRAM_SIMPLE:
                 p = config.ngram_simple
                 out.append(NgramSimple(p.size_n, p.size_m))
