@@ -58,7 +58,8 @@ from ..common.fsutil import write_json_atomic
 from ..common.paths import REPO_ROOT, VENDOR_DIR
 from ..errors import ManifestError, ToolTimeoutError, WheelError
 from ..inputs.configs import BuildConfig
-from .native.manifest import MANIFEST_NAME, NativeManifest, cpu_variant_problems
+from .native.cpu_variants import cpu_variant_problems
+from .native.manifest import MANIFEST_NAME, NativeManifest
 from .wheels.build import PACKAGE, BuiltWheel, dist_info_name, expected_version, payload_entries, read_project
 from .wheels.inwheel import parse_wheel_name, record_hash
 from .wheels.repair_macos import dependency_problems, is_macos_tag, tag_arch

@@ -75,7 +75,7 @@ def test_the_release_build_has_every_arm64_cpu_variant_of_ggml():
     from dataclasses import replace
 
     from build_tools.common.paths import VENDOR_DIR
-    from build_tools.stages.native.manifest import GGML_CPU_LISTS, cpu_variant_problems, expected_cpu_variants
+    from build_tools.stages.native.cpu_variants import GGML_CPU_LISTS, cpu_variant_problems, expected_cpu_variants
 
     nb = _finished("cpu-aarch64")
     if nb is None:

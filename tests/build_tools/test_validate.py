@@ -9,13 +9,8 @@ import pytest
 
 from build_tools.common.paths import VENDOR_DIR
 from build_tools.errors import ManifestError
-from build_tools.stages.native.manifest import (
-    GGML_CPU_LISTS,
-    LibraryRecord,
-    NativeManifest,
-    cpu_variant_problems,
-    expected_cpu_variants,
-)
+from build_tools.stages.native.cpu_variants import GGML_CPU_LISTS, cpu_variant_problems, expected_cpu_variants
+from build_tools.stages.native.manifest import LibraryRecord, NativeManifest
 
 LISTS = VENDOR_DIR / GGML_CPU_LISTS
 
