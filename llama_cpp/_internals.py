@@ -78,13 +78,26 @@ def _as_float_ptr(ptr: Any) -> Any:
     return ptr
 
 
+_FLOAT_VIEWS: dict[tuple[int, int], np.ndarray] = {}
+
+
 def float_view(ptr: Any, n: int) -> np.ndarray | None:
-    """A read-only NumPy view of ``n`` floats at a native address (None for NULL)."""
+    """A read-only NumPy view of ``n`` floats at a native address (None for NULL).
+
+    llama.cpp hands out the same output buffers decode after decode, so views are kept by
+    (address, length): making one costs more than a small model's sampling step. A view is only
+    handed out for an address llama.cpp just returned, so it never outlives what it shows."""
     ptr = _as_float_ptr(ptr)
     if not ptr:
         return None
-    arr = np.ctypeslib.as_array(ptr, shape=(n,))
-    arr.flags.writeable = False
+    key = (ctypes.addressof(ptr.contents), n)
+    arr = _FLOAT_VIEWS.get(key)
+    if arr is None:
+        if len(_FLOAT_VIEWS) >= 1024:
+            _FLOAT_VIEWS.clear()
+        arr = np.ctypeslib.as_array(ptr, shape=(n,))
+        arr.flags.writeable = False
+        _FLOAT_VIEWS[key] = arr
     return arr
 
 
@@ -360,6 +373,9 @@ class LlamaModel(_Owned):
         self._upstream_contexts: weakref.WeakSet[LlamaContext] = weakref.WeakSet()
         self.path = _model_path(path, path_model)
         self.path_model = os.fspath(self.path)
+        self.kv_overrides = dict(kv_overrides or {})  # what the header's values were replaced with
+        # overrides inside a caller's llama_model_params are not read back: treated as touching anything
+        self.kv_overrides_unknown = params is not None and bool(getattr(params, "kv_overrides", None))
         self.verbose = bool(verbose)  # llama.cpp's log goes through logging here, whatever this says
         C = _lib()
         keep: list[Any] = []

@@ -35,8 +35,11 @@ class RawExtBatch:
     extended batch entries, "for example the MTP hook batches") through ctypes views of its
     buffers and submits it with ``llama_decode``: no native call per entry (adding, positioning
     and attaching a row cost four ctypes calls an entry, as much as a tiny draft decode's graph).
-    Rows of other widths (an EAGLE3 or DFlash draft's) go through the extended batch entry by
-    entry, where llama.cpp checks each row's width.
+    :meth:`rows` (embedding rows without tokens: a DFlash draft's target features, an EAGLE3
+    draft's encoder input) does the same through ``llama_decode``/``llama_encode`` when the rows
+    are as wide as ``llama_batch_compat`` reads them there (``n_embd_inp``, or ``n_embd_inp_enc``
+    for the encoder). Rows of other widths go through the extended batch entry by entry, where
+    llama.cpp checks each row's width.
     """
 
     def __init__(self, batch: Any, ctx: Any, n_embd: int) -> None:
@@ -72,6 +75,20 @@ class RawExtBatch:
             st.n_seq_id = None  # every entry in sequence 0 (llama.cpp's default)
             st.seq_id = None
         self._decode_fn = C.llama_decode
+        # embedding rows alone, as wide as the batch takes them (a DFlash draft's decoder input, an
+        # EAGLE3 draft's encoder input): one plain batch of rows, section-major positions (four
+        # sections for M-RoPE), converted by llama.cpp's llama_batch_compat at that width
+        self._row_widths = (int(getattr(batch, "n_embd", -1)), int(getattr(batch, "n_embd_enc", -1)))
+        self._rpos = (ctypes.c_int32 * (4 * n))()
+        self._rows_only_buf = np.zeros((0, 0), dtype=np.float32)  # where _rowsonly.embd points
+        self._rowsonly = C.llama_batch()
+        self._rowsonly.token = None
+        self._rowsonly.embd = None
+        self._rowsonly.pos = ctypes.cast(self._rpos, i32p)
+        self._rowsonly.logits = ctypes.cast(self._out, ctypes.POINTER(ctypes.c_int8))
+        self._rowsonly.n_seq_id = None
+        self._rowsonly.seq_id = None
+        self._encode_fn = C.llama_encode
 
     def _row_room(self, m: int) -> np.ndarray:
         buf = self._rows_buf
@@ -152,8 +169,12 @@ class RawExtBatch:
         the encoder (every row an output; positions are placeholders a per-token encoder ignores)
         or to the decoder (no outputs: a DFlash draft writes them into its memory). ``mrope``: the
         model takes four positions per embedding, ``(p, p, p, 0)`` for text."""
-        C, b, pos = self._C, self._b, self._pos
+        m, width = rows.shape
+        if 0 < m <= self.n_batch and width == self._row_widths[1 if encode else 0]:
+            self._rows_plain(rows, pos0, encode, mrope)
+            return
         rows = np.ascontiguousarray(rows, dtype=np.float32)
+        C, b, pos = self._C, self._b, self._pos
         add, set_pos, set_out = C.llama_batch_ext_add_embd, C.llama_batch_ext_set_pos, C.llama_batch_ext_set_output_embd
         C.llama_batch_ext_clear(b)
         e = C.llama_embd()
@@ -178,6 +199,28 @@ class RawExtBatch:
         if rc != 0:
             what = "encode" if encode else "decode"
             raise DecodeError(f"llama_process({what}) returned {rc} on {rows.shape[0]} rows at position {pos0}")
+
+    def _rows_plain(self, rows: np.ndarray, pos0: int, encode: bool, mrope: bool) -> None:
+        """:meth:`rows` in one plain ``llama_batch`` (the rows are as wide as llama.cpp converts them)."""
+        m, width = rows.shape
+        buf = self._rows_only_buf
+        if buf.shape[0] < m or buf.shape[1] != width:  # grows to the longest batch seen, at most n_batch rows
+            cap = min(max(m, 2 * buf.shape[0] if buf.shape[1] == width else 0, 16), self.n_batch)
+            buf = self._rows_only_buf = np.zeros((cap, width), dtype=np.float32)
+            self._rowsonly.embd = ctypes.cast(buf.ctypes.data, _FLOAT_P)
+        buf[:m] = rows  # one copy instead of a pointer conversion per call; llama.cpp copies it again
+        rp = self._rpos
+        rp[:m] = range(pos0, pos0 + m)
+        if mrope:  # (p, p, p, 0): sections 1 and 2 repeat the text position, section 3 is 0
+            rp[m:2 * m] = rp[2 * m:3 * m] = rp[:m]
+            rp[3 * m:4 * m] = self._flags[False][:m]
+        self._out[:m] = self._flags[encode][:m]
+        st = self._rowsonly
+        st.n_tokens = m
+        rc = int((self._encode_fn if encode else self._decode_fn)(self._ctx, st))
+        if rc != 0:
+            what = "llama_encode" if encode else "llama_decode"
+            raise DecodeError(f"{what} returned {rc} on {m} rows at position {pos0}")
 
 
 class RawBatch:

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from ._errors import SpeculativeError
-from ._spec_batch import RawExtBatch, top_k_share
+from ._internals import float_view
+from ._spec_batch import RawExtBatch
 from ._spec_features import (
     FeatureDraftParts,
     TargetLayers,
@@ -50,6 +51,7 @@ from ._spec_features import (
 log = logging.getLogger("llama_cpp.speculative")
 
 _TOP_K = 10
+_UNSEEN = -2  # _ktok at a position the draft memory has no features for (-1 is multimodal chat's media id)
 DEFAULT_BLOCK_SIZE = 16  # llama.cpp's default when dflash.block_size is absent
 
 
@@ -164,17 +166,26 @@ class DFlashDrafter(FeatureDraftParts):
         self.n_vocab_target = int(target_model.n_vocab)
         self._topk = min(_TOP_K, self.model.n_vocab)
         self._n_ubatch = self.ctx.n_ubatch()
-        self._ktok = np.full(target_ctx.n_ctx(), -1, dtype=np.int64)  # target token whose features sit at p
+        self._ktok = np.full(target_ctx.n_ctx(), _UNSEEN, dtype=np.int64)  # target token whose features sit at p
+        self._k_end = 0  # _ktok is _UNSEEN from here on
         self.reset()
 
     def reset(self) -> None:
         if self.ctx is not None:
             self.ctx.memory_clear(True)
         self._n_mem = 0  # positions 0.._n_mem-1 in the draft memory
-        self._ktok[:] = -1
+        self._ktok[:] = _UNSEEN
+        self._k_end = 0
+        self._begin()
+
+    def _begin(self) -> None:
+        # _draft compares the history with _ktok below _ok only once per history list: the engine
+        # appends to one list and tells its drafters (begin) whenever it changes it otherwise
+        self._ok = 0
+        self._ok_hist: Any = None
 
     def begin(self, prompt: Sequence[int]) -> None:
-        pass
+        self._begin()
 
     def accept(self, n_accepted: int) -> None:
         pass
@@ -185,7 +196,10 @@ class DFlashDrafter(FeatureDraftParts):
             if not self.ctx.seq_rm(0, pos, -1):
                 raise SpeculativeError("the DFlash draft context could not drop a suffix of its memory")
             self._n_mem = pos
-        self._ktok[pos:] = -1
+        if self._k_end > pos:
+            self._ktok[pos:self._k_end] = _UNSEEN
+            self._k_end = pos
+        self._ok = min(self._ok, pos)
 
     def observe(self, tokens: Sequence[int], pos0: int) -> None:
         """The target just decoded ``tokens`` at ``pos0..``: write their features at those positions."""
@@ -200,7 +214,20 @@ class DFlashDrafter(FeatureDraftParts):
             e = min(m, s + self._n_ubatch)
             self._raw.rows(feats[s:e], pos0 + s, encode=False, mrope=self._mrope)
             self._n_mem = pos0 + e
-        self._ktok[pos0:pos0 + m] = np.asarray(tokens, dtype=np.int64)
+        self._ktok[pos0:pos0 + m] = tokens
+        self._k_end = max(self._k_end, pos0 + m)
+
+    def skip(self, pos0: int, n: int, token: int) -> None:
+        """Positions ``pos0..pos0+n-1`` hold ``token`` in the target's history but nothing in the draft
+        memory (an M-RoPE image, whose rows share one position: llama.cpp's server does not inject
+        them either); the positions after them go into the draft memory as if they were held."""
+        if n <= 0 or pos0 > self._n_mem:
+            return  # a gap before them: the next draft decodes the target again from there
+        end = pos0 + n
+        if self._n_mem < end:
+            self._ktok[max(self._n_mem, pos0):end] = token
+            self._n_mem = end
+            self._k_end = max(self._k_end, end)
 
     def _walk(self, n_block: int, k_max: int) -> list[int]:
         """DFlash2: follow the selector lattice from the anchor, each row's best successor of the last pick.
@@ -209,17 +236,24 @@ class DFlashDrafter(FeatureDraftParts):
         ptr = self._C.llama_get_embeddings_nextn(self.ctx.ptr)
         if not ptr:
             raise SpeculativeError("the DFlash2 draft returned no selector lattice")
-        lattice = np.ctypeslib.as_array(ptr, shape=(n_block, self._n_embd))
-        k = self._top_k
+        k, n = self._top_k, min(k_max, n_block - 1)
+        block = float_view(ptr, n_block * self._n_embd).reshape(n_block, self._n_embd)[1:1 + n]
+        scores = block[:, k:k + k * k].reshape(n, k, k)  # [row, predecessor, candidate]
+        # every row's best candidate (and its share) for each predecessor at once; the walk below
+        # only follows the table (argmax keeps the first of equal scores, as std::max_element)
+        best = scores.argmax(axis=2)
+        succ, toks = best.tolist(), block[:, :k].tolist()
+        share = None
+        if self.p_min > 0.0:
+            top = np.take_along_axis(scores, best[..., None], axis=2)
+            share = (1.0 / np.exp(scores.astype(np.float64) - top).sum(axis=2)).tolist()
         out: list[int] = []
         pred = 0
-        for i in range(1, 1 + k_max):
-            row = lattice[i]
-            scores = row[k + pred * k:k + (pred + 1) * k]
-            pred = int(np.argmax(scores))
-            if self.p_min > 0.0 and top_k_share(scores, pred, k) < self.p_min:
+        for i in range(n):
+            if share is not None and share[i][pred] < self.p_min:
                 break
-            tok = int(row[pred])
+            pred = succ[i][pred]
+            tok = int(toks[i][pred])
             if not 0 <= tok < self.n_vocab_target:
                 break
             out.append(tok)
@@ -230,18 +264,22 @@ class DFlashDrafter(FeatureDraftParts):
         if k_max <= 0:
             return []
         try:
-            return self._draft(list(prompt), int(id_last), k_max)
+            return self._draft(prompt, int(id_last), k_max)
         except BaseException:
             self.reset()  # a failed decode leaves the memory unknown: start over next time
             raise
 
-    def _draft(self, hist: list[int], id_last: int, k_max: int) -> list[int]:
+    def _draft(self, hist: Sequence[int], id_last: int, k_max: int) -> list[int]:
         P = len(hist)
-        miss = np.flatnonzero(self._ktok[:P] != np.asarray(hist, dtype=np.int64))
-        if miss.size:  # positions decoded before this drafter saw them (a restored state)
-            self._drop(int(miss[0]))
-            self._tl.redecode(hist, int(miss[0]), P, self.observe)
+        lo = self._ok if hist is self._ok_hist and self._ok <= P else 0
+        if lo < P:
+            miss = np.flatnonzero(self._ktok[lo:P] != np.asarray(hist[lo:P], dtype=np.int64))
+            if miss.size:  # positions decoded before this drafter saw them (a restored state)
+                first = lo + int(miss[0])
+                self._drop(first)
+                self._tl.redecode(hist, first, P, self.observe)
         self._drop(P)  # the features of rejected drafts
+        self._ok, self._ok_hist = P, hist
         first = self._first
         n_block = self.n_max + first
         if P + n_block > len(self._ktok):
@@ -259,7 +297,7 @@ class DFlashDrafter(FeatureDraftParts):
                 ptr = self._C.llama_get_embeddings_nextn(ctx.ptr)
                 if not ptr:
                     raise SpeculativeError("the DSpark draft returned no confidences")
-                conf = np.ctypeslib.as_array(ptr, shape=(n_block, self._n_embd))[:, 0]
+                conf = float_view(ptr, n_block * self._n_embd)[::self._n_embd]
             out: list[int] = []
             for i in range(first, first + min(self.n_max, k_max)):
                 if conf is not None and float(conf[i]) < self.p_min:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import SpeculativeError
+from ._internals import float_view
 from ._spec_batch import RawExtBatch, common_prefix, top_k_share
 from ._spec_features import (
     LAYER_INPUT_ARCHS,
@@ -210,7 +211,7 @@ class Eagle3Drafter(FeatureDraftParts):
             ptr = C.llama_get_embeddings_nextn(dft)
             if not ptr:
                 raise SpeculativeError("the EAGLE3 encoder returned no rows")
-            g[s:e] = np.ctypeslib.as_array(ptr, shape=(e - s, self.n_dec))
+            g[s:e] = float_view(ptr, (e - s) * self.n_dec).reshape(e - s, self.n_dec)
         self._rows.put(pos0, g, tokens)  # a decode at pos0: the target dropped everything from pos0 on
 
     # -- drafting ---------------------------------------------------------------------------
@@ -267,7 +268,7 @@ class Eagle3Drafter(FeatureDraftParts):
             ptr = C.llama_get_embeddings_nextn_ith(ctx.ptr, -1)
             if not ptr:
                 raise SpeculativeError("the EAGLE3 draft returned no pre-norm row")
-            h = np.ctypeslib.as_array(ptr, shape=(self.n_dec,)).copy()
+            h = float_view(ptr, self.n_dec).copy()
             self._raw.decode((best,), self._n_mem, True, (h,))
             self._n_mem += 1
         if len(out) < self.n_min:

@@ -55,6 +55,14 @@ def tell_drafters(drafters: Sequence[Any], old: Sequence[int], new: Sequence[int
         d.begin(new)
 
 
+def close_drafters(drafters: Sequence[Any]) -> None:
+    """Free each drafter that holds native resources (``close``); the others have none."""
+    for d in drafters:
+        close = getattr(d, "close", None)
+        if close is not None:
+            close()
+
+
 def share_threadpools(target: Any, ctx: Any) -> bool:
     """Run ``ctx``'s graphs on ``target``'s CPU threadpools (kept alive while ``ctx`` lives).
 
@@ -223,10 +231,7 @@ class DraftDecoder:
 
     def close(self) -> None:
         """Free the drafters' resources (and the target context if this decoder created it)."""
-        for d in self._drafters:
-            close = getattr(d, "close", None)
-            if close is not None:
-                close()
+        close_drafters(self._drafters)
         self._drafters = []
         if self._raw is not None:
             self._raw.close()
@@ -458,4 +463,4 @@ class DraftDecoder:
         tell_drafters(self._drafters, old, self._kv)
 
 
-__all__ = ["DraftDecoder", "DraftState", "propose", "tell_drafters", "warm_up"]
+__all__ = ["DraftDecoder", "DraftState", "close_drafters", "propose", "tell_drafters", "warm_up"]

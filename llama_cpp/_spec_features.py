@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import OptionalSymbolMissing, SpeculativeError
+from ._internals import float_view
 
 #: Target architectures whose llama.cpp graph exports per-layer inputs (``t_layer_inp``): for
 #: any other, enabling a layer's output aborts inside llama.cpp.
@@ -160,13 +161,13 @@ class TargetLayers:
 
     def rows(self, m: int) -> np.ndarray:
         """The ``(m, width)`` concatenated layer inputs of the target's last decode of ``m`` tokens."""
-        C, tgt = self._C, self._target.ptr
+        C, tgt, w = self._C, self._target.ptr, self.n_embd
         out = np.empty((m, self.width), dtype=np.float32)
         for k, lid in enumerate(self.layers):
             ptr = C.llama_get_embeddings_nextn(tgt) if lid == self._final else C.llama_get_embeddings_layer_inp(tgt, lid)
             if not ptr:
                 raise SpeculativeError(f"the target context returned no inputs of layer {lid}")
-            out[:, k * self.n_embd:(k + 1) * self.n_embd] = np.ctypeslib.as_array(ptr, shape=(m, self.n_embd))
+            out[:, k * w:(k + 1) * w] = float_view(ptr, m * w).reshape(m, w)
         return out
 
     def redecode(self, hist: Sequence[int], first: int, end: int, observe: Callable[[Sequence[int], int], None]) -> None:

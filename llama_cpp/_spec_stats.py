@@ -48,13 +48,14 @@ class SpeculativeStats:
         if kind is not None and n_drafted:
             self.drafted_by[kind] = self.drafted_by.get(kind, 0) + n_drafted
             self.accepted_by[kind] = self.accepted_by.get(kind, 0) + n_accepted
-        while len(self.drafted_at) < n_drafted:
-            self.drafted_at.append(0)
-            self.accepted_at.append(0)
+        d_at, a_at = self.drafted_at, self.accepted_at
+        if len(d_at) < n_drafted:
+            d_at.extend([0] * (n_drafted - len(d_at)))
+            a_at.extend([0] * (n_drafted - len(a_at)))
         for j in range(n_drafted):
-            self.drafted_at[j] += 1
-            if j < n_accepted:
-                self.accepted_at[j] += 1
+            d_at[j] += 1
+        for j in range(min(n_accepted, n_drafted)):
+            a_at[j] += 1
         self.drafted += n_drafted
         self.accepted += n_accepted
         if n_drafted:

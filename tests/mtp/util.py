@@ -70,3 +70,21 @@ def spec_generate(model, prompt: list[int], n: int, sampler=None, **cfg):
         dec.prefill(prompt)
         toks = list(dec.generate(sampler or greedy_sampler(), n))
         return toks, dec.stats
+
+
+GRAMMAR = 'root ::= (" the" | " cat" | " sat" | " on" | " mat")+'
+
+
+def check_grammar_completions(plain, spec, prompt: str, after=None) -> None:
+    """Greedy and seeded completions of ``prompt`` under :data:`GRAMMAR` on two ``Llama`` objects:
+    ``spec``'s text is ``plain``'s and keeps to the grammar (the last word may be cut short by
+    ``max_tokens``); ``after(temperature, seed, text)`` runs after each pair."""
+    for temp, seed in ((0, None), (0.9, 3)):
+        ref = plain.create_completion(prompt, max_tokens=20, temperature=temp, seed=seed, grammar=GRAMMAR)
+        got = spec.create_completion(prompt, max_tokens=20, temperature=temp, seed=seed, grammar=GRAMMAR)
+        text = got["choices"][0]["text"]
+        assert text == ref["choices"][0]["text"]
+        words = text.split()
+        assert words and set(words[:-1]) <= {"the", "cat", "sat", "on", "mat"}
+        if after is not None:
+            after(temp, seed, text)
