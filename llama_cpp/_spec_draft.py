@@ -135,6 +135,13 @@ def _shown(v: Any) -> str:
     return "llama.cpp's default" if isinstance(v, tuple) else str(v)
 
 
+def overrides_tokenizer(kv_overrides: Mapping[str, Any] | None) -> bool:
+    """Whether ``kv_overrides`` (``Llama(kv_overrides=...)``) change any ``tokenizer.*`` key: then the
+    GGUF header no longer says what the loaded vocabulary will be, and the draft's vocabulary is
+    compared with the loaded target's instead."""
+    return any(str(k).startswith("tokenizer.") for k in (kv_overrides or {}))
+
+
 def check_vocab_files(target_path: str | os.PathLike[str], draft_path: str | os.PathLike[str]) -> bool:
     """llama.cpp's ``common_speculative_are_compatible`` on the two files' GGUF headers, before any
     native call: raise :class:`SpeculativeError` when they differ; True when they agree; False when
@@ -187,7 +194,9 @@ def check_draft_vocab(target: Any, path: str | os.PathLike[str]) -> None:
 
     p = os.fspath(path)
     tp = getattr(target, "path_model", None)
-    if tp is not None and check_vocab_files(tp, p):
+    header_decides = not (overrides_tokenizer(getattr(target, "kv_overrides", None))
+                          or getattr(target, "kv_overrides_unknown", False))
+    if tp is not None and header_decides and check_vocab_files(tp, p):
         return
     with LlamaModel(p, vocab_only=True) as vocab:
         check_vocab_compatible(target, vocab, p)
@@ -327,4 +336,5 @@ class DraftModel:
         return out
 
 
-__all__ = ["DraftModel", "check_draft_vocab", "check_vocab_compatible", "check_vocab_files", "load_draft_model"]
+__all__ = ["DraftModel", "check_draft_vocab", "check_vocab_compatible", "check_vocab_files", "load_draft_model",
+           "overrides_tokenizer"]

@@ -242,7 +242,7 @@ class Llama:
         spec_on = spec_on or lookup is not None
         if spec_on:
             # everything checkable without loading: the file's NextN layers, the batch sizes
-            _spec.check_model_file(model_path, spec_cfg)
+            _spec.check_model_file(model_path, spec_cfg, kv_overrides)
             _spec.check_context_params(spec_cfg, {
                 "n_ctx": int(n_ctx), "n_batch": int(n_batch), "n_ubatch": int(n_ubatch),
                 "n_seq_max": 1 if n_seq_max is None else int(n_seq_max), "embeddings": bool(embedding)})
@@ -252,7 +252,8 @@ class Llama:
         # load_mtp alone: the NextN tensors for a caller that drafts with them itself (the server's slots)
         want_mtp = (spec_on and spec_cfg.needs_nextn) or (bool(load_mtp) and not vocab_only)
         if want_mtp and not spec_on:
-            _spec.check_model_file(model_path, _spec.SpecConfig(spec_type=_spec.SpeculativeType.DRAFT_MTP))
+            _spec.check_model_file(model_path, _spec.SpecConfig(spec_type=_spec.SpeculativeType.DRAFT_MTP),
+                                   kv_overrides)
         self._model = LlamaModel(
             model_path, load_mtp=want_mtp, n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
             tensor_split=tensor_split, vocab_only=vocab_only, use_mmap=use_mmap, use_mlock=use_mlock,

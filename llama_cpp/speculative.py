@@ -83,6 +83,7 @@ from ._spec_engine import (
     DraftDecoder,
     DraftState,
     checked_prompt,
+    close_drafters,
     propose,
     share_threadpools,
     tell_drafters,
@@ -415,8 +416,9 @@ class MTPState:
 _GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
-def gguf_nextn_layers(path: str | os.PathLike[str]) -> int | None:
-    """``<arch>.nextn_predict_layers`` from a GGUF file's header (0 when absent, None if unreadable).
+def gguf_nextn_layers(path: str | os.PathLike[str], kv_overrides: Mapping[str, Any] | None = None) -> int | None:
+    """``<arch>.nextn_predict_layers`` from a GGUF file's header (0 when absent, None if unreadable),
+    or from ``kv_overrides`` (those the model will be loaded with) where they set it.
 
     Reads only the key/value section, so asking for MTP on a model without NextN layers fails
     before llama.cpp loads any weights.
@@ -425,14 +427,14 @@ def gguf_nextn_layers(path: str | os.PathLike[str]) -> int | None:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             buf = memoryview(mm)
             try:
-                return _scan_gguf(buf)
+                return _scan_gguf(buf, kv_overrides or {})
             finally:
                 buf.release()
     except (OSError, ValueError, struct.error, IndexError):
         return None
 
 
-def _scan_gguf(buf: memoryview) -> int | None:
+def _scan_gguf(buf: memoryview, kv_overrides: Mapping[str, Any]) -> int | None:
     if bytes(buf[:4]) != b"GGUF":
         return None
     version, = struct.unpack_from("<I", buf, 4)
@@ -473,17 +475,23 @@ def _scan_gguf(buf: memoryview) -> int | None:
             values[key] = int(val)
     if arch is None:
         return None
-    return values.get(f"{arch}.nextn_predict_layers", 0)
+    key = f"{arch}.nextn_predict_layers"
+    override = kv_overrides.get(key)
+    if isinstance(override, int) and not isinstance(override, bool):
+        return override
+    return values.get(key, 0)
 
 
-def check_model_file(path: str | os.PathLike[str], config: SpecConfig) -> None:
+def check_model_file(path: str | os.PathLike[str], config: SpecConfig,
+                     kv_overrides: Mapping[str, Any] | None = None) -> None:
     """Check what ``config`` needs from files before anything loads: NextN layers in the target
-    for MTP, the draft model and n-gram cache files present."""
+    for MTP, the draft model and n-gram cache files present. ``kv_overrides`` are those the target
+    will be loaded with (they take the place of the header's values)."""
     if not config.enabled:
         return
     check_context_params(config, {})  # names an unimplemented type as such
     if config.needs_nextn:
-        n = gguf_nextn_layers(path)
+        n = gguf_nextn_layers(path, kv_overrides)
         if n == 0:
             raise SpeculativeError(
                 f"{os.fspath(path)} has no NextN (MTP) layers (<arch>.nextn_predict_layers is 0 or absent): "
@@ -518,9 +526,9 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig) -> None:
         n_embd = meta.get(f"{arch}.embedding_length")
         check_draft_header(config.draft_model_path, target_arch=arch,  # type: ignore[arg-type]
                            target_n_embd=n_embd if isinstance(n_embd, int) else None, target_n_layer=n_layer)
-    if any(t in config.types for t in _DRAFT_MODEL_TYPES):
-        from ._spec_draft import check_vocab_files
+    from ._spec_draft import check_vocab_files, overrides_tokenizer
 
+    if any(t in config.types for t in _DRAFT_MODEL_TYPES) and not overrides_tokenizer(kv_overrides):
         # llama.cpp's vocabulary rule on both headers (a draft it would refuse loads nothing)
         check_vocab_files(path, config.draft_model_path)  # type: ignore[arg-type]
     if SpeculativeType.NGRAM_CACHE in config.types:
@@ -703,10 +711,7 @@ def build_drafters(model: Any, config: SpecConfig, target: Any, prompt_lookup: A
             if ctx is not None:
                 share_threadpools(target, ctx)
     except BaseException:
-        for d in out:
-            close = getattr(d, "close", None)
-            if close is not None:
-                close()
+        close_drafters(out)
         raise
     return out
 
@@ -902,10 +907,7 @@ class MTPDecoder:
 
     def close(self) -> None:
         """Free the draft context (and the target context if this decoder created it)."""
-        for d in getattr(self, "_extra", []):
-            close = getattr(d, "close", None)
-            if close is not None:
-                close()
+        close_drafters(getattr(self, "_extra", []))
         self._extra = []
         for name in ("_tbatch", "_dbatch"):
             b = getattr(self, name, None)

@@ -152,3 +152,22 @@ def test_token_texts_compare_from_id_5_as_strcmp_does(monkeypatch):
     assert _verdict(monkeypatch, VocabHeader(model="gpt2", pre="x", tokens=TOKS), nul) is True
     other = VocabHeader(model="gpt2", pre="x", tokens=TOKS[:7] + [b"zz"] + TOKS[8:])
     assert "token 7 is 'zz'" in _verdict(monkeypatch, VocabHeader(model="gpt2", pre="x", tokens=TOKS), other)
+
+
+def test_tokenizer_overrides_decide_on_the_loaded_vocabulary(monkeypatch):
+    """``kv_overrides`` of tokenizer keys change what llama.cpp loads, so the header check steps aside:
+    the draft that adds a BOS token fits a target told to add one too, and a fitting draft is refused
+    once the target is told to add one."""
+    target = fixture_path("qwen35_mtp", form="echo")
+    bos_draft = str(fixture_path("draft_model", form="echo", vocab="bos"))
+    same_draft = str(fixture_path("draft_model", form="echo"))
+    add_bos = {"tokenizer.ggml.add_bos_token": True}
+    with Llama(target, speculative=SpecConfig(draft_model_path=bos_draft), kv_overrides=add_bos, **KW) as llm:
+        out = llm("hello there", max_tokens=6, temperature=0)
+        assert llm.last_speculative_stats.drafted > 0 and out["choices"][0]["text"]
+    with pytest.raises(SpeculativeError, match="BOS"):
+        Llama(target, speculative=SpecConfig(draft_model_path=same_draft), kv_overrides=add_bos, **KW)
+    # an override of another key leaves the header check in charge (nothing loads before it refuses)
+    _no_load(monkeypatch)
+    with pytest.raises(SpeculativeError, match="BOS"):
+        Llama(target, speculative=SpecConfig(draft_model_path=bos_draft), kv_overrides={"general.name": "x"}, **KW)
