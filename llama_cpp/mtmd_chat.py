@@ -21,9 +21,10 @@ continues right after the image. The n-gram types and ``draft-simple``:
 :class:`MultimodalDraftDecoder` extends the token-drafter engine
 (:class:`~llama_cpp._spec_engine.DraftDecoder`) the same way, as llama.cpp's server speculates on
 media prompts: the n-gram drafters are told the text tokens only, a draft model mirrors the
-target's memory (media rows at the target's positions). In both, the history holds
-:data:`MEDIA_TOKEN` at each media position, so rollback, the room left in ``n_ctx`` and
-statistics are the text engines'. ``draft-eagle3``/``draft-dflash``/``draft-dspark`` are refused.
+target's memory (media rows at the target's positions), a DFlash or DSpark draft gets the
+target's layer features of media rows that take a position each (:class:`MediaFeatureDrafter`).
+In both, the history holds :data:`MEDIA_TOKEN` at each media position, so rollback, the room left
+in ``n_ctx`` and statistics are the text engines'. ``draft-eagle3`` is refused.
 
 Media rows on the MTP draft: llama.cpp's extended batch cannot yet carry both a media embedding and
 a hidden state for one entry (``llama_batch_ext_set_embd_state`` is a stub), and for an
@@ -42,7 +43,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ from ._guard import CallGuard, serialized
 from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, LlamaSampler
 from ._media_policy import MediaPolicy
 from ._spec_batch import check_snapshot_ubatch
-from ._spec_engine import DraftDecoder, tell_drafters
+from ._spec_engine import DraftDecoder, close_drafters, tell_drafters
 from .llama_cpp import LLAMA_DEFAULT_SEED
 from .mtmd import Audio, Chunk, Chunks, Image, MarkerPrompt, MTMDContext, Text
 from .speculative import (
@@ -199,8 +200,10 @@ def flatten_messages(messages: Sequence[dict], marker: str, policy: MediaPolicy 
 # --------------------------------------------------------------------------------------------
 
 def _decode_media(ctx: LlamaContext, batch: LlamaBatchExtNative, rows: np.ndarray, positions: np.ndarray,
-                  non_causal: bool, *, output_last: bool) -> None:
-    """Decode media rows at ``positions`` (split by n_batch unless attention is non-causal)."""
+                  non_causal: bool, *, output_last: bool,
+                  after: Callable[[np.ndarray], None] | None = None) -> None:
+    """Decode media rows at ``positions`` (split by n_batch unless attention is non-causal);
+    ``after(positions[s:e])`` runs after each decode, while the context holds its per-row outputs."""
     n = rows.shape[0]
     step = ctx.n_batch()
     if non_causal:
@@ -219,6 +222,8 @@ def _decode_media(ctx: LlamaContext, batch: LlamaBatchExtNative, rows: np.ndarra
                 p = int(positions[j, 0]) if positions.shape[1] == 1 else [int(v) for v in positions[j]]
                 batch.add_embd(rows[j], 0, p, output=output_last and j == n - 1)
             ctx.process(batch)
+            if after is not None:
+                after(positions[s:min(n, s + step)])
     finally:
         if non_causal:
             ctx.set_causal_attn(causal0)
@@ -262,10 +267,9 @@ def eval_chunks(mctx: MTMDContext, ctx: LlamaContext, chunks: Chunks, n_past: in
 
 #: token id a decoder's history holds at each media position (never decoded)
 MEDIA_TOKEN = -1
-#: types multimodal chat refuses: their drafts read the target's layer features at every position
-#: (llama.cpp's server hands them media features too; here their feature hooks see token decodes only)
-MEDIA_REFUSED_TYPES = frozenset((SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_DFLASH,
-                                 SpeculativeType.DRAFT_DSPARK))
+#: types multimodal chat refuses: an EAGLE3 draft pairs the features of each position with the
+#: token at the next one, which a media position does not have
+MEDIA_REFUSED_TYPES = frozenset((SpeculativeType.DRAFT_EAGLE3,))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -463,20 +467,78 @@ class MediaDraftModel:
             dctx.process(b)
 
 
+class MediaFeatureDrafter:
+    """``draft-dflash``/``draft-dspark`` over a media prompt, as llama.cpp's
+    ``common_speculative_impl_draft_dflash::process`` takes the target's batches: the target's
+    layer features of media rows go into the draft memory at the rows' positions like a text
+    token's, except an M-RoPE image's, whose rows share one position (llama.cpp skips those; the
+    draft memory jumps over the image, which only an M-RoPE draft's positions allow). Text
+    decodes reach the drafter through its own ``observe``."""
+
+    def __init__(self, inner: Any, target: LlamaContext) -> None:
+        if target.n_pos_per_embd > 1 and not inner._mrope:
+            raise SpeculativeError(
+                f"{inner.kind} in multimodal chat: the target uses M-RoPE and the draft does not, so the draft "
+                "memory cannot jump over an image's positions (llama.cpp's draft context refuses that batch): use "
+                "the DFlash draft made for this model family, or an n-gram type")
+        self.inner = inner
+        self.kind = inner.kind
+        self.takes_limit = True
+
+    @property
+    def n_max(self) -> int:
+        return int(self.inner.n_max)
+
+    def observe(self, tokens: Sequence[int], pos0: int) -> None:
+        self.inner.observe(tokens, pos0)
+
+    def observe_media(self, positions: np.ndarray) -> None:
+        """The target just decoded media rows at ``positions`` (``[n, n_pos_per_embd]``)."""
+        p = positions[:, 0]
+        n = p.shape[0]
+        if n == 0 or (n > 1 and p[0] == p[-1]):
+            return  # an M-RoPE image: every row at one position
+        if n > 1 and not bool(np.all(np.diff(p) == 1)):
+            return  # not one row per position: nothing llama.cpp would inject either
+        self.inner.observe([MEDIA_TOKEN] * n, int(p[0]))
+
+    def end_media(self, span: MediaSpan) -> None:
+        """A media span is in the target's memory: what the draft memory did not take is jumped over."""
+        self.inner.skip(span.p0, span.n_pos, MEDIA_TOKEN)
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.inner.begin(prompt)
+
+    def accept(self, n_accepted: int) -> None:
+        self.inner.accept(n_accepted)
+
+    def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
+        return self.inner.draft(prompt, id_last, n_max)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def media_drafters(drafters: Sequence[Any], target: LlamaContext) -> list[Any]:
     """``drafters`` (from :func:`~llama_cpp.speculative.build_drafters`) wrapped for a history with
     media positions; on failure every drafter is closed."""
+    from ._spec_dflash import DFlashDrafter
     from ._spec_draft import DraftModel
 
     out: list[Any] = []
     try:
         for d in drafters:
-            out.append(MediaDraftModel(d, target) if isinstance(d, DraftModel) else TextHistoryDrafter(d))
+            if isinstance(d, DraftModel):
+                out.append(MediaDraftModel(d, target))
+            elif isinstance(d, DFlashDrafter):
+                out.append(MediaFeatureDrafter(d, target))
+            else:
+                out.append(TextHistoryDrafter(d))
     except BaseException:
-        for d in drafters:
-            close = getattr(d, "close", None)
-            if close is not None:
-                close()
+        close_drafters(drafters)
         raise
     return out
 
@@ -689,9 +751,19 @@ class MultimodalDraftDecoder(_MediaHistory, DraftDecoder):
         kv = self._kv
         rows = mctx.encode(ch)
         pos = mctx.positions(ch, len(kv))
-        _decode_media(self._live(), self._mbatch, rows, pos, mctx.use_non_causal(ch), output_last=False)
+        feature = [d for d in self._drafters if isinstance(d, MediaFeatureDrafter)]
+
+        def after(chunk: np.ndarray) -> None:
+            for d in feature:
+                d.observe_media(chunk)
+
+        _decode_media(self._live(), self._mbatch, rows, pos, mctx.use_non_causal(ch), output_last=False,
+                      after=after if feature else None)
+        span = MediaSpan(len(kv), ch.n_pos, rows, pos)
         kv.extend([MEDIA_TOKEN] * ch.n_pos)
-        return MediaSpan(len(kv) - ch.n_pos, ch.n_pos, rows, pos)
+        for d in feature:
+            d.end_media(span)
+        return span
 
 
 # --------------------------------------------------------------------------------------------
@@ -884,13 +956,11 @@ class MultimodalChat(MultimodalChatEngine):
         if spec is not None:
             refused = [t.value for t in spec.types if t in MEDIA_REFUSED_TYPES]
             if refused:
-                # these drafts read the target's layer features at every position, and the media
-                # decodes here do not hand them any
                 raise SpeculativeError(
-                    f"multimodal chat does not speculate with {', '.join(refused)} (its draft reads the target's "
-                    "layer features, which media rows do not give it here): use draft-mtp, draft-simple or an "
-                    "n-gram type (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache), or no "
-                    "speculation")
+                    f"multimodal chat does not speculate with {', '.join(refused)} (its draft pairs the target's "
+                    "features at each position with the token at the next one, which a media position does not "
+                    "have): use draft-mtp, draft-simple, draft-dflash, draft-dspark or an n-gram type "
+                    "(ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache), or no speculation")
             check_model_file(model.path if isinstance(model, LlamaModel) else model, spec)
         if isinstance(model, LlamaModel):
             text_model = model

@@ -207,14 +207,15 @@ def test_mtp_chat_needs_nextn_model(spm_model, mmproj_vision):
         MultimodalChat(spm_model, mmproj_vision, n_threads=1, speculative=SpecConfig(draft_n_max=2))
 
 
-@pytest.mark.parametrize("spec_type", ["draft-eagle3", "draft-dflash", "draft-dspark", "ngram-mod,draft-eagle3"])
-def test_feature_drafts_are_refused_before_loading(spec_type, tmp_path):
-    """The drafts fed the target's layer features are refused before any file is read (neither the
-    model nor the draft exists here); the n-gram types and draft-simple are served
+@pytest.mark.parametrize("spec_type", ["draft-eagle3", "ngram-mod,draft-eagle3"])
+def test_eagle3_is_refused_before_loading(spec_type, tmp_path):
+    """EAGLE3 (its draft pairs each position's features with the next token, which media positions
+    lack) is refused before any file is read (neither the model nor the draft exists here); the
+    n-gram types, draft-simple, draft-dflash and draft-dspark are served
     (tests/multimodal/test_chat_speculative.py)."""
     from llama_cpp import SpeculativeError
 
     spec = SpecConfig(spec_type=spec_type, draft_model_path=tmp_path / "draft.gguf")
-    with pytest.raises(SpeculativeError, match="use draft-mtp, draft-simple or an n-gram type") as e:
+    with pytest.raises(SpeculativeError, match="use draft-mtp, draft-simple, draft-dflash, draft-dspark or an n-gram") as e:
         MultimodalChat(tmp_path / "model.gguf", tmp_path / "mmproj.gguf", n_threads=1, speculative=spec)
     assert spec_type.split(",")[-1] in str(e.value)

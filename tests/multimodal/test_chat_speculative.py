@@ -333,3 +333,94 @@ def test_text_prefill_after_a_media_prompt_starts_over(models, prompts, mmproj_v
         model_draft = dec.drafters[1]
         assert model_draft._spans == [] and MEDIA_TOKEN not in model_draft.inner._kv
         assert dec.stats.accepted_by.get("draft-simple", 0) == dec.stats.drafted_by.get("draft-simple", 0) > 0
+
+
+DFLASH = [("draft-dflash", {}), ("draft-dflash", {"selector": True}), ("draft-dspark", {"markov": "zero"})]
+
+
+def _dflash(kind: str, n: int, **kw) -> SpecConfig:
+    """A DFlash-family draft for the echo target whose first drafted token is always right (its rows
+    read ``id_last`` alone, whatever features the draft memory holds), M-RoPE as the target is."""
+    draft = fixture_path("dflash_draft", form="first", mrope=True, **kw)
+    return SpecConfig(kind, draft_model_path=str(draft), draft_n_max=n)
+
+
+@pytest.mark.parametrize(("kind", "kw"), DFLASH, ids=["dflash", "dflash2", "dspark"])
+def test_dflash_with_images_equals_plain(kind, kw, models, prompts, plain, mmproj_vision):
+    """DFlash, DFlash2 and DSpark speculate over media prompts (one image, two images, an image
+    first): the same tokens as plain decoding, and the first drafted token accepted every time."""
+    for n in (1, 3):
+        with MultimodalChat(models["qwen35"], mmproj_vision, speculative=_dflash(kind, n, **kw), **CTX) as chat:
+            for i, msgs in enumerate(prompts):
+                toks = list(chat.generate_tokens(msgs, max_tokens=40, temperature=0))
+                assert toks == plain["qwen35"][i], f"{kind} {kw} n={n} prompt {i}"
+                st = chat.last_speculative_stats
+                assert st.drafted_by.get(kind, 0) > 0 and st.accepted_at[0] == st.drafted_at[0], (kind, n, i)
+                if n > 1:
+                    assert st.accepted_at[1] == 0  # the construction: the second token is never right
+
+
+def test_dflash_draft_memory_jumps_over_an_image(models, prompts, mmproj_vision):
+    """An M-RoPE image's rows share one position, so (as llama.cpp's server) the draft memory takes no
+    features for them and jumps over its positions: the text after it is in the draft memory at the
+    target's positions, and no draft decodes the target again."""
+    with MultimodalChat(models["qwen35"], mmproj_vision, speculative=_dflash("draft-dflash", 3), **CTX) as chat:
+        dec = chat._spec
+        d = dec.drafters[0].inner
+        redecoded: list[int] = []
+        orig = d._tl.redecode
+        d._tl.redecode = lambda hist, first, end, obs: (redecoded.append(first), orig(hist, first, end, obs))
+        list(chat.generate_tokens(prompts[0], max_tokens=12, temperature=0))
+        span = dec._spans[0]
+        assert redecoded == []
+        assert d.ctx.seq_pos_max(0) >= span.p0 + span.n_pos  # text after the image went in after it
+        assert d.ctx.seq_pos_min(0) == 0
+
+
+def test_mrope_target_refuses_a_dflash_draft_without_mrope(models, mmproj_vision):
+    draft = fixture_path("dflash_draft", form="first")
+    spec = SpecConfig("draft-dflash", draft_model_path=str(draft), draft_n_max=2)
+    with pytest.raises(SpeculativeError, match="M-RoPE and the draft does not"):
+        MultimodalChat(models["qwen35"], mmproj_vision, speculative=spec, **CTX)
+
+
+def test_dflash_takes_the_features_of_audio_rows(models, mmproj_audio, wav_path):
+    """Audio rows take one position each, so their target features go into the draft memory at those
+    positions like a text token's (llama.cpp's DFlash ``process`` on an embedding batch)."""
+    audio = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav_path.read_bytes()).decode(),
+                                                    "format": "wav"}}
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "one two three"}, audio,
+                                         {"type": "text", "text": "one two three again"}]}]
+    with MultimodalChat(models["qwen35"], mmproj_audio, **CTX) as chat:
+        plain = list(chat.generate_tokens(msgs, max_tokens=30, temperature=0))
+    with MultimodalChat(models["qwen35"], mmproj_audio, speculative=_dflash("draft-dflash", 3), **CTX) as chat:
+        d = chat._spec.drafters[0].inner
+        seen: list[tuple[int, int, int]] = []
+        observe = d.observe
+        d.observe = lambda toks, p0: (seen.append((p0, len(toks), int(toks[0]))), observe(toks, p0))
+        assert list(chat.generate_tokens(msgs, max_tokens=30, temperature=0)) == plain
+        span = chat._spec._spans[0]
+        assert (span.p0, span.n_pos, MEDIA_TOKEN) in seen  # every audio row, at its own position
+        st = chat.last_speculative_stats
+        assert st.drafted > 0 and st.accepted_at[0] == st.drafted_at[0]
+
+
+def test_media_rows_reach_a_dflash_draft_only_at_their_own_positions():
+    """``observe_media``: rows at consecutive positions go in, rows sharing a position (an M-RoPE
+    image) or skipping positions do not; ``end_media`` makes the draft memory jump the span."""
+    import numpy as np
+
+    from llama_cpp.mtmd_chat import MediaFeatureDrafter
+
+    calls: list[tuple] = []
+    inner = SimpleNamespace(kind="draft-dflash", n_max=3, _mrope=True,
+                            observe=lambda toks, p0: calls.append(("observe", list(toks), p0)),
+                            skip=lambda p0, n, tok: calls.append(("skip", p0, n, tok)))
+    d = MediaFeatureDrafter(inner, SimpleNamespace(n_pos_per_embd=4))
+    d.observe_media(np.array([[5, 5, 5, 5], [6, 6, 6, 6]]))
+    d.observe_media(np.array([[7, 7, 0, 0], [7, 7, 1, 0], [7, 7, 2, 0]]))  # an image: one position
+    d.observe_media(np.array([[9, 9, 9, 9], [11, 11, 11, 11]]))
+    d.end_media(SimpleNamespace(p0=5, n_pos=7))
+    assert calls == [("observe", [MEDIA_TOKEN, MEDIA_TOKEN], 5), ("skip", 5, 7, MEDIA_TOKEN)]
+    with pytest.raises(SpeculativeError, match="M-RoPE and the draft does not"):
+        MediaFeatureDrafter(SimpleNamespace(kind="draft-dflash", _mrope=False), SimpleNamespace(n_pos_per_embd=4))
