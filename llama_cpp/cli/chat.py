@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._spec_args import add_speculative_arguments, print_stats, speculative_config
 from .info import add_model_arguments, progress_printer
 
 HELP = "chat with a model (its GGUF chat template, or --chat-format); interactive unless -m is given"
@@ -20,6 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--max-tokens", type=int, default=512)
     p.add_argument("--temp", type=float, default=0.2)
     p.add_argument("--seed", type=int, default=None)
+    add_speculative_arguments(p)
 
 
 def _reply(llm, messages, args) -> str:
@@ -32,16 +34,18 @@ def _reply(llm, messages, args) -> str:
         sys.stdout.flush()
     sys.stdout.write("\n")
     sys.stdout.flush()
+    print_stats(args, llm.last_speculative_stats)
     return "".join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..llama import Llama
 
+    spec = speculative_config(args)
     cb = None if args.quiet else progress_printer()
     with Llama(args.model, n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads,
                n_gpu_layers=args.n_gpu_layers, chat_format=args.chat_format, verbose=False,
-               progress_callback=cb) as llm:
+               progress_callback=cb, speculative=spec) as llm:
         messages = [{"role": "system", "content": args.system}] if args.system else []
         scripted = list(args.message)
         interactive = not scripted

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ._spec_args import add_speculative_arguments, print_stats, speculative_config
 from .info import add_model_arguments, progress_printer
 
 HELP = "complete a prompt (greedy with --temp 0), streaming the text to stdout"
@@ -25,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--grammar-file", help="GBNF grammar constraining the output")
     p.add_argument("--json", action="store_true", help="print the OpenAI-style response instead of text")
+    add_speculative_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,18 +35,20 @@ def run(args: argparse.Namespace) -> int:
 
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     grammar = LlamaGrammar.from_file(args.grammar_file) if args.grammar_file else None
+    spec = speculative_config(args)
     cb = None if args.quiet else progress_printer()
     with Llama(args.model, n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads,
-               n_gpu_layers=args.n_gpu_layers, verbose=False, progress_callback=cb) as llm:
+               n_gpu_layers=args.n_gpu_layers, verbose=False, progress_callback=cb, speculative=spec) as llm:
         kw = {"max_tokens": args.max_tokens, "temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p,
               "min_p": args.min_p, "repeat_penalty": args.repeat_penalty, "seed": args.seed,
               "stop": args.stop or None, "grammar": grammar}
         if args.json:
             json.dump(llm(prompt, **kw), sys.stdout, indent=2)
             sys.stdout.write("\n")
-            return 0
-        for chunk in llm(prompt, stream=True, **kw):
-            sys.stdout.write(chunk["choices"][0]["text"])
-            sys.stdout.flush()
-        sys.stdout.write("\n")
+        else:
+            for chunk in llm(prompt, stream=True, **kw):
+                sys.stdout.write(chunk["choices"][0]["text"])
+                sys.stdout.flush()
+            sys.stdout.write("\n")
+        print_stats(args, llm.last_speculative_stats)
     return 0

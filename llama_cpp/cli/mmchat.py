@@ -1,4 +1,4 @@
-"""Chat with a multimodal model: text plus images/audio through its mmproj projector (optionally with MTP)."""
+"""Chat with a multimodal model: text plus images/audio through its mmproj projector (optionally speculating)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from ._spec_args import add_speculative_arguments, print_stats, speculative_config
 
 HELP = __doc__
 
@@ -31,9 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat-template", type=Path, help="a Jinja chat template file overriding the model's")
     p.add_argument("--chat-format", help="a named chat format (chatml, llama-3, gemma, ...)")
     p.add_argument("--mtp", type=int, default=0, metavar="N",
-                   help="MTP speculative decoding with up to N drafted tokens per step (model needs NextN layers)")
+                   help="MTP speculative decoding with up to N drafted tokens per step (model needs NextN layers); "
+                        "short for --spec-type draft-mtp --spec-draft-n-max N")
     p.add_argument("--json", action="store_true", help="print the response object as JSON instead of streaming text")
-    p.add_argument("--stats", action="store_true", help="print speculative decoding statistics to stderr")
+    add_speculative_arguments(p)
 
 
 def _user_message(text: str, images: list[Path], audio: list[Path]) -> dict:
@@ -50,7 +53,6 @@ def _user_message(text: str, images: list[Path], audio: list[Path]) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from ..mtmd_chat import MultimodalChat
-    from ..speculative import SpecConfig
 
     for a in args.image:  # named on the command line: saying it is missing leaks nothing
         if not a.is_file():
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     for a in args.audio:
         if not a.is_file():
             raise FileNotFoundError(f"audio file not found: {a}")
-    spec = SpecConfig(draft_n_max=args.mtp) if args.mtp > 0 else None
+    spec = speculative_config(args, mtp=args.mtp)
     template = args.chat_template.read_text(encoding="utf-8") if args.chat_template else None
     chat = MultimodalChat(args.model, args.mmproj, n_ctx=args.ctx_size, n_batch=args.batch_size,
                           n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
@@ -86,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n")
                 text = "".join(pieces)
             history.append({"role": "assistant", "content": text})
-            if args.stats and chat.last_speculative_stats is not None:
-                print(str(chat.last_speculative_stats), file=sys.stderr)
+            print_stats(args, chat.last_speculative_stats)
             return text
 
         if args.prompt is not None:

@@ -17,6 +17,10 @@ def test_mmchat_prompt_and_json(capsys, qwen35_random, mmproj_vision, png_path):
     out = capsys.readouterr()
     assert out.out.strip() == plain
     assert "drafted" in out.err
+    # the n-gram types speculate in multimodal chat too (llama.cpp's --spec-type names)
+    assert main(["mmchat", *base, "--spec-type", "ngram-simple,ngram-mod", "--spec-draft-n-max", "4", "--stats"]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == plain and "drafted" in out.err
     assert main(["mmchat", *base, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["choices"][0]["message"]["content"].strip() == plain
