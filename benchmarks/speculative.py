@@ -34,7 +34,8 @@ f16, where decoding costs, with drafts built for it; the others on the tiny fixt
   draft step, then costs half as much against a target decode).
 - ``heads-echo`` / ``large-heads``: ``draft-mtp`` chaining step35's NextN heads (3 on the tiny
   trunk; 4 on ``qwen35_mtp_large``'s trunk sizes, 96 M parameters); draft sizes are capped at the
-  head count.
+  head count. ``large-heads-f32-24``: the same in f32 with 24 trunk layers, a pure-attention NextN
+  target (step35: sliding-window and full attention only) to set against ``large-mtp-f32-24``.
 
 ``--target``/``--prompt`` (and ``--draft``) run a real model instead. ``--breakdown`` prints where
 our last run's time went (draft, verify, catch-up, rollback, other).
@@ -388,6 +389,9 @@ CASES: dict[str, Case] = {
                          ("dflash_draft", {"form": "first", "markov": "chain", **BIG})),
     "large-heads": Case(("step35_mtp_heads", {"form": "echo", "heads": LARGE_HEADS, "size": "large"}), PROMPT,
                         ("draft-mtp",), mtp=True, max_draft=LARGE_HEADS),
+    "large-heads-f32-24": Case(("step35_mtp_heads", {"form": "echo", "heads": LARGE_HEADS, "size": "large",
+                                                     "wtype": "f32", "n_trunk": 24}), PROMPT,
+                               ("draft-mtp",), mtp=True, max_draft=LARGE_HEADS),
 }
 
 
