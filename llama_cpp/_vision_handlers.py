@@ -187,8 +187,8 @@ class Llava15ChatHandler(MTMDChatHandler):
         eos = model.token_text(model.token_eos()) if model.token_eos() >= 0 else ""
         formatter = Jinja2ChatFormatter(self.CHAT_FORMAT, eos_token=eos, bos_token=bos, stop=[],
                                         added_special=False)
-        engine = _PresetEngine(model, self._context_for(llama), formatter, context=llama.ctx,
-                               seed=self._seed_of(llama), media_dirs=self.media_dirs)
+        engine = _PresetEngine(model, self._context_for(llama), formatter, seed=self._seed_of(llama),
+                               media_dirs=self.media_dirs, **self._runner(llama))
         engine.default_system = self.DEFAULT_SYSTEM_MESSAGE
         return engine
 

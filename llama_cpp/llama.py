@@ -280,7 +280,11 @@ class Llama:
                                lora_path=lora_path, lora_scale=lora_scale, attention_type=attention_type,
                                n_rs_seq=spec_cfg.rollback_snapshots if spec_on else None)
             if spec_on:
-                self._spec = _spec.make_decoder(self._model, spec_cfg, target=self._ctx, prompt_lookup=lookup)
+                # a media chat handler (MTMDChatHandler) builds a decoder that also takes its media prompts
+                media = getattr(chat_handler, "speculative_decoder", None)
+                dec = media(self._model, spec_cfg, target=self._ctx, prompt_lookup=lookup) if media else None
+                self._spec = dec if dec is not None else _spec.make_decoder(
+                    self._model, spec_cfg, target=self._ctx, prompt_lookup=lookup)
         except BaseException:
             self.close()
             raise

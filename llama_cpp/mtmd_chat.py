@@ -26,6 +26,10 @@ target's layer features of media rows that take a position each (:class:`MediaFe
 In both, the history holds :data:`MEDIA_TOKEN` at each media position, so rollback, the room left
 in ``n_ctx`` and statistics are the text engines'. ``draft-eagle3`` is refused.
 
+``Llama(model, chat_handler=MTMDChatHandler(mmproj), speculative=SpecConfig(...))`` builds its
+decoder through the handler (:meth:`MTMDChatHandler.speculative_decoder`), so the same decoder
+serves the Llama's text prompts and the handler's media chats (the server's image chat included).
+
 Media rows on the MTP draft: llama.cpp's extended batch cannot yet carry both a media embedding and
 a hidden state for one entry (``llama_batch_ext_set_embd_state`` is a stub), and for an
 embedding-only entry the MTP graph reads the same row as token embedding and hidden state. The
@@ -67,6 +71,7 @@ from .speculative import (
     SpeculativeStats,
     SpeculativeType,
     build_drafters,
+    check_context_params,
     check_model_file,
     target_context_params,
 )
@@ -694,19 +699,26 @@ class MultimodalDraftDecoder(_MediaHistory, DraftDecoder):
     media position, so the verify loop's positions, rollbacks and room stay the target's. The
     n-gram drafters are told the text tokens only (:class:`TextHistoryDrafter`), the draft model
     mirrors the target's memory media included (:class:`MediaDraftModel`). The target context is
-    created from ``ctx_params`` and owned.
+    created from ``ctx_params`` and owned, or borrowed as ``target`` (a ``Llama``'s context).
     """
 
-    def __init__(self, model: LlamaModel, ctx_params: dict[str, Any], config: SpecConfig) -> None:
+    def __init__(self, model: LlamaModel, ctx_params: dict[str, Any] | None, config: SpecConfig, *,
+                 target: LlamaContext | None = None, prompt_lookup: Any = None) -> None:
         self._mbatch: LlamaBatchExtNative | None = None
-        target = LlamaContext(model, **target_context_params(config, ctx_params))
+        owns = target is None
+        if target is None:
+            target = LlamaContext(model, **target_context_params(config, dict(ctx_params or {})))
+        else:
+            check_context_params(config, {"n_ctx": target.n_ctx(), "n_batch": target.n_batch(),
+                                          "n_ubatch": target.n_ubatch(), "n_seq_max": target.n_seq_max()})
         try:
             check_snapshot_ubatch(model, target, "the target context")
-            drafters = media_drafters(build_drafters(model, config, target), target)
+            drafters = media_drafters(build_drafters(model, config, target, prompt_lookup), target)
         except BaseException:
-            target.close()
+            if owns:
+                target.close()
             raise
-        super().__init__(model, target, config, drafters, owns_target=True)
+        super().__init__(model, target, config, drafters, owns_target=owns)
         try:
             self._mbatch = LlamaBatchExtNative(target)
         except BaseException:
@@ -714,7 +726,7 @@ class MultimodalDraftDecoder(_MediaHistory, DraftDecoder):
             raise
 
     def close(self) -> None:
-        """Free the drafters and the target context."""
+        """Free the drafters and the target context (if this decoder created it)."""
         if self._mbatch is not None:  # before the context it points into
             self._mbatch.close()
             self._mbatch = None
@@ -764,6 +776,29 @@ class MultimodalDraftDecoder(_MediaHistory, DraftDecoder):
         for d in feature:
             d.end_media(span)
         return span
+
+
+def check_media_types(config: SpecConfig) -> None:
+    """Refuse the speculative types that cannot draft over media positions (``draft-eagle3``)."""
+    refused = [t.value for t in config.types if t in MEDIA_REFUSED_TYPES]
+    if refused:
+        raise SpeculativeError(
+            f"multimodal chat does not speculate with {', '.join(refused)} (its draft pairs the target's "
+            "features at each position with the token at the next one, which a media position does not "
+            "have): use draft-mtp, draft-simple, draft-dflash, draft-dspark or an n-gram type "
+            "(ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache), or no speculation")
+
+
+def make_media_decoder(model: LlamaModel, config: SpecConfig, *, target: LlamaContext | None = None,
+                       ctx_params: dict[str, Any] | None = None,
+                       prompt_lookup: Any = None) -> MultimodalMTPDecoder | MultimodalDraftDecoder:
+    """:func:`~llama_cpp.speculative.make_decoder` for prompts that may hold media: a
+    :class:`MultimodalMTPDecoder` when ``config`` includes ``draft-mtp``, else a
+    :class:`MultimodalDraftDecoder`; over ``target`` (borrowed) or a context made from ``ctx_params``."""
+    check_media_types(config)
+    if config.needs_nextn:
+        return MultimodalMTPDecoder(model, ctx_params, config, target=target, prompt_lookup=prompt_lookup)
+    return MultimodalDraftDecoder(model, ctx_params, config, target=target, prompt_lookup=prompt_lookup)
 
 
 # --------------------------------------------------------------------------------------------
@@ -932,10 +967,10 @@ class MultimodalChat(MultimodalChatEngine):
     ``stream=True``. ``chat_template`` overrides the GGUF template, ``chat_format`` picks a named
     one. This object owns its projector and contexts (and the model when given a path).
 
-    ``speculative`` takes ``draft-mtp`` (:class:`MultimodalMTPDecoder`), the n-gram types and
-    ``draft-simple`` (:class:`MultimodalDraftDecoder`), and lists of them, as llama.cpp's server
-    speculates on media prompts. The drafts fed the target's layer features (``draft-eagle3``,
-    ``draft-dflash``, ``draft-dspark``) are refused before anything loads.
+    ``speculative`` takes ``draft-mtp`` (:class:`MultimodalMTPDecoder`), the n-gram types,
+    ``draft-simple``, ``draft-dflash`` and ``draft-dspark`` (:class:`MultimodalDraftDecoder`), and
+    lists of them, as llama.cpp's server speculates on media prompts; ``draft-eagle3`` is refused
+    before anything loads (:func:`check_media_types`).
     """
 
     def __init__(self, model: str | os.PathLike[str] | LlamaModel, mmproj_path: str | os.PathLike[str], *,
@@ -954,13 +989,7 @@ class MultimodalChat(MultimodalChatEngine):
             raise SpeculativeError(f"speculative must be a SpecConfig, got {type(speculative).__name__}")
         spec = self.speculative = speculative if speculative is not None and speculative.enabled else None
         if spec is not None:
-            refused = [t.value for t in spec.types if t in MEDIA_REFUSED_TYPES]
-            if refused:
-                raise SpeculativeError(
-                    f"multimodal chat does not speculate with {', '.join(refused)} (its draft pairs the target's "
-                    "features at each position with the token at the next one, which a media position does not "
-                    "have): use draft-mtp, draft-simple, draft-dflash, draft-dspark or an n-gram type "
-                    "(ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache), or no speculation")
+            check_media_types(spec)
             check_model_file(model.path if isinstance(model, LlamaModel) else model, spec)
         if isinstance(model, LlamaModel):
             text_model = model
@@ -973,10 +1002,8 @@ class MultimodalChat(MultimodalChatEngine):
                                             image_max_tokens=image_max_tokens)
             threads = {} if n_threads is None else {"n_threads": n_threads, "n_threads_batch": n_threads}
             params = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch or n_batch, n_seq_max=1, **threads)
-            if spec is not None and spec.needs_nextn:
-                self._spec = MultimodalMTPDecoder(text_model, params, spec)
-            elif spec is not None:
-                self._spec = MultimodalDraftDecoder(text_model, params, spec)
+            if spec is not None:
+                self._spec = make_media_decoder(text_model, spec, ctx_params=params)
             else:
                 self._ctx = LlamaContext(text_model, **params)
             formatter = _chat.model_chat_formatter(text_model, chat_format=chat_format, template=chat_template,
@@ -1017,7 +1044,10 @@ class MTMDChatHandler:
     """A ``chat_handler`` for :class:`~llama_cpp.Llama`: ``Llama(model, chat_handler=MTMDChatHandler(mmproj))``.
 
     Uses the Llama's model and context (its KV cache is reset before and after each request, so
-    the Llama's own prompt cache stays consistent). For MTP image chat use :class:`MultimodalChat`.
+    the Llama's own prompt cache stays consistent). Given to ``Llama(..., speculative=SpecConfig(...))``
+    it builds the Llama's speculative decoder (:meth:`speculative_decoder`), which then speculates
+    on media chats too (``draft-eagle3`` aside: there the Llama speculates on text prompts and media
+    chats decode without drafts). A handler set on an existing Llama decodes media without drafts.
     """
 
     def __init__(self, clip_model_path: str | os.PathLike[str], verbose: bool = False, use_gpu: bool = True, *,
@@ -1048,15 +1078,36 @@ class MTMDChatHandler:
             self._model_ref = model._ref
         return self._mctx
 
+    def speculative_decoder(self, model: LlamaModel, config: SpecConfig, *, target: LlamaContext,
+                            prompt_lookup: Any = None) -> MultimodalMTPDecoder | MultimodalDraftDecoder | None:
+        """The decoder a ``Llama`` given this handler speculates with (None: it builds its own):
+        one that also takes media prompts, over the Llama's context."""
+        try:
+            check_media_types(config)
+        except SpeculativeError as e:
+            log.info("media chats decode without speculation: %s", e)
+            return None
+        return make_media_decoder(model, config, target=target, prompt_lookup=prompt_lookup)
+
     @staticmethod
     def _seed_of(llama: Any) -> int:
         return getattr(llama, "_seed", LLAMA_DEFAULT_SEED)
 
+    @staticmethod
+    def _runner(llama: Any) -> dict[str, Any]:
+        """``decoder=`` the Llama's speculative decoder where it takes media, else ``context=`` its context."""
+        dec = getattr(llama, "_spec", None)
+        # a decoder made only for a prompt-lookup draft_model runs while that object is the draft model
+        lookup_gone = getattr(llama, "_spec_lookup_only", False) and llama.draft_model is not llama._spec_lookup
+        if isinstance(dec, _MediaHistory) and not lookup_gone:
+            return {"decoder": dec}
+        return {"context": llama.ctx}
+
     def _engine(self, llama: Any) -> MultimodalChatEngine:
-        """The engine one request runs on: the Llama's model, context and chat template (the
-        vision presets in :mod:`llama_cpp._vision_handlers` give their own template)."""
+        """The engine one request runs on: the Llama's model, context (or speculative decoder) and
+        chat template (the vision presets in :mod:`llama_cpp._vision_handlers` give their own template)."""
         return MultimodalChatEngine(llama.model, self._context_for(llama), llama._chat_formatter(),
-                                    context=llama.ctx, seed=self._seed_of(llama), media_dirs=self.media_dirs)
+                                    seed=self._seed_of(llama), media_dirs=self.media_dirs, **self._runner(llama))
 
     def __call__(self, *, llama: Any, messages: Sequence[dict], max_tokens: int | None = None,
                  temperature: float = 0.2, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
@@ -1072,15 +1123,20 @@ class MTMDChatHandler:
             messages, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             typical_p=typical_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, seed=seed, stop=stop, stream=stream, model=model)
-        if not stream:
+
+        def done() -> None:
+            llama.last_speculative_stats = engine.last_speculative_stats  # None: this chat did not speculate
             llama.reset()
+
+        if not stream:
+            done()
             return result
 
         def streaming() -> Iterator[dict]:
             try:
                 yield from result
             finally:
-                llama.reset()
+                done()
         return streaming()
 
 
@@ -1090,7 +1146,9 @@ __all__ = [
     "MultimodalChatEngine",
     "MultimodalDraftDecoder",
     "MultimodalMTPDecoder",
+    "check_media_types",
     "eval_chunks",
     "flatten_messages",
     "image_from_url",
+    "make_media_decoder",
 ]

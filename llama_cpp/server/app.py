@@ -564,7 +564,8 @@ async def _handler_chat(request: Request, served: ServedModel, body: CreateChatC
                   seed=body.seed, stop=body.stop, model=body.model or served.alias)
 
     def make(_: int) -> Callable[[Any], Any]:
-        return lambda llama: iter(llama.create_chat_completion(stream=True, **kwargs))
+        # the speculative statistics of a Llama whose handler drafts on media prompts
+        return lambda llama: collect_stats_stream(llama, iter(llama.create_chat_completion(stream=True, **kwargs)))
 
     group = await _submit(request, served, body.n, make, stream=body.stream)
     if body.stream:

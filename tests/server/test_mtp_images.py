@@ -164,3 +164,31 @@ def test_spec_type_none_is_plain_serving():
 
     s = ModelSettings(model="m.gguf", spec_type="none", n_parallel=2)
     assert s.spec_config() is None and not s.speculates and not s.serial
+
+
+@pytest.fixture(scope="module")
+def spec_image_server(start_server):
+    """Image chat with MTP: the handler builds the Llama's decoder, so media chats speculate too."""
+    return start_server([{"model": str(fixture_path("qwen35_mtp", form="echo")), "model_alias": "vision-mtp",
+                          "n_ctx": 512, "spec_type": "draft-mtp", "draft_n_max": 3,
+                          "clip_model_path": str(fixture_path("mmproj_vision"))}])
+
+
+def test_image_chat_speculates(spec_image_server):
+    png = fixture_path("png").read_bytes()
+    msgs = _image_messages("data:image/png;base64," + base64.b64encode(png).decode())
+    c = spec_image_server.client()
+    r = c.chat.completions.create(model="vision-mtp", messages=msgs, max_tokens=16, temperature=0)
+    handler = MTMDChatHandler(fixture_path("mmproj_vision"), n_threads=1)
+    with Llama(fixture_path("qwen35_mtp", form="echo"), n_ctx=512, chat_handler=handler, verbose=False,
+               **THREADS) as ref_llm:
+        ref = ref_llm.create_chat_completion(msgs, max_tokens=16, temperature=0, repeat_penalty=1.1)
+    handler.close()
+    assert r.choices[0].message.content == ref["choices"][0]["message"]["content"]
+    assert r.usage.completion_tokens == 16
+    spec = r.model_dump()["usage"]["speculative"]
+    assert spec["generated"] == 16 and 0 < spec["accepted"] <= spec["drafted"]
+    chunks = list(c.chat.completions.create(model="vision-mtp", messages=msgs, max_tokens=16, temperature=0,
+                                            stream=True))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == r.choices[0].message.content
+    assert chunks[-1].model_dump()["usage"]["speculative"]["drafted"] > 0
