@@ -277,6 +277,10 @@ MEDIA_TOKEN = -1
 MEDIA_REFUSED_TYPES = frozenset((SpeculativeType.DRAFT_EAGLE3,))
 
 
+class MediaSpeculationError(SpeculativeError):
+    """A speculative type or draft that runs on text but cannot draft over media positions."""
+
+
 @dataclasses.dataclass(frozen=True)
 class MediaSpan:
     """One media chunk as the target decoded it: ``rows`` at ``positions``, taking history
@@ -380,7 +384,7 @@ class MediaDraftModel:
         if target.n_pos_per_embd > 1 and dctx.n_pos_per_embd == 1:
             # an image's rows share one first position and the text after it jumps past them:
             # llama.cpp's draft context refuses that batch ("positions remain consecutive")
-            raise SpeculativeError(
+            raise MediaSpeculationError(
                 "draft-simple in multimodal chat: the target uses M-RoPE and the draft model does not, so the "
                 "draft cannot take the target's positions after an image (llama.cpp's draft context fails there "
                 "too): use a draft model of the target's family, or an n-gram type")
@@ -482,7 +486,7 @@ class MediaFeatureDrafter:
 
     def __init__(self, inner: Any, target: LlamaContext) -> None:
         if target.n_pos_per_embd > 1 and not inner._mrope:
-            raise SpeculativeError(
+            raise MediaSpeculationError(
                 f"{inner.kind} in multimodal chat: the target uses M-RoPE and the draft does not, so the draft "
                 "memory cannot jump over an image's positions (llama.cpp's draft context refuses that batch): use "
                 "the DFlash draft made for this model family, or an n-gram type")
@@ -782,7 +786,7 @@ def check_media_types(config: SpecConfig) -> None:
     """Refuse the speculative types that cannot draft over media positions (``draft-eagle3``)."""
     refused = [t.value for t in config.types if t in MEDIA_REFUSED_TYPES]
     if refused:
-        raise SpeculativeError(
+        raise MediaSpeculationError(
             f"multimodal chat does not speculate with {', '.join(refused)} (its draft pairs the target's "
             "features at each position with the token at the next one, which a media position does not "
             "have): use draft-mtp, draft-simple, draft-dflash, draft-dspark or an n-gram type "
@@ -1046,8 +1050,9 @@ class MTMDChatHandler:
     Uses the Llama's model and context (its KV cache is reset before and after each request, so
     the Llama's own prompt cache stays consistent). Given to ``Llama(..., speculative=SpecConfig(...))``
     it builds the Llama's speculative decoder (:meth:`speculative_decoder`), which then speculates
-    on media chats too (``draft-eagle3`` aside: there the Llama speculates on text prompts and media
-    chats decode without drafts). A handler set on an existing Llama decodes media without drafts.
+    on media chats too (where the type or draft cannot, :class:`MediaSpeculationError`, the Llama
+    speculates on text prompts and media chats decode without drafts). A handler set on an existing
+    Llama decodes media without drafts.
     """
 
     def __init__(self, clip_model_path: str | os.PathLike[str], verbose: bool = False, use_gpu: bool = True, *,
@@ -1081,13 +1086,13 @@ class MTMDChatHandler:
     def speculative_decoder(self, model: LlamaModel, config: SpecConfig, *, target: LlamaContext,
                             prompt_lookup: Any = None) -> MultimodalMTPDecoder | MultimodalDraftDecoder | None:
         """The decoder a ``Llama`` given this handler speculates with (None: it builds its own):
-        one that also takes media prompts, over the Llama's context."""
+        one that also takes media prompts, over the Llama's context; None where the type or draft
+        cannot draft over media (the Llama's own decoder then speculates on its text prompts)."""
         try:
-            check_media_types(config)
-        except SpeculativeError as e:
+            return make_media_decoder(model, config, target=target, prompt_lookup=prompt_lookup)
+        except MediaSpeculationError as e:
             log.info("media chats decode without speculation: %s", e)
             return None
-        return make_media_decoder(model, config, target=target, prompt_lookup=prompt_lookup)
 
     @staticmethod
     def _seed_of(llama: Any) -> int:
@@ -1142,6 +1147,7 @@ class MTMDChatHandler:
 
 __all__ = [
     "MTMDChatHandler",
+    "MediaSpeculationError",
     "MultimodalChat",
     "MultimodalChatEngine",
     "MultimodalDraftDecoder",

@@ -76,15 +76,23 @@ def test_media_chats_speculate(spec_type, target, prompts, plain, mmproj_vision)
         handler.close()
 
 
-def test_eagle3_speculates_on_text_only(target, prompts, plain, mmproj_vision, caplog):
+@pytest.mark.parametrize(("spec_type", "draft", "words"), [
+    ("draft-eagle3", ("eagle3_draft", {"form": "echo"}), "does not speculate with draft-eagle3"),
+    # drafts without M-RoPE under this M-RoPE target: they cannot take an image's positions
+    ("draft-simple", ("draft_model", {"form": "echo"}), "M-RoPE and the draft model does not"),
+    ("draft-dflash", ("dflash_draft", {"form": "first"}), "M-RoPE and the draft does not"),
+], ids=["eagle3", "draft-simple-no-mrope", "dflash-no-mrope"])
+def test_text_only_speculation(spec_type, draft, words, target, prompts, plain, mmproj_vision, caplog):
+    """Where a type or draft cannot draft over media, the Llama still builds (its own decoder
+    speculates on text) and media chats decode without drafts, which is logged."""
     replies, text = plain
-    cfg = SpecConfig("draft-eagle3", draft_n_max=3, draft_model_path=str(fixture_path("eagle3_draft", form="echo")))
+    cfg = SpecConfig(spec_type, draft_n_max=3, draft_model_path=str(fixture_path(draft[0], **draft[1])))
     handler = MTMDChatHandler(mmproj_vision, n_threads=1)
     try:
         with caplog.at_level("INFO", logger="llama_cpp.mtmd_chat"), \
                 Llama(str(target), chat_handler=handler, speculative=cfg, **LLAMA_CTX) as llm:
             assert not isinstance(llm._spec, _MediaHistory)
-            assert "media chats decode without speculation" in caplog.text and "draft-eagle3" in caplog.text
+            assert "media chats decode without speculation" in caplog.text and words in caplog.text
             assert llm(TEXT, max_tokens=N, temperature=0)["choices"][0]["text"] == text
             assert llm.last_speculative_stats.accepted > 0
             assert [_chat(llm, m) for m in prompts] == replies
