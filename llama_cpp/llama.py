@@ -376,6 +376,13 @@ class Llama:
             raise ClosedError("this Llama is closed; create a new one")
         return self._model
 
+    def _running_spec(self) -> Any:
+        """The speculative decoder generation runs through, or None (plain decoding)."""
+        # an engine made only for a prompt-lookup draft_model runs while that object is the draft model
+        if self._spec_lookup_only and self.draft_model is not self._spec_lookup:
+            return None
+        return self._spec
+
     def _need_ctx(self) -> LlamaContext:
         self._need_model()
         ctx = self._ctx
@@ -681,8 +688,7 @@ class Llama:
         want_row = want_logprobs or (hooks is not None and bool(hooks.criteria))
         pick = _sampling.token_picker(model, chain, grammar, want_row, hooks)
         source: Iterator[_gen.TokenRow]
-        # an engine made only for a prompt-lookup draft_model runs while that object is the draft model
-        if self._spec is not None and not (self._spec_lookup_only and self.draft_model is not self._spec_lookup):
+        if self._running_spec() is not None:
             source = self._spec_token_stream(prompt_tokens, max_tokens, chain, pick, reuse_prefix, prime)
         else:
             self._prepare(prompt_tokens, reuse_prefix)

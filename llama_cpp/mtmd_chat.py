@@ -61,7 +61,6 @@ from ._errors import ClosedError, ContextOverflowError, MultimodalError, Specula
 from ._guard import CallGuard, serialized
 from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, LlamaSampler
 from ._media_policy import MediaPolicy
-from ._spec_batch import check_snapshot_ubatch
 from ._spec_engine import DraftDecoder, close_drafters, tell_drafters
 from .llama_cpp import LLAMA_DEFAULT_SEED
 from .mtmd import Audio, Chunk, Chunks, Image, MarkerPrompt, MTMDContext, Text
@@ -70,10 +69,8 @@ from .speculative import (
     SpecConfig,
     SpeculativeStats,
     SpeculativeType,
-    build_drafters,
-    check_context_params,
     check_model_file,
-    target_context_params,
+    draft_decoder_parts,
 )
 
 log = logging.getLogger("llama_cpp.mtmd_chat")
@@ -709,19 +706,8 @@ class MultimodalDraftDecoder(_MediaHistory, DraftDecoder):
     def __init__(self, model: LlamaModel, ctx_params: dict[str, Any] | None, config: SpecConfig, *,
                  target: LlamaContext | None = None, prompt_lookup: Any = None) -> None:
         self._mbatch: LlamaBatchExtNative | None = None
-        owns = target is None
-        if target is None:
-            target = LlamaContext(model, **target_context_params(config, dict(ctx_params or {})))
-        else:
-            check_context_params(config, {"n_ctx": target.n_ctx(), "n_batch": target.n_batch(),
-                                          "n_ubatch": target.n_ubatch(), "n_seq_max": target.n_seq_max()})
-        try:
-            check_snapshot_ubatch(model, target, "the target context")
-            drafters = media_drafters(build_drafters(model, config, target, prompt_lookup), target)
-        except BaseException:
-            if owns:
-                target.close()
-            raise
+        target, drafters, owns = draft_decoder_parts(model, config, target=target, ctx_params=ctx_params,
+                                                     prompt_lookup=prompt_lookup, wrap=media_drafters)
         super().__init__(model, target, config, drafters, owns_target=owns)
         try:
             self._mbatch = LlamaBatchExtNative(target)
@@ -1101,12 +1087,8 @@ class MTMDChatHandler:
     @staticmethod
     def _runner(llama: Any) -> dict[str, Any]:
         """``decoder=`` the Llama's speculative decoder where it takes media, else ``context=`` its context."""
-        dec = getattr(llama, "_spec", None)
-        # a decoder made only for a prompt-lookup draft_model runs while that object is the draft model
-        lookup_gone = getattr(llama, "_spec_lookup_only", False) and llama.draft_model is not llama._spec_lookup
-        if isinstance(dec, _MediaHistory) and not lookup_gone:
-            return {"decoder": dec}
-        return {"context": llama.ctx}
+        dec = llama._running_spec()
+        return {"decoder": dec} if isinstance(dec, _MediaHistory) else {"context": llama.ctx}
 
     def _engine(self, llama: Any) -> MultimodalChatEngine:
         """The engine one request runs on: the Llama's model, context (or speculative decoder) and

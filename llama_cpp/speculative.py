@@ -731,6 +731,23 @@ def make_decoder(model: Any, config: SpecConfig, *, target: Any = None,
         raise SpeculativeError("spec_type 'none' needs no decoder")
     if config.needs_nextn:
         return MTPDecoder(model, ctx_params, config, target=target, prompt_lookup=prompt_lookup)
+    target, drafters, owns = draft_decoder_parts(model, config, target=target, ctx_params=ctx_params,
+                                                 prompt_lookup=prompt_lookup)
+    try:
+        return DraftDecoder(model, target, config, drafters, owns_target=owns)
+    except BaseException:
+        if owns:
+            target.close()
+        raise
+
+
+def draft_decoder_parts(model: Any, config: SpecConfig, *, target: Any = None,
+                        ctx_params: Mapping[str, Any] | None = None, prompt_lookup: Any = None,
+                        wrap: Callable[[list[Any], Any], list[Any]] | None = None) -> tuple[Any, list[Any], bool]:
+    """What a :class:`~llama_cpp._spec_engine.DraftDecoder` is built from: the target context
+    (``target``, or one created from ``ctx_params``), the configured drafters (passed through
+    ``wrap(drafters, target)`` when given) and whether the context was created here. A context
+    created here is closed if anything after it fails."""
     from ._internals import LlamaContext
 
     params = dict(ctx_params or {})
@@ -746,7 +763,7 @@ def make_decoder(model: Any, config: SpecConfig, *, target: Any = None,
     try:
         check_snapshot_ubatch(model, target, "the target context")
         drafters = build_drafters(model, config, target, prompt_lookup)
-        return DraftDecoder(model, target, config, drafters, owns_target=owns)
+        return target, (wrap(drafters, target) if wrap is not None else drafters), owns
     except BaseException:
         if owns:
             target.close()
@@ -1405,6 +1422,7 @@ __all__ = [
     "build_drafters",
     "check_context_params",
     "check_model_file",
+    "draft_decoder_parts",
     "gguf_nextn_layers",
     "load_mtp_model",
     "make_decoder",
