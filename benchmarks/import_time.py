@@ -20,7 +20,7 @@ STEPS = {
     "import llama_cpp": "import llama_cpp",
     "import llama_cpp.llama_cpp (bindings, no load)": "import llama_cpp.llama_cpp",
     "first load (libraries + backends + llama_backend_init)": (
-        "import llama_cpp._loader as L\nL.load()"
+        "import llama_cpp._native.loader as L\nL.load()"
     ),
     "first call llama_max_devices()": "import llama_cpp.llama_cpp as C\nC.llama_max_devices()",
 }
@@ -31,7 +31,7 @@ TIMER = (
 
 def measure(body: str, runs: int, env: dict[str, str]) -> list[float]:
     out = []
-    setup = "import llama_cpp\n" if "llama_cpp._loader" in body or "C.llama" in body else ""
+    setup = "import llama_cpp\n" if "llama_cpp._native.loader" in body or "C.llama" in body else ""
     code = setup + TIMER.format(body=body)
     for _ in range(runs):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)

@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def checks_cost(llm_path: Path, n: int = 200_000) -> float:
     """Seconds per token that the guard and the token-id check add to a stream."""
-    from llama_cpp._guard import CallGuard
     from llama_cpp._internals import LlamaModel
+    from llama_cpp._safety.call_guard import CallGuard
 
     guard = CallGuard("benchmark")
     with LlamaModel(llm_path, vocab_only=True) as model:

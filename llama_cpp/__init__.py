@@ -17,7 +17,6 @@ import logging
 import types
 from typing import TYPE_CHECKING, Any
 
-from . import _ctypes_util
 from ._errors import (
     BackendUnavailableError,
     CacheError,
@@ -37,6 +36,7 @@ from ._errors import (
     TemplateError,
     TokenizationError,
 )
+from ._native import ctypes_util as _ctypes_util
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -49,13 +49,13 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
 def _library_handle(name: str) -> ctypes.CDLL:
-    from ._loader import library_handle
+    from ._native.loader import library_handle
 
     return library_handle(name)
 
 
 def _library_path(name: str) -> Path | None:
-    from ._loader import library_path
+    from ._native.loader import library_path
 
     return library_path(name)
 
@@ -65,10 +65,10 @@ _ctypes_util.set_library_source(_library_handle, _library_path)
 
 # Public names resolved lazily: name -> module that defines it.
 _LAZY = {
-    "backends": "._loader",
-    "ensure_backends": "._loader",
-    "system_info": "._loader",
-    "lib_dir": "._loader",
+    "backends": "._native.loader",
+    "ensure_backends": "._native.loader",
+    "system_info": "._native.loader",
+    "lib_dir": "._native.loader",
     "Llama": ".llama",
     "LlamaEmbedding": ".llama_embedding",
     "LlamaBatch": ".llama_batch",
@@ -82,16 +82,16 @@ _LAZY = {
     "MultimodalChat": ".mtmd_chat",
     # llama-cpp-python's top level (its llama module's names)
     "LlamaGrammar": ".llama_grammar",
-    "LlamaState": "._compat_state",
+    "LlamaState": "._compat.state",
     "BaseLlamaCache": ".llama_cache",
     "LlamaCache": ".llama_cache",
     "LlamaRAMCache": ".llama_cache",
     "LlamaDiskCache": ".llama_cache",
-    "LogitsProcessor": "._compat_hooks",
-    "LogitsProcessorList": "._compat_hooks",
-    "StoppingCriteria": "._compat_hooks",
-    "StoppingCriteriaList": "._compat_hooks",
-    "MinTokensLogitsProcessor": "._compat_hooks",
+    "LogitsProcessor": "._compat.hooks",
+    "LogitsProcessorList": "._compat.hooks",
+    "StoppingCriteria": "._compat.hooks",
+    "StoppingCriteriaList": "._compat.hooks",
+    "MinTokensLogitsProcessor": "._compat.hooks",
     "BaseLlamaTokenizer": ".llama_tokenizer",
     "LlamaTokenizer": ".llama_tokenizer",
     "LlamaHFTokenizer": ".llama_tokenizer",

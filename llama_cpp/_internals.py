@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _gguf_guard, _logging
 from ._errors import (
     ClosedError,
     ContextError,
@@ -38,6 +37,9 @@ from ._errors import (
     ModelNotFoundError,
     TokenizationError,
 )
+from ._native import log_routing as _logging
+from ._safety import checks as _checks
+from ._safety import gguf_guard as _gguf_guard
 from .llama_cpp import (
     LLAMA_CONTEXT_TYPE_MTP,
     LLAMA_FLASH_ATTN_TYPE_AUTO,
@@ -63,8 +65,8 @@ _GGUF_MIN_HEADER = 24
 
 def _lib() -> Any:
     """The low-level binding module (``llama_cpp.llama_cpp``), loaded on first use."""
-    from . import _loader
     from . import llama_cpp as C
+    from ._native import loader as _loader
 
     _loader.load()
     return C
@@ -335,7 +337,7 @@ def amx_kernels_unsafe() -> bool:
     """
     global _amx_verdict
     if _amx_verdict is None:
-        from . import _loader
+        from ._native import loader as _loader
 
         try:
             info = _loader.system_info()
@@ -1412,8 +1414,8 @@ class LlamaTokenDataArray(TokenCandidates):
 
 def normalize_embedding(embedding: Sequence[float]) -> list[float]:
     """``embedding`` scaled to unit L2 norm (an all-zero row stays zero), as a list
-    (llama-cpp-python's helper, over :func:`llama_cpp._normalize.normalize_embeddings`)."""
-    from ._normalize import normalize_embeddings
+    (llama-cpp-python's helper, over :func:`llama_cpp._core.normalize.normalize_embeddings`)."""
+    from ._core.normalize import normalize_embeddings
 
     return normalize_embeddings(np.asarray(embedding, dtype=np.float64), 2).tolist()
 

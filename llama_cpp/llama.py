@@ -23,13 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _responses, _sampling
-from . import _generation as _gen
 from . import llama_chat_format as _chat
 from . import llama_types as T
 from . import speculative as _spec
-from ._chat_tokens import message_texts, tokenize_chat_prompt
-from ._compat_hooks import (
+from ._compat.hooks import (
     HookedSource,
     LogitsProcessor,
     LogitsProcessorList,
@@ -38,10 +35,15 @@ from ._compat_hooks import (
     StoppingCriteriaList,
     TokenHooks,
 )
-from ._compat_state import LlamaState, longest_token_prefix
+from ._compat.state import LlamaState, longest_token_prefix
 from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError, ModelNotFoundError
-from ._guard import CallGuard, serialized
+from ._generation import loop as _gen
+from ._generation import responses as _responses
+from ._generation import sampling as _sampling
 from ._internals import LlamaBatch, LlamaContext, LlamaLoraAdapter, LlamaModel, LlamaSampler, flash_attn_type
+from ._safety import checks as _checks
+from ._safety.call_guard import CallGuard, serialized
+from ._safety.chat_tokens import message_texts, tokenize_chat_prompt
 from .llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache
 from .llama_cpp import (
     LLAMA_ATTENTION_TYPE_UNSPECIFIED,
@@ -1305,7 +1307,7 @@ class Llama:
         """Download ``filename`` (a name or glob pattern) from the Hugging Face repository ``repo_id``
         with ``huggingface_hub`` and load it; ``additional_files`` (patterns too) are fetched beside
         it (the other shards of a split GGUF). Keyword arguments go to :class:`Llama`."""
-        from ._compat_hub import download_model
+        from ._compat.hub import download_model
 
         path = download_model(repo_id, filename, additional_files=additional_files, local_dir=local_dir,
                               local_dir_use_symlinks=local_dir_use_symlinks, cache_dir=cache_dir)

@@ -1,6 +1,6 @@
 """Prompt caches for ``Llama.set_cache``, as in llama-cpp-python.
 
-A cache maps token sequences to :class:`~llama_cpp._compat_state.LlamaState` snapshots; a lookup
+A cache maps token sequences to :class:`~llama_cpp._compat.state.LlamaState` snapshots; a lookup
 returns the entry sharing the longest prefix with the prompt (``KeyError`` when none shares a
 token). ``Llama.create_completion`` restores a hit only when it shares more with the prompt than
 the context already holds, and stores the state after each completion.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._compat_state import LlamaState, longest_token_prefix
+from ._compat.state import LlamaState, longest_token_prefix
 from ._errors import CacheError
 
 log = logging.getLogger("llama_cpp")

@@ -11,10 +11,10 @@ and any such attempt, any syntax error and any ``raise_exception`` call surfaces
 The rest is llama-cpp-python 0.3.36's surface: the handler registry
 (:func:`register_chat_completion_handler`, :func:`get_chat_completion_handler`,
 :func:`register_chat_format`), every named format as a ``format_*`` function with upstream's exact
-prompts (:mod:`llama_cpp._chat_formats`), ``chatml-function-calling`` and ``functionary*``
-(:mod:`llama_cpp._chat_formats_tools`), :func:`hf_tokenizer_config_to_chat_formatter`,
+prompts (:mod:`llama_cpp._chat.formats`), ``chatml-function-calling`` and ``functionary*``
+(:mod:`llama_cpp._chat.tools`), :func:`hf_tokenizer_config_to_chat_formatter`,
 :func:`hf_autotokenizer_to_chat_formatter` (needs ``transformers``), and the vision handler
-classes (``Llava15ChatHandler`` …, :mod:`llama_cpp._vision_handlers`), loaded on first use.
+classes (``Llava15ChatHandler`` …, :mod:`llama_cpp._chat.vision_handlers`), loaded on first use.
 
 :func:`model_chat_formatter` serves ``Llama(chat_format=...)``: every upstream name gives upstream's
 exact prompt; this package's own templates (``phi-3``, and the media-aware versions of ``chatml``,
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _chat_formats as _formats
-from ._chat_formats_base import (
+from ._chat import formats as _formats
+from ._chat.base import (
     Jinja2ChatFormatter,
     LlamaChatCompletionHandlerNotFoundException,
     LlamaChatCompletionHandlerRegistry,
@@ -45,7 +45,7 @@ from ._chat_formats_base import (
     register_chat_format,
     validate_messages,
 )
-from ._chat_formats_types import ChatFormatter, ChatFormatterResponse, LlamaChatCompletionHandler
+from ._chat.types import ChatFormatter, ChatFormatterResponse, LlamaChatCompletionHandler
 from ._errors import TemplateError
 
 # the templates llama-cpp-python recognises in GGUF metadata (guess_chat_format_from_gguf_metadata)
@@ -73,7 +73,7 @@ LLAMA3_INSTRUCT_CHAT_TEMPLATE = (
 
 
 def _register_builtins() -> None:
-    from . import _chat_formats_tools as tools
+    from ._chat import tools
 
     reg = LlamaChatCompletionHandlerRegistry()
     for name, fn in _formats.FORMATS.items():
@@ -194,12 +194,12 @@ format = format_vicuna  # noqa: A001 - upstream registers vicuna under this name
 
 def __getattr__(name: str) -> Any:
     # the tool handlers and vision classes load on first use (they pull in mtmd and more)
-    from . import _chat_formats_tools as tools
+    from ._chat import tools
 
     if name in ("chatml_function_calling", "functionary_chat_handler", "functionary_v1_v2_chat_handler"):
         return getattr(tools, name)
     if name.endswith("ChatHandler") or name == "Llama3VisionAlpha":
-        from . import _vision_handlers
+        from ._chat import vision_handlers as _vision_handlers
 
         if name in _vision_handlers.__all__:
             return getattr(_vision_handlers, name)

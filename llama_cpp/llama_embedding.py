@@ -5,7 +5,7 @@ tokens and ``n_seq_max`` sequences per call), like llama.cpp's ``llama-embedding
 ``llama_model_n_embd_out`` wide; results are NumPy ``float32`` arrays.
 
 Normalisation follows llama.cpp's ``--embd-normalize`` convention
-(:func:`llama_cpp._normalize.normalize_embeddings`; 2, L2, by default).
+(:func:`llama_cpp._core.normalize.normalize_embeddings`; 2, L2, by default).
 
 Length limits: an input longer than the model can take in one pass (``n_ubatch`` for non-causal
 models such as BERT, ``n_batch`` otherwise, and never more than the model's training context,
@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks
+from ._core.normalize import normalize_embeddings
 from ._errors import ContextOverflowError, LlamaError, TokenizationError
-from ._guard import CallGuard, serialized
 from ._internals import LlamaBatch, LlamaContext, LlamaModel, flash_attn_type, float_view
-from ._normalize import normalize_embeddings
+from ._safety import checks as _checks
+from ._safety.call_guard import CallGuard, serialized
 from .llama_cpp import (
     LLAMA_ATTENTION_TYPE_UNSPECIFIED,
     LLAMA_POOLING_TYPE_CLS,

@@ -2,11 +2,11 @@
 
 The grammar text is handed to llama.cpp's native grammar sampler (``llama_sampler_init_grammar``),
 which parses it and constrains every sampled token; nothing is matched in Python. JSON schemas
-convert with llama.cpp's own converter semantics (:mod:`llama_cpp._json_schema`): integer
+convert with llama.cpp's own converter semantics (:mod:`llama_cpp._grammar.json_schema`): integer
 ranges, patterns, ``allOf``/``anyOf``/``oneOf``, ``prefixItems``, ``$ref``/``$defs``, string
 formats, length and item bounds, ``additionalProperties``; pydantic's ``model_json_schema()``
 output converts as is. Repetition bounds are checked before llama.cpp expands them
-(:mod:`llama_cpp._grammar_bounds`).
+(:mod:`llama_cpp._safety.grammar_bounds`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _json_schema as _js
-from ._grammar_bounds import check_repetitions
-from ._json_schema import schema_to_grammar
+from ._grammar import json_schema as _js
+from ._grammar.json_schema import schema_to_grammar
+from ._safety.grammar_bounds import check_repetitions
 
 LLAMA_GRAMMAR_DEFAULT_ROOT = "root"
 

@@ -2,7 +2,7 @@
 
 A draft model proposes the tokens that follow a history; ``Llama`` verifies the proposal in one
 batch and keeps only what its own sampler picks, so the output is the same as without the draft
-(see :func:`llama_cpp._generation.draft_loop`). llama.cpp's own n-gram and MTP engines are in
+(see :func:`llama_cpp._generation.loop.draft_loop`). llama.cpp's own n-gram and MTP engines are in
 :mod:`llama_cpp.speculative` (``Llama(speculative=SpecConfig(...))``).
 """
 

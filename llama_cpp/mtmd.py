@@ -33,9 +33,9 @@ from typing import Any, Union
 
 import numpy as np
 
+from ._core.normalize import normalize_embeddings
 from ._errors import ClosedError, ContextOverflowError, DecodeError, MultimodalError
 from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, _NativeRef, _Owned, check_gguf_file
-from ._normalize import normalize_embeddings
 from .llama_cpp import LLAMA_POOLING_TYPE_CLS, LLAMA_POOLING_TYPE_LAST, LLAMA_POOLING_TYPE_MEAN
 from .mtmd_cpp import MTMD_INPUT_CHUNK_TYPE_AUDIO, MTMD_INPUT_CHUNK_TYPE_IMAGE, MTMD_INPUT_CHUNK_TYPE_TEXT
 
@@ -56,8 +56,8 @@ _TOKENIZE_ERRORS = {
 
 def _M() -> Any:
     """The mtmd binding module, with the native libraries loaded."""
-    from . import _loader
     from . import mtmd_cpp as M
+    from ._native import loader as _loader
 
     _loader.load()
     _loader.library_handle("mtmd")

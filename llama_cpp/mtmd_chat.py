@@ -10,7 +10,7 @@ The flow, per request:
    projector and decoded at the positions mtmd reports (M-RoPE sections where the model uses
    them, causal attention off for projectors that ask for it);
 3. tokens are sampled and streamed as OpenAI chat chunks by the shared generation engine
-   (:mod:`llama_cpp._generation`), as for text-only ``Llama``.
+   (:mod:`llama_cpp._generation.loop`), as for text-only ``Llama``.
 
 With ``speculative=SpecConfig(...)`` the prompt goes through a speculative decoder that takes
 media chunks. ``draft-mtp``: :class:`MultimodalMTPDecoder` extends the text MTP engine
@@ -19,7 +19,7 @@ target at their mtmd positions, and the MTP draft context is caught up over the 
 with the target's hidden states shifted by one (``h_{p-1}`` at position ``p``), so drafting
 continues right after the image. The n-gram types and ``draft-simple``:
 :class:`MultimodalDraftDecoder` extends the token-drafter engine
-(:class:`~llama_cpp._spec_engine.DraftDecoder`) the same way, as llama.cpp's server speculates on
+(:class:`~llama_cpp.speculative.engine.DraftDecoder`) the same way, as llama.cpp's server speculates on
 media prompts: the n-gram drafters are told the text tokens only, a draft model mirrors the
 target's memory (media rows at the target's positions), a DFlash or DSpark draft gets the
 target's layer features of media rows that take a position each (:class:`MediaFeatureDrafter`).
@@ -53,15 +53,15 @@ from typing import Any
 
 import numpy as np
 
-from . import _chat_formats_base as _chat
-from . import _generation as _gen
-from . import _responses, _sampling
-from ._chat_tokens import message_texts, prompt_pieces
+from ._chat import base as _chat
 from ._errors import ClosedError, ContextOverflowError, MultimodalError, SpeculativeError
-from ._guard import CallGuard, serialized
+from ._generation import loop as _gen
+from ._generation import responses as _responses
+from ._generation import sampling as _sampling
 from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, LlamaSampler
-from ._media_policy import MediaPolicy
-from ._spec_engine import DraftDecoder, close_drafters, tell_drafters
+from ._safety.call_guard import CallGuard, serialized
+from ._safety.chat_tokens import message_texts, prompt_pieces
+from ._safety.media_policy import MediaPolicy
 from .llama_cpp import LLAMA_DEFAULT_SEED
 from .mtmd import Audio, Chunk, Chunks, Image, MarkerPrompt, MTMDContext, Text
 from .speculative import (
@@ -72,6 +72,7 @@ from .speculative import (
     check_model_file,
     draft_decoder_parts,
 )
+from .speculative.engine import DraftDecoder, close_drafters, tell_drafters
 
 log = logging.getLogger("llama_cpp.mtmd_chat")
 
@@ -531,8 +532,8 @@ class MediaFeatureDrafter:
 def media_drafters(drafters: Sequence[Any], target: LlamaContext) -> list[Any]:
     """``drafters`` (from :func:`~llama_cpp.speculative.build_drafters`) wrapped for a history with
     media positions; on failure every drafter is closed."""
-    from ._spec_dflash import DFlashDrafter
-    from ._spec_draft import DraftModel
+    from .speculative.dflash import DFlashDrafter
+    from .speculative.draft import DraftModel
 
     out: list[Any] = []
     try:
@@ -692,7 +693,7 @@ class MultimodalMTPDecoder(_MediaHistory, MTPDecoder):
 
 
 class MultimodalDraftDecoder(_MediaHistory, DraftDecoder):
-    """:class:`~llama_cpp._spec_engine.DraftDecoder` (the n-gram types, ``draft-simple``, and lists
+    """:class:`~llama_cpp.speculative.engine.DraftDecoder` (the n-gram types, ``draft-simple``, and lists
     of them) whose prompt may hold media chunks, as llama.cpp's server speculates on them.
 
     Media rows are decoded on the target at their mtmd positions (M-RoPE sections and causal
@@ -798,13 +799,13 @@ def make_media_decoder(model: LlamaModel, config: SpecConfig, *, target: LlamaCo
 class MultimodalChatEngine:
     """Chat completions over a model, a projector and a context (or a speculative decoder) it borrows.
 
-    Generation runs the shared engine (:mod:`llama_cpp._generation`): the conversation is
-    evaluated as mtmd chunks, then tokens come from :func:`~llama_cpp._generation.decode_loop` (or
-    :func:`~llama_cpp._generation.speculative_loop` with a :class:`MultimodalMTPDecoder` or
+    Generation runs the shared engine (:mod:`llama_cpp._generation.loop`): the conversation is
+    evaluated as mtmd chunks, then tokens come from :func:`~llama_cpp._generation.loop.decode_loop` (or
+    :func:`~llama_cpp._generation.loop.speculative_loop` with a :class:`MultimodalMTPDecoder` or
     :class:`MultimodalDraftDecoder`) and are streamed as chat chunks.
     Every request re-evaluates the conversation (media prompts are not prefix-cached).
 
-    Thread safety: as ``Llama``'s (:mod:`llama_cpp._guard`): calls run one at a time, an open
+    Thread safety: as ``Llama``'s (:mod:`llama_cpp._safety.call_guard`): calls run one at a time, an open
     stream makes other calls raise ``BusyError``, ``close()`` waits for the token being computed.
     """
 
@@ -1092,7 +1093,7 @@ class MTMDChatHandler:
 
     def _engine(self, llama: Any) -> MultimodalChatEngine:
         """The engine one request runs on: the Llama's model, context (or speculative decoder) and
-        chat template (the vision presets in :mod:`llama_cpp._vision_handlers` give their own template)."""
+        chat template (the vision presets in :mod:`llama_cpp._chat.vision_handlers` give their own template)."""
         return MultimodalChatEngine(llama.model, self._context_for(llama), llama._chat_formatter(),
                                     seed=self._seed_of(llama), media_dirs=self.media_dirs, **self._runner(llama))
 

@@ -27,7 +27,7 @@ from build_tools.inputs.lock import load_lock
 from build_tools.stages.native import build as native
 from build_tools.stages.native import cuda_stub, cuda_toolkit
 from build_tools.stages.vendor import VendoredTree
-from llama_cpp import _cuda_runtime
+from llama_cpp._native import cuda_runtime as _cuda_runtime
 
 REPO = Path(__file__).resolve().parent.parent
 CC = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")

@@ -1,6 +1,6 @@
 """Windows PE images (DLLs and programs): machine, kind and the DLLs they import.
 
-The import tables come from the runtime's reader (:mod:`llama_cpp._binfmt`), so the release
+The import tables come from the runtime's reader (:mod:`llama_cpp._native.binfmt`), so the release
 checks and the loader's "which DLL is missing" answer read them the same way. What is added here
 is what only the release needs: the target machine, and which DLL names Windows itself provides
 (never grafted into a wheel, never reported missing) or a driver provides (never grafted either).
@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from llama_cpp._binfmt import pe_dependencies
+from llama_cpp._native.binfmt import pe_dependencies
 
 MACHINE_AMD64 = 0x8664
 MACHINE_ARM64 = 0xAA64

@@ -18,7 +18,7 @@ def _gib(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import _loader
+    from .._native import loader as _loader
 
     statuses = _loader.backends()
     if args.json:

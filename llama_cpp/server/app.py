@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .. import _responses
+from .._generation import responses as _responses
 from .._version import __version__
 from . import prompts
 from .engine import GenRequest, Job, QueueFull, SerialEngine, SlotEngine, collect_stats_stream

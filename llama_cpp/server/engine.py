@@ -9,14 +9,14 @@ thread loops:
 2. build ONE ``llama_batch``: the pending token of every generating slot, then prompt chunks of
    prefilling slots within what is left of ``n_batch``;
 3. decode it once, sample each slot at its own output row, turn tokens into text (UTF-8 safe,
-   stop strings, logprobs: the same :class:`~llama_cpp._generation.TextStream` every path uses)
+   stop strings, logprobs: the same :class:`~llama_cpp._generation.loop.TextStream` every path uses)
    and hand chunks to the request's event loop;
 4. free finished or cancelled slots at once (their sequence removed from the KV cache).
 
 A request's greedy output is the one ``Llama.create_completion`` gives for it alone: the same
 prompt tokens, sampler chain, limits and chunk rendering.
 
-With a :class:`~llama_cpp._spec_slots.SlotSpeculation` (n-gram types, ``draft-simple``, ``draft-mtp``
+With a :class:`~llama_cpp.speculative.slots.SlotSpeculation` (n-gram types, ``draft-simple``, ``draft-mtp``
 with one NextN head, upstream's prompt lookup) step 2 adds each generating slot's draft after its pending token, all rows outputs;
 step 3 picks at those rows in turn while they match the draft, removes the rejected rows from the
 slot's sequence and hands the kept tokens to the same per-token code, so the output is unchanged.
@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import _sampling
 from .._errors import DecodeError
-from .._generation import TextStream, _Logprobs, char_len
-from .._spec_slots import remove_rejected, verify_rows
+from .._generation import sampling as _sampling
+from .._generation.loop import TextStream, _Logprobs, char_len
 from ..llama import Llama
 from ..llama_grammar import LlamaGrammar
+from ..speculative.slots import remove_rejected, verify_rows
 
 log = logging.getLogger("llama_cpp.server")
 
@@ -155,7 +155,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def completion_chunk(req: GenRequest, data: bytes, reason: str | None, lps: Any) -> dict[str, Any]:
-    """A ``text_completion`` chunk, shaped as :func:`llama_cpp._generation.completion_chunks` makes them."""
+    """A ``text_completion`` chunk, shaped as :func:`llama_cpp._generation.loop.completion_chunks` makes them."""
     return {"id": req.completion_id, "object": "text_completion", "created": req.created, "model": req.model_name,
             "choices": [{"text": data.decode("utf-8", errors="ignore"), "index": 0, "logprobs": lps,
                          "finish_reason": reason}]}
@@ -282,7 +282,7 @@ class SlotEngine(_Lifecycle):
         self._out = Outbox()
         self._is_eog: dict[int, bool] = {}
         self._pieces: dict[int, bytes] = {}
-        # a SlotSpeculation (llama_cpp._spec_slots): each step verifies every slot's draft (owned here)
+        # a SlotSpeculation (llama_cpp.speculative.slots): each step verifies every slot's draft (owned here)
         self.spec = spec
         self._h: Any = None  # the NextN rows of the last target decode (an MTP-drafting engine)
         self._thread = threading.Thread(target=self._run, name="llama-slots", daemon=True)

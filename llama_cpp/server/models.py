@@ -154,7 +154,7 @@ class ServedModel:
         s = self.settings
         if not s.speculates:
             return None
-        from .._spec_slots import SlotSpeculation
+        from ..speculative.slots import SlotSpeculation
 
         lookup = None
         if s.draft_model is not None:

@@ -11,10 +11,10 @@ import dataclasses
 import uuid
 from typing import Any
 
-from .. import _responses
 from .. import llama_chat_format as _chat
-from .._chat_tokens import message_texts, tokenize_chat_prompt
 from .._errors import ContextOverflowError
+from .._generation import responses as _responses
+from .._safety.chat_tokens import message_texts, tokenize_chat_prompt
 from ..llama import Llama
 from ..llama_grammar import LlamaGrammar, json_schema_to_gbnf
 from .errors import APIError
@@ -141,7 +141,7 @@ def chat_prompt(llama: Llama, body: Any) -> ChatPrompt:
 
 class ChatChunks:
     """``text_completion`` chunks → ``chat.completion.chunk`` objects, one chunk at a time (the
-    incremental form of :func:`llama_cpp._responses.chat_stream`)."""
+    incremental form of :func:`llama_cpp._generation.responses.chat_stream`)."""
 
     def __init__(self, tool_name: str | None) -> None:
         self.tool_name = tool_name

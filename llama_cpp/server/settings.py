@@ -194,7 +194,7 @@ class ModelSettings(_Base):
         spec = self.spec_config()
         if spec is None:
             return None
-        from .._spec_slots import slot_unsupported
+        from ..speculative.slots import slot_unsupported
 
         return slot_unsupported(spec, self.model)
 

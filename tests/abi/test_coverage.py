@@ -59,7 +59,7 @@ def test_signatures_match_the_headers(api, rules):
 def test_signature_check_catches_a_wrong_binding(api, rules):
     import ctypes
 
-    from llama_cpp._ctypes_util import CFunction
+    from llama_cpp._native.ctypes_util import CFunction
 
     decl = api.functions["llama_batch_ext_set_pos"]
     wrong = CFunction("llama_batch_ext_set_pos", "llama", [ctypes.c_void_p, ctypes.c_int64,

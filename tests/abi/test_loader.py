@@ -58,7 +58,7 @@ def test_import_is_silent_and_loads_nothing(lib_dir):
     r = run_py("import llama_cpp", lib_dir)
     assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
     r = run_py("import llama_cpp, llama_cpp.llama_cpp, llama_cpp.mtmd_cpp, llama_cpp.ggml_cpp\n"
-               "from llama_cpp._loader import loaded_library_paths\nprint(sorted(loaded_library_paths()))", lib_dir)
+               "from llama_cpp._native.loader import loaded_library_paths\nprint(sorted(loaded_library_paths()))", lib_dir)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]" and r.stderr == ""
 
@@ -151,7 +151,7 @@ def test_cwd_is_never_searched(lib_dir, tmp_path):
 
 
 def test_load_is_once_and_thread_safe(lib_dir):
-    code = ("import threading, llama_cpp._loader as L\nres=[]\n"
+    code = ("import threading, llama_cpp._native.loader as L\nres=[]\n"
             "ts=[threading.Thread(target=lambda: res.append(id(L.load()))) for _ in range(8)]\n"
             "[t.start() for t in ts]; [t.join() for t in ts]\nprint(len(set(res)), len(res))")
     r = run_py(code, lib_dir)
@@ -176,7 +176,7 @@ def test_native_logs_reach_logging(lib_dir, tmp_path, caplog):
 def test_log_router_joins_continuations():
     import logging
 
-    from llama_cpp._logging import NativeLogRouter
+    from llama_cpp._native.log_routing import NativeLogRouter
     from llama_cpp.ggml_cpp import GGML_LOG_LEVEL_CONT, GGML_LOG_LEVEL_DEBUG, GGML_LOG_LEVEL_INFO, GGML_LOG_LEVEL_WARN
 
     records: list[logging.LogRecord] = []
@@ -202,7 +202,7 @@ def test_log_router_joins_continuations():
 
 
 def test_explain_dlerror():
-    from llama_cpp._loader import explain_dlerror
+    from llama_cpp._native.loader import explain_dlerror
 
     assert explain_dlerror("libcuda.so.1: cannot open shared object file: No such file or directory") == \
         "libcuda.so.1 not found (NVIDIA driver not installed)"
@@ -219,7 +219,7 @@ def test_public_names_resolve():
 
 
 def test_vulkan_without_a_driver_is_worded_apart_from_a_missing_loader():
-    from llama_cpp._loader import _LOAD_FAILED, explain_dlerror, loaded_status
+    from llama_cpp._native.loader import _LOAD_FAILED, explain_dlerror, loaded_status
 
     no_loader = explain_dlerror("libvulkan.so.1: cannot open shared object file: No such file or directory")
     assert no_loader == "libvulkan.so.1 not found (Vulkan loader not installed)"

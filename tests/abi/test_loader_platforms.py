@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from llama_cpp import _binfmt, _dll_search, _loader
-from llama_cpp._loader import DeviceInfo, loaded_status
+from llama_cpp._native import binfmt as _binfmt
+from llama_cpp._native import dll_search as _dll_search
+from llama_cpp._native import loader as _loader
+from llama_cpp._native.loader import DeviceInfo, loaded_status
 
 from .fake_binaries import macho_dylib, macho_fat, pe_dll
 

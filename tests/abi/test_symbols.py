@@ -41,7 +41,7 @@ def test_every_required_symbol_is_exported_by_its_library(exported):
 
 
 def test_every_required_symbol_resolves_through_ctypes(lib_dir):
-    from llama_cpp import _loader
+    from llama_cpp._native import loader as _loader
 
     assert _loader.lib_dir() == lib_dir.resolve()
     for mod in binding_modules():
@@ -63,7 +63,7 @@ def test_a_missing_optional_symbol_raises(lib_dir):
     import ctypes
 
     from llama_cpp import OptionalSymbolMissing
-    from llama_cpp._ctypes_util import CFunction
+    from llama_cpp._native.ctypes_util import CFunction
 
     ghost = CFunction("llama_ghost", "llama", [ctypes.c_void_p], None,
                       symbols=("_Z11llama_ghostPv", "?llama_ghost@@YAXPEAX@Z"), optional=True)
@@ -74,7 +74,7 @@ def test_a_missing_optional_symbol_raises(lib_dir):
 
 def test_calls_work_and_replace_the_lazy_stub(lib_dir):
     from llama_cpp import llama_cpp as C
-    from llama_cpp._ctypes_util import CFunction
+    from llama_cpp._native.ctypes_util import CFunction
 
     stub = C.__bindings__.functions["llama_max_devices"]
     assert isinstance(stub, CFunction)

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from build_tools.fixtures import fixture_path
-from llama_cpp import _checks
 from llama_cpp._errors import ParameterError
+from llama_cpp._safety import checks as _checks
 
 from .probe import run_python
 

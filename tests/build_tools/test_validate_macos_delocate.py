@@ -21,7 +21,7 @@ from build_tools.inputs.configs import load_matrix
 from build_tools.inputs.lock import load_lock
 from build_tools.stages.native import build as native
 from build_tools.stages.wheels import repair_macos
-from llama_cpp._binfmt import macho_dependencies
+from llama_cpp._native.binfmt import macho_dependencies
 
 from ..abi.fake_binaries import macho_dylib
 

@@ -9,7 +9,7 @@ import pytest
 
 import llama_cpp.llama_chat_format as lcf
 from llama_cpp import Llama
-from llama_cpp._chat_formats_handler import prompt_tokens
+from llama_cpp._chat.handler import prompt_tokens
 
 CONVERSATION = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
                 {"role": "assistant", "content": "A"}, {"role": "user", "content": "Q2"}]

@@ -11,7 +11,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 import llama_cpp.llama_chat_format as lcf
 from llama_cpp import Llama
-from llama_cpp._chat_formats_tools import (
+from llama_cpp._chat.tools import (
     CHATML_FUNCTION_CALLING_TEMPLATE,
     functionary_prompt,
     render_chatml_function_calling,

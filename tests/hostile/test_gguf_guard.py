@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from llama_cpp._errors import ModelLoadError
-from llama_cpp._gguf_guard import guard_model_file, read_header
+from llama_cpp._safety.gguf_guard import guard_model_file, read_header
 
 from ._hostile_gguf import write_gguf
 

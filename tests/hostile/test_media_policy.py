@@ -12,7 +12,7 @@ import pytest
 
 from build_tools.fixtures.media import png_bytes
 from llama_cpp._errors import MultimodalError
-from llama_cpp._media_policy import MediaPolicy, image_dimensions
+from llama_cpp._safety.media_policy import MediaPolicy, image_dimensions
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from build_tools.fixtures.cache import fixture_path
-from llama_cpp._chat_tokens import tokenize_chat_prompt
 from llama_cpp._internals import LlamaModel
+from llama_cpp._safety.chat_tokens import tokenize_chat_prompt
 
 
 @pytest.fixture(scope="module")

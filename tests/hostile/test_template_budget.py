@@ -7,7 +7,7 @@ import time
 import pytest
 
 from llama_cpp._errors import TemplateError
-from llama_cpp._template_budget import RenderLimits
+from llama_cpp._safety.template_budget import RenderLimits
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -4,8 +4,8 @@ barriers on a machine with as many cores as threads); the shared pool lives as l
 from __future__ import annotations
 
 from llama_cpp._internals import LlamaContext
-from llama_cpp._spec_engine import share_threadpools
 from llama_cpp.speculative import MTPDecoder, SpecConfig
+from llama_cpp.speculative.engine import share_threadpools
 
 from .util import greedy_sampler, plain_generate
 

@@ -10,7 +10,7 @@ import pytest
 
 from build_tools.fixtures import fixture_path
 from llama_cpp import MultimodalError
-from llama_cpp._media_policy import MediaPolicy
+from llama_cpp._safety.media_policy import MediaPolicy
 from llama_cpp.mtmd import MarkerPrompt, MTMDContext
 from llama_cpp.mtmd_chat import MTMDChatHandler, MultimodalChat, eval_chunks, image_from_url
 from llama_cpp.speculative import SpecConfig

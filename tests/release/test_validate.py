@@ -186,11 +186,11 @@ def test_added_module_with_consistent_record(check, wheel_copy, native_build, co
 
 def test_removed_module_with_consistent_record(check, wheel_copy, native_build, config):
     w = wheel_copy[0]
-    entries = [e for e in inwheel.read_entries(w.path) if e.name != "llama_cpp/_checks.py"]
+    entries = [e for e in inwheel.read_entries(w.path) if e.name != "llama_cpp/_safety/checks.py"]
     _consistent(w.path, entries)
     report = check([_refresh(w)], native_build, config)
     assert report.failed_checks() == {"payload"}, report.render()
-    assert _payload_failures(report) == ["llama_cpp/_checks.py is missing (the wheels stage puts it in every wheel)"]
+    assert _payload_failures(report) == ["llama_cpp/_safety/checks.py is missing (the wheels stage puts it in every wheel)"]
 
 
 @pytest.mark.parametrize("name", ["llama_cpp/../../x.py", "/etc/x.py", "llama_cpp/./x.py", "llama_cpp//x.py",
@@ -208,16 +208,16 @@ def test_unnormalized_entry_names(check, wheel_copy, native_build, config, name)
 def test_duplicate_and_symlink_entries(check, wheel_copy, native_build, config):
     w = wheel_copy[0]
     entries = inwheel.read_entries(w.path)
-    link = zipfile.ZipInfo("llama_cpp/_guard.py")
+    link = zipfile.ZipInfo("llama_cpp/_safety/call_guard.py")
     link.create_system = 3
     link.external_attr = (0o120777) << 16  # a symlink entry
-    _consistent(w.path, entries, {"llama_cpp/_guard.py": link})
+    _consistent(w.path, entries, {"llama_cpp/_safety/call_guard.py": link})
     with zipfile.ZipFile(w.path, "a") as zf:
         zf.writestr("llama_cpp/llama.py", b"print('second copy')\n")
     report = check([_refresh(w)], native_build, config)
     msgs = _payload_failures(report, "name")
     assert any("llama_cpp/llama.py appears twice" in m for m in msgs), report.render()
-    assert any("llama_cpp/_guard.py is not a regular file" in m for m in msgs), report.render()
+    assert any("llama_cpp/_safety/call_guard.py is not a regular file" in m for m in msgs), report.render()
 
 
 def test_unexpected_files(check, wheel_copy, native_build, config):

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from build_tools.fixtures import fixture_path
-from llama_cpp import _internals, _loader
+from llama_cpp import _internals
+from llama_cpp._native import loader as _loader
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from llama_cpp import ContextOverflowError, LlamaEmbedding, LlamaError
-from llama_cpp._normalize import normalize_embeddings
+from llama_cpp._core.normalize import normalize_embeddings
 
 TEXTS = ["hello world", "the cat sat on the mat", "a", "hello world again and again and again"]
 

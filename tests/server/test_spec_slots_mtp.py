@@ -155,9 +155,9 @@ def test_mtp_in_slots_matches_the_serial_engine(srv, prompts):
 
 
 def test_chained_heads_stay_serial():
-    from llama_cpp._spec_slots import slot_unsupported
     from llama_cpp.server.settings import ModelSettings
     from llama_cpp.speculative import SpecConfig
+    from llama_cpp.speculative.slots import slot_unsupported
 
     s = ModelSettings(model=model("echo"), spec_type="draft-mtp", n_parallel=2)
     assert not s.serial and s.spec_serial_reason is None
@@ -174,8 +174,8 @@ def test_batched_drafts_equal_the_serial_decoders_on_a_history_reading_head(prom
     import numpy as np
 
     from llama_cpp._internals import LlamaBatch, LlamaContext
-    from llama_cpp._spec_slots import BatchedMTP
     from llama_cpp.speculative import MTPDecoder, SpecConfig, load_mtp_model
+    from llama_cpp.speculative.slots import BatchedMTP
 
     cfg = SpecConfig(spec_type="draft-mtp", draft_n_max=4)
     th = {"n_threads": 1, "n_threads_batch": 1}

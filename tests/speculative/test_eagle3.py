@@ -267,7 +267,7 @@ def test_other_errors(echo, tmp_path):
         Llama(target, speculative=SpecConfig(draft_model_path=_draft()), **KW)
     with pytest.raises(SpeculativeError, match="n_batch=2 cannot hold"):
         Llama(target, speculative=_cfg("echo", 4), **dict(KW, n_batch=2, n_ubatch=2))
-    from llama_cpp._spec_eagle3 import check_draft_header
+    from llama_cpp.speculative.eagle3 import check_draft_header
 
     with pytest.raises(SpeculativeError, match="'bert' graph does not export"):
         check_draft_header(_draft(), target_arch="bert")
@@ -421,7 +421,7 @@ def test_llama_state_save_load(llamas, form):
 
 
 def test_row_store_keeps_what_pairing_needs():
-    from llama_cpp._spec_eagle3 import _RowStore
+    from llama_cpp.speculative.eagle3 import _RowStore
 
     st = _RowStore(2, margin=4)
     st.put(0, np.arange(12, dtype=np.float32).reshape(6, 2), [10, 11, 12, 13, 14, 15])
@@ -496,8 +496,8 @@ def test_layer_n_layer_is_the_targets_output_state(echo, target_path, run_tool, 
 def test_a_failed_prefill_leaves_the_decoder_usable(echo, monkeypatch):
     """A drafter's observer failing after the target decoded a prefill chunk: the next prefill starts
     from a clear target memory instead of decoding over positions it already holds."""
-    from llama_cpp._spec_eagle3 import Eagle3Drafter
     from llama_cpp.speculative import make_decoder
+    from llama_cpp.speculative.eagle3 import Eagle3Drafter
 
     from .util import greedy_sampler
 

@@ -157,7 +157,8 @@ def test_pairs_wait_through_steps_another_type_drafts(models):
 def test_greedy_rows_verify_drafts_as_per_row_sampling(models, monkeypatch, name):
     """The verify rows picked by one argmax (GreedyRows, used from 16k tokens on; forced here on the
     tiny vocabulary): the same tokens and drafts as sampling row by row."""
-    from llama_cpp import _spec_batch, speculative
+    from llama_cpp import speculative
+    from llama_cpp.speculative import batch as _spec_batch
 
     m = models(name)
     prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from llama_cpp._spec_ngram import NgramCache, stl_order
+from llama_cpp.speculative.ngram import NgramCache, stl_order
 
 from .util import CTX, config, plain_generate
 
@@ -141,8 +141,8 @@ def test_decoder_warms_only_its_own_target(targets):
     """A decoder that creates its target context warms it up and hands it over empty; one given a
     context leaves that context's memory alone."""
     from llama_cpp._internals import LlamaBatch, LlamaContext
-    from llama_cpp._spec_engine import DraftDecoder
     from llama_cpp.speculative import build_drafters, make_decoder
+    from llama_cpp.speculative.engine import DraftDecoder
 
     from .util import greedy_sampler
 
@@ -172,7 +172,7 @@ def test_greedy_rows_pick_what_the_sampler_picks(targets):
     greedy sampler alone takes that shortcut."""
     import llama_cpp.llama_cpp as C
     from llama_cpp._internals import LlamaContext, LlamaSampler
-    from llama_cpp._spec_batch import GreedyRows, RawBatch, greedy_chain
+    from llama_cpp.speculative.batch import GreedyRows, RawBatch, greedy_chain
 
     from .util import dist_sampler, greedy_sampler
 
@@ -203,8 +203,8 @@ def test_generation_through_greedy_rows_equals_plain(targets, references, monkey
     """With the argmax shortcut on whatever the vocabulary, the tokens are plain greedy decoding's
     (full, partial and no acceptance; rollbacks by memory removal and by checkpoint) and the
     sampler chain is told every emitted token, as llama_sampler_sample tells it."""
-    import llama_cpp._spec_engine as engine
     import llama_cpp.llama_cpp as C
+    import llama_cpp.speculative.engine as engine
     from llama_cpp.speculative import make_decoder
 
     from .util import PROMPTS, greedy_sampler
@@ -229,7 +229,7 @@ def test_raw_batch_fills_chunks_and_refuses_unknown_output_modes(targets):
     output with "last"), and names a bad output mode before any decode."""
     import llama_cpp.llama_cpp as C
     from llama_cpp._internals import LlamaContext
-    from llama_cpp._spec_batch import RawBatch
+    from llama_cpp.speculative.batch import RawBatch
 
     from .util import greedy_sampler
 

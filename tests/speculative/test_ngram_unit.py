@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from llama_cpp._spec_ngram import NgramCache, NgramMap, NgramMod, NgramSimple, load_ngram_cache
+from llama_cpp.speculative.ngram import NgramCache, NgramMap, NgramMod, NgramSimple, load_ngram_cache
 
 
 def test_simple_copies_the_latest_earlier_match():

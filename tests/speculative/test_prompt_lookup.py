@@ -1,7 +1,7 @@
 """Upstream's ``LlamaPromptLookupDecoding`` as the n-gram type ``prompt-lookup`` of the speculative engine.
 
 ``Llama(draft_model=LlamaPromptLookupDecoding(...))`` drafts what the object itself proposes, through
-:class:`~llama_cpp._spec_engine.DraftDecoder`: the output is plain decoding's on attention and hybrid
+:class:`~llama_cpp.speculative.engine.DraftDecoder`: the output is plain decoding's on attention and hybrid
 targets, stats are reported, and it combines with ``speculative=``. Other draft models keep their loop.
 """
 
@@ -48,7 +48,7 @@ def _text(resp) -> str:
 
 
 def test_the_drafter_proposes_what_the_class_proposes():
-    from llama_cpp._spec_ngram import PromptLookup
+    from llama_cpp.speculative.ngram import PromptLookup
 
     rng = random.Random(3)
     for _ in range(300):
@@ -173,8 +173,8 @@ def test_replacing_the_draft_model_after_construction():
 def test_slots_run_a_named_prompt_lookup(targets):
     """The server's slots draft with ``spec_type="prompt-lookup"`` as with upstream's ``draft_model``."""
     from llama_cpp._internals import LlamaContext
-    from llama_cpp._spec_ngram import PromptLookup
-    from llama_cpp._spec_slots import SlotSpeculation
+    from llama_cpp.speculative.ngram import PromptLookup
+    from llama_cpp.speculative.slots import SlotSpeculation
 
     model = targets["bpe"]
     with LlamaContext(model, n_ctx=256, n_batch=64, n_ubatch=64, n_seq_max=2, n_threads=1, n_threads_batch=1) as ctx:

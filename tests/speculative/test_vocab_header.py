@@ -11,7 +11,7 @@ import pytest
 
 from build_tools.fixtures import fixture_path
 from llama_cpp import SpeculativeError
-from llama_cpp._gguf_guard import VocabHeader
+from llama_cpp._safety.gguf_guard import VocabHeader
 from llama_cpp.speculative import SpecConfig, make_decoder
 
 from .util import CTX
@@ -84,7 +84,7 @@ def test_decoder_refuses_from_the_header(targets, monkeypatch, draft, match):
 def test_header_verdict_equals_the_native_one(target, draft):
     """Header verdict == the verdict (and message) of llama.cpp's rule on the loaded vocabularies."""
     from llama_cpp._internals import LlamaModel
-    from llama_cpp._spec_draft import check_vocab_compatible, check_vocab_files
+    from llama_cpp.speculative.draft import check_vocab_compatible, check_vocab_files
 
     t = str(fixture_path(target, **({"form": "echo"} if target == "qwen35_mtp" else {})))
     d = str(draft())
@@ -102,7 +102,7 @@ def test_header_verdict_equals_the_native_one(target, draft):
 
 
 def _verdict(monkeypatch, t: VocabHeader, d: VocabHeader):
-    import llama_cpp._spec_draft as sd
+    import llama_cpp.speculative.draft as sd
 
     monkeypatch.setattr(sd, "_vocab_header", lambda p: t if p == "t" else d)
     try:

@@ -52,7 +52,8 @@ def _config(spec_type: str):
 @pytest.fixture
 def warmed(monkeypatch):
     """The ``ctx.ptr`` of every context :func:`warm_up` is called on (the real warm-up still runs)."""
-    from llama_cpp import _spec_engine, speculative
+    from llama_cpp import speculative
+    from llama_cpp.speculative import engine as _spec_engine
 
     seen: list[int] = []
     real = _spec_engine.warm_up
@@ -76,8 +77,8 @@ def test_warm_up_leaves_an_empty_context(echo_models):
     """One decode of [bos, eos] (ids of the vocabulary) with an output, then nothing left: an empty
     memory, zeroed perf counters, and the same greedy output as a context never warmed."""
     from llama_cpp._internals import LlamaContext
-    from llama_cpp._spec_batch import RawBatch
-    from llama_cpp._spec_engine import warm_up
+    from llama_cpp.speculative.batch import RawBatch
+    from llama_cpp.speculative.engine import warm_up
 
     model = echo_models[False]
     prompt = model.tokenize(PROMPT.encode(), add_special=True)
@@ -130,8 +131,8 @@ def test_a_callers_target_is_left_alone(echo_models, warmed, spec_type):
     """A target passed in is neither warmed nor cleared: what it held is still there; the decoder's
     own draft contexts are warmed."""
     from llama_cpp._internals import LlamaContext
-    from llama_cpp._spec_batch import RawBatch
     from llama_cpp.speculative import make_decoder, target_context_params
+    from llama_cpp.speculative.batch import RawBatch
 
     model = echo_models[TYPES[spec_type][1]]
     cfg = _config(spec_type)

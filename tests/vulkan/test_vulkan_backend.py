@@ -26,7 +26,7 @@ from build_tools.stages.smoke.models import fixture_models
 from build_tools.stages.smoke.workload import CPU_ONLY_ENV, FIXTURE_GPU_STAGES
 
 REPO = Path(__file__).resolve().parents[2]
-# The loader's wording for a Vulkan loader without a driver or device (llama_cpp/_loader.py):
+# The loader's wording for a Vulkan loader without a driver or device (llama_cpp/_native/loader.py):
 # either the loader refuses to create an instance, or the backend registers with no device.
 NO_DRIVER = re.compile(r"found no driver or device|found no Vulkan device \(no driver")
 WORKLOAD = REPO / "build_tools" / "stages" / "smoke" / "workload.py"

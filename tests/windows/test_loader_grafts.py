@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from build_tools.stages.wheels.build import read_project
 from build_tools.stages.wheels.repair_windows import libs_dir
-from llama_cpp import _dll_search
+from llama_cpp._native import dll_search as _dll_search
 
 from .fake_pe import make_pe
 

@@ -346,7 +346,7 @@ def _stage_libraries(bin_dir: Path, lib_dir: Path) -> list[str]:
 
 def _install_name(path: Path) -> str | None:
     """A dylib's install name's file name (``@rpath/libllama.0.dylib``): what the others load it by."""
-    from llama_cpp._binfmt import read_dependencies
+    from llama_cpp._native.binfmt import read_dependencies
 
     try:
         install = read_dependencies(path).install_name

@@ -64,7 +64,7 @@ def describe_library(root: Path, rel: str) -> LibraryRecord:
     with open(path, "rb") as f:
         head = f.read(4)
     if head[:2] == b"MZ" or head in (b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe"):
-        from llama_cpp._binfmt import read_dependencies  # the runtime's reader: one parser for both sides
+        from llama_cpp._native.binfmt import read_dependencies  # the runtime's reader: one parser for both sides
 
         try:
             deps = read_dependencies(path)

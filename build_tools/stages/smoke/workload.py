@@ -324,9 +324,9 @@ def stage_libraries(ctx: Context) -> str:
     manifest = json.loads((pkg / "native-manifest.json").read_text(encoding="utf-8"))
     expected = {rec["path"].rsplit("/", 1)[-1]: rec["sha256"] for rec in manifest["libraries"]}
     try:
-        from llama_cpp import _loader as loader
+        from llama_cpp._native import loader
     except ImportError as exc:
-        raise AssertionError(f"llama_cpp._loader is not available ({exc})") from None
+        raise AssertionError(f"llama_cpp._native.loader is not available ({exc})") from None
     loader.load()
     if not any(s.loaded for s in loader.backends()):
         raise AssertionError(f"no backend loaded: {loader.backends()}")

@@ -74,7 +74,7 @@ def dependency_problems(files: Mapping[str, bytes], lib_names: Sequence[str], ar
     """Each way a macOS wheel's libraries are wrong: not a thin ``arch`` Mach-O file, a dependency
     neither in the wheel (``@rpath``/``@loader_path``) nor in macOS, an LC_RPATH other than
     ``@loader_path``, or a copied dylib (``.dylibs/``) beside them."""
-    from llama_cpp._binfmt import macho_dependencies  # the runtime's reader: one parser for both sides
+    from llama_cpp._native.binfmt import macho_dependencies  # the runtime's reader: one parser for both sides
 
     problems: list[str] = []
     ours = {n: files[f"{PACKAGE}/lib/{n}"] for n in lib_names if f"{PACKAGE}/lib/{n}" in files}

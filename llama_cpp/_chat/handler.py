@@ -1,0 +1,231 @@
+"""A chat-completion handler from a chat formatter, and the completion → chat conversions
+llama-cpp-python's handlers return (tool calls carry both ``tool_calls`` and the legacy
+``function_call``).
+
+The handler renders the prompt with the formatter, tokenizes it so special-token text inside
+message content stays text (:mod:`llama_cpp._safety.chat_tokens`), adds the format's stop strings, builds
+the grammar a named ``tool_choice`` or a JSON ``response_format`` asks for, and runs
+``llama.create_completion``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from .._safety.chat_tokens import message_texts, tokenize_chat_prompt
+from ..llama_grammar import JSON_GBNF, LlamaGrammar
+
+logger = logging.getLogger("llama_cpp.chat")
+
+# sampling keywords every handler forwards to create_completion as they are
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "typical_p", "presence_penalty", "frequency_penalty",
+                 "repeat_penalty", "tfs_z", "mirostat_mode", "mirostat_tau", "mirostat_eta", "model", "seed",
+                 "logit_bias")
+
+
+def sampling_kwargs(values: dict[str, Any], *, hooks: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The create_completion keywords among ``values``; logits processors and stopping criteria
+    only when given (a runtime without them then keeps working for everyone else)."""
+    out = {k: values[k] for k in SAMPLING_KEYS if k in values and values[k] is not None}
+    for key, value in (hooks or {}).items():
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def stop_list(*stops: Any) -> list[str]:
+    """One list from stop values that may each be None, a string or a list of strings."""
+    out: list[str] = []
+    for s in stops:
+        if s is None:
+            continue
+        for x in ([s] if isinstance(s, str) else s):
+            if x and x not in out:
+                out.append(x)
+    return out
+
+
+def tools_from_functions(functions: Any, function_call: Any, tools: Any, tool_choice: Any) -> tuple[Any, Any]:
+    """Legacy ``functions``/``function_call`` as ``tools``/``tool_choice``."""
+    if functions is not None:
+        tools = [{"type": "function", "function": f} for f in functions]
+    if function_call is not None:
+        if function_call in ("none", "auto"):
+            tool_choice = function_call
+        elif isinstance(function_call, dict) and "name" in function_call:
+            tool_choice = {"type": "function", "function": {"name": function_call["name"]}}
+    return tools, tool_choice
+
+
+def find_tool(tools: Sequence[dict[str, Any]] | None, name: str) -> dict[str, Any]:
+    for t in tools or ():
+        if (t.get("function") or {}).get("name") == name:
+            return t
+    names = [(t.get("function") or {}).get("name") for t in tools or ()]
+    raise ValueError(f"tool_choice names {name!r}, which is not among the tools {names}")
+
+
+def grammar_for_schema(schema: Any) -> LlamaGrammar:
+    """The grammar of a JSON schema; any JSON when the schema cannot be converted (as upstream)."""
+    try:
+        return LlamaGrammar.from_json_schema(json.dumps(schema))
+    except (ValueError, TypeError) as exc:
+        logger.warning("JSON schema not convertible (%s); constraining to any JSON instead", exc)
+        return LlamaGrammar.from_string(JSON_GBNF)
+
+
+def grammar_for_response_format(response_format: dict[str, Any] | None) -> LlamaGrammar | None:
+    if not response_format:
+        return None
+    kind = response_format.get("type")
+    if kind == "json_object":
+        if "schema" in response_format:
+            return grammar_for_schema(response_format["schema"])
+        return LlamaGrammar.from_string(JSON_GBNF)
+    if kind == "json_schema":
+        js = response_format.get("json_schema") or {}
+        return grammar_for_schema(js.get("schema", js) if isinstance(js, dict) else js)
+    return None
+
+
+def prompt_tokens(llama: Any, prompt: str, messages: Sequence[Any], *, added_special: bool,
+                  special_in_content: bool = False, render: Callable[[list[Any]], str] | None = None) -> list[int]:
+    """The tokens of a rendered prompt, message content parsed without special tokens (``render``:
+    how ``messages`` became ``prompt``, for exact content spans)."""
+    model = getattr(llama, "model", None)
+    if model is not None and hasattr(model, "token_bos"):
+        return tokenize_chat_prompt(model, prompt, message_texts(messages), add_special=not added_special,
+                                    special_in_content=special_in_content, render=render, messages=messages)
+    return list(llama.tokenize(prompt.encode("utf-8"), add_bos=not added_special, special=True))
+
+
+# ---- completion → chat -----------------------------------------------------------------------
+
+def chat_logprobs(lp: dict[str, Any] | None) -> dict[str, Any] | None:
+    if lp is None:
+        return None
+    return {"content": [{"token": tok, "bytes": None, "logprob": val,
+                         "top_logprobs": [{"token": k, "logprob": v, "bytes": None} for k, v in (top or {}).items()]}
+                        for tok, val, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])],
+            "refusal": None}
+
+
+def completion_to_chat(completion: dict[str, Any]) -> dict[str, Any]:
+    choice = completion["choices"][0]
+    return {"id": "chat" + completion["id"], "object": "chat.completion", "created": completion["created"],
+            "model": completion["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": choice["text"]},
+                         "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": choice["finish_reason"]}],
+            "usage": completion["usage"]}
+
+
+def chunks_to_chat(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for i, chunk in enumerate(chunks):
+        base = {"id": "chat" + chunk["id"], "model": chunk["model"], "created": chunk["created"],
+                "object": "chat.completion.chunk"}
+        choice = chunk["choices"][0]
+        if i == 0:
+            yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
+                                        "finish_reason": None}]}
+        delta = {"content": choice["text"]} if choice["finish_reason"] is None else {}
+        out = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": chat_logprobs(choice["logprobs"]),
+                                    "finish_reason": choice["finish_reason"]}]}
+        if choice["finish_reason"] is not None and choice["text"]:
+            # the last piece of text arrives with the finish reason here; keep it
+            yield {**base, "choices": [{"index": 0, "delta": {"content": choice["text"]},
+                                        "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": None}]}
+            out["choices"][0]["logprobs"] = None
+        if "usage" in chunk and choice["finish_reason"] is not None:
+            out["usage"] = chunk["usage"]
+        yield out
+
+
+def to_chat(completion_or_chunks: Any, stream: bool) -> Any:
+    return chunks_to_chat(completion_or_chunks) if stream else completion_to_chat(completion_or_chunks)
+
+
+def call_id(tool_name: str, completion_id: str, index: int = 0) -> str:
+    return f"call__{index}_{tool_name}_{completion_id}"
+
+
+def completion_to_tool_call(tool_name: str, completion: dict[str, Any]) -> dict[str, Any]:
+    choice = completion["choices"][0]
+    args = choice["text"]
+    return {"id": "chat" + completion["id"], "object": "chat.completion", "created": completion["created"],
+            "model": completion["model"],
+            "choices": [{"index": 0, "message": {
+                "role": "assistant", "content": None, "function_call": {"name": tool_name, "arguments": args},
+                "tool_calls": [{"id": call_id(tool_name, completion["id"]), "type": "function",
+                                "function": {"name": tool_name, "arguments": args}}]},
+                "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": "tool_calls"}],
+            "usage": completion["usage"]}
+
+
+def chunks_to_tool_call(tool_name: str, chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    head: dict[str, Any] | None = None
+    tool_id = ""
+    for chunk in chunks:
+        if head is None:
+            head = {"id": "chat" + chunk["id"], "object": "chat.completion.chunk", "created": chunk["created"],
+                    "model": chunk["model"]}
+            tool_id = call_id(tool_name, chunk["id"])
+            yield {**head, "choices": [{"index": 0, "finish_reason": None, "logprobs": None, "delta": {
+                "role": "assistant", "content": None, "function_call": None, "tool_calls": None}}]}
+        text = chunk["choices"][0]["text"]
+        yield {**head, "choices": [{"index": 0, "finish_reason": None,
+                                    "logprobs": chat_logprobs(chunk["choices"][0]["logprobs"]), "delta": {
+            "role": None, "content": None, "function_call": {"name": tool_name, "arguments": text},
+            "tool_calls": [{"index": 0, "id": tool_id, "type": "function",
+                            "function": {"name": tool_name, "arguments": text}}]}}]}
+    if head is not None:
+        yield {**head, "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": None, "delta": {
+            "role": None, "content": None, "function_call": None, "tool_calls": None}}]}
+
+
+def to_tool_call(tool_name: str, completion_or_chunks: Any, stream: bool) -> Any:
+    if stream:
+        return chunks_to_tool_call(tool_name, completion_or_chunks)
+    return completion_to_tool_call(tool_name, completion_or_chunks)
+
+
+# ---- the handler -----------------------------------------------------------------------------
+
+def formatter_to_handler(formatter: Callable[..., Any]) -> Callable[..., Any]:
+    """A chat-completion handler (``handler(llama=..., messages=..., ...)``) over ``formatter``."""
+
+    def chat_completion_handler(*, llama: Any, messages: list[Any], functions: Any = None, function_call: Any = None,
+                                tools: Any = None, tool_choice: Any = None, stream: bool = False, stop: Any = None,
+                                response_format: Any = None, max_tokens: int | None = None,
+                                logits_processor: Any = None, grammar: Any = None, logprobs: bool | None = None,
+                                top_logprobs: int | None = None, stopping_criteria: Any = None,
+                                special_in_content: bool = False, **kwargs: Any) -> Any:
+        sampling = {k: kwargs.pop(k) for k in list(kwargs) if k in SAMPLING_KEYS}
+        result = formatter(messages=messages, functions=functions, function_call=function_call, tools=tools,
+                           tool_choice=tool_choice, **kwargs)
+        def render(ms: list[Any]) -> str:
+            return formatter(messages=ms, functions=functions, function_call=function_call, tools=tools,
+                             tool_choice=tool_choice, **kwargs).prompt
+
+        tokens = prompt_tokens(llama, result.prompt, messages, added_special=result.added_special,
+                               special_in_content=special_in_content, render=render)
+        stops = stop_list(stop, result.stop)
+        criteria = stopping_criteria if stopping_criteria is not None else getattr(result, "stopping_criteria", None)
+        if response_format is not None:
+            grammar = grammar_for_response_format(response_format) or grammar
+        tools, tool_choice = tools_from_functions(functions, function_call, tools, tool_choice)
+        tool = None
+        if isinstance(tool_choice, dict) and tools is not None:
+            tool = find_tool(tools, tool_choice["function"]["name"])
+            grammar = grammar_for_schema(tool["function"].get("parameters") or {"type": "object"})
+        completion = llama.create_completion(
+            prompt=tokens, stream=stream, stop=stops, max_tokens=max_tokens, grammar=grammar,
+            logprobs=top_logprobs if logprobs else None,
+            **sampling_kwargs(sampling, hooks={"logits_processor": logits_processor, "stopping_criteria": criteria}))
+        if tool is not None:
+            return to_tool_call(tool["function"]["name"], completion, stream)
+        return to_chat(completion, stream)
+
+    return chat_completion_handler

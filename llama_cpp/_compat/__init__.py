@@ -1,0 +1,1 @@
+"""llama-cpp-python compatibility helpers: token hooks, hub download, state."""

@@ -1,0 +1,1 @@
+"""Core objects over the native library (model, context, sampler, batches, state helpers)."""

@@ -1,0 +1,1 @@
+"""Generation: sampling, the generation loop and OpenAI-style responses."""

@@ -1,0 +1,1 @@
+"""Grammar helpers: JSON schema to GBNF."""
