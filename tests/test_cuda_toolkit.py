@@ -398,7 +398,7 @@ def test_preload_in_a_fresh_process(tmp_path, major):
         import ctypes, json, os, sys
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
-        from llama_cpp import _cuda_runtime as r
+        from llama_cpp._native import cuda_runtime as r
         try:
             ctypes.CDLL({str(backend)!r})
             before = "loaded"

@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import mmap
 import os
 import re
-import site
-import struct
-import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .loader import ENV_LIB_PATH
+from .elf import read_dynamic
+from .sites import ENV_LIB_PATH, PACKAGE_LIB_DIR, site_dirs
 
 log = logging.getLogger(__name__)
 
@@ -90,29 +87,6 @@ class PreloadReport:
         return "; ".join(f"{k}: {v}" for k, v in self.missing.items())
 
 
-def site_dirs(extra: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
-    """Directories that may hold the ``nvidia`` namespace package, in search order, without duplicates."""
-    candidates: list[str] = [os.fspath(p) for p in extra]
-    candidates += [p for p in sys.path if p]
-    try:
-        candidates += site.getsitepackages()
-    except AttributeError:  # some virtualenv builds of site.py lack it
-        pass
-    try:
-        candidates.append(site.getusersitepackages())
-    except AttributeError:
-        pass
-    out: list[Path] = []
-    seen: set[str] = set()
-    for c in candidates:
-        real = os.path.realpath(c)
-        if real in seen or not os.path.isdir(os.path.join(real, "nvidia")):
-            continue
-        seen.add(real)
-        out.append(Path(c))
-    return out
-
-
 def find_runtime(major: int, dirs: Sequence[Path] | None = None) -> list[RuntimeLibrary]:
     """Locate each runtime library of CUDA ``major`` in NVIDIA's wheels (load order)."""
     layout = _LAYOUTS.get(major)
@@ -131,7 +105,7 @@ def find_runtime(major: int, dirs: Sequence[Path] | None = None) -> list[Runtime
 def default_backend() -> Path | None:
     """The CUDA backend file the loader will load: in ``$LLAMA_CPP_LIB_PATH`` or the package's ``lib/``."""
     override = os.environ.get(ENV_LIB_PATH)
-    directory = Path(override).expanduser() if override else Path(__file__).resolve().parent / "lib"
+    directory = Path(override).expanduser() if override else PACKAGE_LIB_DIR
     if not directory.is_dir():
         return None
     found = sorted(p for p in directory.iterdir() if p.name.startswith("libggml-cuda") and ".so" in p.name)
@@ -180,36 +154,8 @@ def preload(major: int | None = None, *, backend: str | os.PathLike[str] | None 
 # ---------------------------------------------------------------------------- NEEDED of a backend
 
 def needed(path: str | os.PathLike[str]) -> tuple[str, ...]:
-    """DT_NEEDED entries of a 64-bit little-endian ELF file (read through mmap: backends are large)."""
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-            raise ValueError(f"{path}: not a 64-bit little-endian ELF file")
-        phoff, = struct.unpack_from("<Q", data, 0x20)
-        phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-        loads, dynamic = [], None
-        for i in range(phnum):
-            p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from(
-                "<IIQQQQ", data, phoff + i * phentsize)
-            if p_type == 1:
-                loads.append((p_vaddr, p_offset, p_filesz))
-            elif p_type == 2:
-                dynamic = (p_offset, p_filesz)
-        if dynamic is None:
-            return ()
-        entries = []
-        for off in range(dynamic[0], dynamic[0] + dynamic[1] - 15, 16):
-            tag, val = struct.unpack_from("<qQ", data, off)
-            if tag == 0:
-                break
-            entries.append((tag, val))
-        strtab = next((v for t, v in entries if t == 5), None)
-        if strtab is None:
-            return ()
-        base = next((strtab - va + off for va, off, size in loads if va <= strtab < va + size), None)
-        if base is None:
-            raise ValueError(f"{path}: malformed dynamic section")
-        return tuple(data[base + v: data.find(b"\0", base + v)].decode("utf-8", "replace")
-                     for t, v in entries if t == 1)
+    """DT_NEEDED entries of an ELF file (:func:`llama_cpp._native.elf.read_dynamic`)."""
+    return read_dynamic(path).needed
 
 
 def cuda_major_of(backend: str | os.PathLike[str]) -> int:

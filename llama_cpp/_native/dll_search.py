@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import os
 import re
-import site
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .binfmt import read_dependencies
+from .sites import site_dirs
 
 # NVIDIA runtime wheels' DLL folders, relative to site-packages (both CUDA majors' layouts).
 NVIDIA_DLL_DIRS = (
@@ -55,20 +55,6 @@ def hint(library: str) -> str:
         if pat.search(name):
             return text
     return "a dependency of the library is not installed"
-
-
-def site_dirs() -> list[Path]:
-    """site-packages folders (the user's too), where NVIDIA's wheels install."""
-    out = [Path(p) for p in site.getsitepackages()]
-    user = site.getusersitepackages()
-    if isinstance(user, str):
-        out.append(Path(user))
-    out += [Path(p) for p in sys.path if p.endswith("site-packages")]
-    seen: list[Path] = []
-    for p in out:
-        if p not in seen:
-            seen.append(p)
-    return seen
 
 
 def nvidia_dll_dirs(sites: Iterable[Path]) -> list[Path]:

@@ -19,7 +19,6 @@ lock:
 from __future__ import annotations
 
 import ctypes
-import importlib
 import logging
 import os
 import re
@@ -37,11 +36,12 @@ from ..ggml_cpp import (
     GGML_BACKEND_DEVICE_TYPE_IGPU,
     GGML_BACKEND_DEVICE_TYPE_META,
 )
+from . import cuda_runtime
 from . import dll_search as _dll_search
+from .sites import ENV_LIB_PATH, PACKAGE_LIB_DIR
 
 log = logging.getLogger("llama_cpp")
 
-ENV_LIB_PATH = "LLAMA_CPP_LIB_PATH"
 ENV_REQUIRE_GPU = "LLAMA_CPP_REQUIRE_GPU"
 
 _CORE = ("ggml_base", "ggml", "llama", "mtmd")  # load order; mtmd optional
@@ -110,7 +110,7 @@ def lib_dir() -> Path:
                 "libllama/libggml, or unset it to use the libraries inside the package"
             )
         return p.resolve()
-    return Path(__file__).resolve().parent / "lib"
+    return PACKAGE_LIB_DIR
 
 
 def _platform_names(stem: str) -> list[str]:
@@ -191,11 +191,7 @@ def _preload_cuda_runtime(directory: Path) -> None:
     if backend is None:
         return
     try:
-        mod = importlib.import_module("llama_cpp._native.cuda_runtime")
-    except ImportError:
-        return
-    try:
-        mod.preload(backend=backend)
+        cuda_runtime.preload(backend=backend)
     except Exception as exc:  # noqa: BLE001 - the backend probe below reports what is then missing
         log.warning("CUDA runtime preload failed: %s", exc)
 

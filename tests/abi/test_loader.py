@@ -96,7 +96,7 @@ def test_fake_cuda_backend_without_driver(fake_cuda_dir):
     gpu = run_py("import llama_cpp.llama_cpp as C\nC.llama_max_devices()", fake_cuda_dir, LLAMA_CPP_REQUIRE_GPU="1")
     assert gpu.returncode != 0
     assert "BackendUnavailableError" in gpu.stderr and "libcuda.so.1 not found" in gpu.stderr
-    ensure = run_py("from llama_cpp import _loader\n_loader.ensure_backends(require_gpu=True)", fake_cuda_dir)
+    ensure = run_py("from llama_cpp._native import loader as _loader\n_loader.ensure_backends(require_gpu=True)", fake_cuda_dir)
     assert "BackendUnavailableError" in ensure.stderr
 
 

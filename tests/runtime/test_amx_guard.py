@@ -72,7 +72,7 @@ def test_release_cpu_build_serves_a_quantized_model_on_an_amx_cpu():
     nb = native.find_finished(native.plan(load_matrix().get("cpu"), lock, current_tree(lock), install=False))
     if nb is None:
         pytest.skip("the cpu release build is not in the cache: nox -s native -- cpu")
-    code = ("from llama_cpp import Llama, _loader\n"
+    code = ("from llama_cpp import Llama\nfrom llama_cpp._native import loader as _loader\n"
             f"llm = Llama({str(gemma_path())!r}, n_threads=2, verbose=False)\n"
             "out = llm.create_completion('The capital of France is a city called', max_tokens=6, temperature=0)\n"
             "cpu = [s.path.name for s in _loader.backends() if s.loaded and s.path]\n"

@@ -77,7 +77,7 @@ def _probe(lib: Path, extra: dict[str, str], code: str) -> dict:
 
 _BACKENDS = """
 import json, llama_cpp
-from llama_cpp import _loader
+from llama_cpp._native import loader as _loader
 st = llama_cpp.backends()
 out = {"backends": [[s.name, s.loaded, s.reason, [[d.name, d.description, d.type] for d in s.devices]] for s in st]}
 try:
