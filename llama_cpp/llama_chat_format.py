@@ -14,7 +14,7 @@ The rest is llama-cpp-python 0.3.36's surface: the handler registry
 prompts (:mod:`llama_cpp._chat.formats`), ``chatml-function-calling`` and ``functionary*``
 (:mod:`llama_cpp._chat.tools`), :func:`hf_tokenizer_config_to_chat_formatter`,
 :func:`hf_autotokenizer_to_chat_formatter` (needs ``transformers``), and the vision handler
-classes (``Llava15ChatHandler`` …, :mod:`llama_cpp._chat.vision_handlers`), loaded on first use.
+classes (``Llava15ChatHandler`` …, :mod:`llama_cpp._multimodal.vision_handlers`), loaded on first use.
 
 :func:`model_chat_formatter` serves ``Llama(chat_format=...)``: every upstream name gives upstream's
 exact prompt; this package's own templates (``phi-3``, and the media-aware versions of ``chatml``,
@@ -199,7 +199,7 @@ def __getattr__(name: str) -> Any:
     if name in ("chatml_function_calling", "functionary_chat_handler", "functionary_v1_v2_chat_handler"):
         return getattr(tools, name)
     if name.endswith("ChatHandler") or name == "Llama3VisionAlpha":
-        from ._chat import vision_handlers as _vision_handlers
+        from ._multimodal import vision_handlers as _vision_handlers
 
         if name in _vision_handlers.__all__:
             return getattr(_vision_handlers, name)

@@ -12,12 +12,9 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ._internals import LlamaModel
-
-if TYPE_CHECKING:
-    from .llama import Llama
 
 
 class BaseLlamaTokenizer(abc.ABC):
@@ -36,10 +33,17 @@ class BaseLlamaTokenizer(abc.ABC):
         raise NotImplementedError
 
 
+class ModelHolder(Protocol):
+    """What a ``Llama`` is to a tokenizer: the holder of a loaded model (this layer sits below
+    :mod:`llama_cpp.llama` and does not import it)."""
+
+    _model: LlamaModel
+
+
 class LlamaTokenizer(BaseLlamaTokenizer):
     """The model's own llama.cpp vocabulary."""
 
-    def __init__(self, llama: Llama | LlamaModel) -> None:
+    def __init__(self, llama: ModelHolder | LlamaModel) -> None:
         self._model: LlamaModel = llama if isinstance(llama, LlamaModel) else llama._model  # type: ignore[assignment]
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> list[int]:

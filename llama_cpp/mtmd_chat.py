@@ -1093,7 +1093,7 @@ class MTMDChatHandler:
 
     def _engine(self, llama: Any) -> MultimodalChatEngine:
         """The engine one request runs on: the Llama's model, context (or speculative decoder) and
-        chat template (the vision presets in :mod:`llama_cpp._chat.vision_handlers` give their own template)."""
+        chat template (the vision presets in :mod:`llama_cpp._multimodal.vision_handlers` give their own template)."""
         return MultimodalChatEngine(llama.model, self._context_for(llama), llama._chat_formatter(),
                                     seed=self._seed_of(llama), media_dirs=self.media_dirs, **self._runner(llama))
 

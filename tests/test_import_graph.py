@@ -1,5 +1,6 @@
-"""The import graphs of ``llama_cpp`` and ``build_tools`` have no cycles, and nothing shipped or
-released imports the test suite.
+"""The import graphs of ``llama_cpp`` and ``build_tools`` have no cycles, ``llama_cpp`` imports
+only downwards through its declared layers (:data:`LAYERS`), and nothing shipped or released
+imports the test suite.
 
 Every ``import`` statement counts, function-local ones included: a cycle that only closes at call
 time is still a cycle in the design. Imports under ``if TYPE_CHECKING:`` do not run and do not
@@ -44,14 +45,14 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, skipping the bodies of ``if TYPE_CHECKING:``."""
+def _imports(tree: ast.AST, type_checking: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, skipping the bodies of ``if TYPE_CHECKING:`` unless ``type_checking``."""
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if not type_checking and isinstance(node, ast.If) and _is_type_checking(node.test):
             stack.extend(node.orelse)
             continue
         stack.extend(ast.iter_child_nodes(node))
@@ -68,11 +69,12 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
     return None
 
 
-def edges(root: Path, known: dict[str, Path], module: str, path: Path) -> Iterator[Edge | tuple[str, str]]:
+def edges(root: Path, known: dict[str, Path], module: str, path: Path,
+          type_checking: bool = False) -> Iterator[Edge | tuple[str, str]]:
     """Edges from ``module`` to known modules, and ``("external", name)`` for the rest."""
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    for node in _imports(tree):
+    for node in _imports(tree, type_checking):
         where = f"{path.relative_to(root)}:{node.lineno}"
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -92,15 +94,17 @@ def edges(root: Path, known: dict[str, Path], module: str, path: Path) -> Iterat
                 yield Edge(module, target, where)
 
 
-def graph(root: Path, packages: tuple[str, ...]) -> tuple[dict[str, list[Edge]], list[tuple[str, str, str]]]:
-    """Internal edges per module, and ``(module, imported name, where)`` for every external import."""
+def graph(root: Path, packages: tuple[str, ...],
+          type_checking: bool = False) -> tuple[dict[str, list[Edge]], list[tuple[str, str, str]]]:
+    """Internal edges per module, and ``(module, imported name, where)`` for every external import
+    (``type_checking``: imports under ``if TYPE_CHECKING:`` count too)."""
     known: dict[str, Path] = {}
     for package in packages:
         known.update(_modules(root, package))
     out: dict[str, list[Edge]] = {m: [] for m in known}
     external: list[tuple[str, str, str]] = []
     for module, path in known.items():
-        for e in edges(root, known, module, path):
+        for e in edges(root, known, module, path, type_checking):
             if isinstance(e, Edge):
                 out[module].append(e)
             else:
@@ -163,11 +167,89 @@ def _describe(g: dict[str, list[Edge]], component: list[str]) -> str:
     return "cycle among " + ", ".join(component) + ":\n" + "\n".join(inner)
 
 
+@pytest.mark.parametrize("type_checking", [False, True], ids=["runtime", "type-checking"])
 @pytest.mark.parametrize("package", PACKAGES)
-def test_no_import_cycles(package: str) -> None:
-    g, _ = graph(REPO, (package,))
+def test_no_import_cycles(package: str, type_checking: bool) -> None:
+    """No cycle at run time, and none either once the ``TYPE_CHECKING`` imports are counted."""
+    g, _ = graph(REPO, (package,), type_checking)
     found = cycles(g)
     assert not found, "\n".join(_describe(g, c) for c in found)
+
+
+# The layers of ``llama_cpp``, bottom first: a module imports its own layer and the ones below,
+# never one above (an import cycle inside a layer is still caught by test_no_import_cycles). A
+# module's layer is that of the longest prefix listed; ``llama_cpp`` itself is the lazy facade.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("native", ("llama_cpp.llama_cpp", "llama_cpp.ggml_cpp", "llama_cpp.mtmd_cpp", "llama_cpp._native",
+                "llama_cpp._errors", "llama_cpp._version", "llama_cpp.llama_types")),
+    ("core", ("llama_cpp._safety", "llama_cpp._core", "llama_cpp._internals", "llama_cpp._compat",
+              "llama_cpp.llama_batch", "llama_cpp.llama_tokenizer")),
+    ("features", ("llama_cpp._grammar", "llama_cpp.llama_grammar", "llama_cpp._generation", "llama_cpp._chat",
+                  "llama_cpp.llama_cache", "llama_cpp.speculative", "llama_cpp.llama_speculative")),
+    ("multimodal", ("llama_cpp.mtmd", "llama_cpp.mtmd_chat", "llama_cpp._multimodal", "llama_cpp.llama_embedding")),
+    ("facades", ("llama_cpp", "llama_cpp.llama", "llama_cpp.llama_chat_format", "llama_cpp.server",
+                 "llama_cpp.cli", "llama_cpp.__main__")),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of ``module`` (KeyError for a module no layer lists)."""
+    best: tuple[int, int] | None = None
+    for i, (_name, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[1]):
+                best = (i, len(p))
+    if best is None:
+        raise KeyError(module)
+    return best[0]
+
+
+def test_every_module_has_a_layer() -> None:
+    g, _ = graph(REPO, ("llama_cpp",))
+    missing = []
+    for m in g:
+        try:
+            layer_of(m)
+        except KeyError:
+            missing.append(m)
+    assert not missing, f"add these modules to LAYERS: {missing}"
+
+
+def test_imports_go_down_the_layers() -> None:
+    """Function-local and ``TYPE_CHECKING`` imports included: an upward edge is a design error
+    even when it only runs late."""
+    g, _ = graph(REPO, ("llama_cpp",), type_checking=True)
+    up = sorted(f"{e.where}: {e.source} ({LAYERS[layer_of(e.source)][0]}) imports {e.target} "
+                f"({LAYERS[layer_of(e.target)][0]})"
+                for es in g.values() for e in es if layer_of(e.target) > layer_of(e.source))
+    assert not up, "\n".join(up)
+
+
+# Lazy ``__init__`` modules that resolve names on first use: the only places a module is named by
+# a string (anywhere else a string import hides an edge from these tests).
+STRING_IMPORTS_ALLOWED = frozenset({"llama_cpp/__init__.py", "llama_cpp/cli/__init__.py"})
+
+
+def string_imports(root: Path, package: str) -> list[str]:
+    """``importlib.import_module(...)`` / ``__import__(...)`` calls outside the lazy ``__init__``s."""
+    found = []
+    for path in sorted((root / package).rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel in STRING_IMPORTS_ALLOWED:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), rel)):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in ("import_module", "__import__"):
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_no_string_imports() -> None:
+    found = string_imports(REPO, "llama_cpp")
+    assert not found, "string imports hide edges from the graph: " + ", ".join(found)
 
 
 def test_build_tools_and_package_never_import_tests() -> None:
@@ -191,3 +273,7 @@ def test_checker_finds_cycles_and_test_imports(tmp_path: Path) -> None:
     assert cycles(g) == [["pkg.a", "pkg.sub.b"]]  # the function-local import closes it
     assert not g["pkg.c"]  # TYPE_CHECKING imports do not run
     assert ("pkg.sub.b", "tests.fixtures", "pkg/sub/b.py") in external
+    g, _ = graph(tmp_path, ("pkg",), type_checking=True)
+    assert [e.target for e in g["pkg.c"]] == ["pkg.a"]  # counted when asked for
+    (pkg / "d.py").write_text("import importlib\nm = importlib.import_module('pkg.a')\n")
+    assert string_imports(tmp_path, "pkg") == ["pkg/d.py:2"]

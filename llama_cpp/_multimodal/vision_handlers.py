@@ -17,10 +17,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from .._chat.base import Jinja2ChatFormatter, validate_messages
 from .._errors import MultimodalError
 from ..mtmd import Audio, Image
 from ..mtmd_chat import MTMDChatHandler, MultimodalChatEngine, content_parts, image_from_url
-from .base import Jinja2ChatFormatter, validate_messages
 
 # the templates llama-cpp-python 0.3.36 renders for each model family
 LLAVA15_TEMPLATE = (
