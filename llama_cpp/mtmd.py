@@ -35,7 +35,7 @@ import numpy as np
 
 from ._core.normalize import normalize_embeddings
 from ._errors import ClosedError, ContextOverflowError, DecodeError, MultimodalError
-from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, _NativeRef, _Owned, check_gguf_file
+from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, NativeRef, Owned, check_gguf_file
 from .llama_cpp import LLAMA_POOLING_TYPE_CLS, LLAMA_POOLING_TYPE_LAST, LLAMA_POOLING_TYPE_MEAN
 from .mtmd_cpp import MTMD_INPUT_CHUNK_TYPE_AUDIO, MTMD_INPUT_CHUNK_TYPE_IMAGE, MTMD_INPUT_CHUNK_TYPE_TEXT
 
@@ -196,7 +196,7 @@ def iter_inputs(inputs: Any) -> list[Any]:
 # native owners
 # --------------------------------------------------------------------------------------------
 
-class Bitmap(_Owned):
+class Bitmap(Owned):
     """One ``mtmd_bitmap`` (image pixels or audio samples), freed once."""
 
     _kind = "bitmap"
@@ -235,12 +235,12 @@ class Chunk:
         return self.type != MTMD_INPUT_CHUNK_TYPE_TEXT
 
 
-class Chunks(_Owned):
+class Chunks(Owned):
     """An ``mtmd_input_chunks`` list produced by ``mtmd_tokenize``; owns every chunk in it."""
 
     _kind = "chunk list"
 
-    def __init__(self, ptr: int, M: Any, ctx_ref: _NativeRef) -> None:
+    def __init__(self, ptr: int, M: Any, ctx_ref: NativeRef) -> None:
         self._ref = None
         if not ptr:
             raise MultimodalError("mtmd_input_chunks_init failed (out of memory)")
@@ -287,12 +287,12 @@ class Chunks(_Owned):
         return sum(c.n_pos for c in self.items)
 
 
-class _MtmdBatch(_Owned):
+class _MtmdBatch(Owned):
     """An ``mtmd_batch`` (several media chunks encoded in one projector pass)."""
 
     _kind = "mtmd batch"
 
-    def __init__(self, M: Any, ctx_ref: _NativeRef) -> None:
+    def __init__(self, M: Any, ctx_ref: NativeRef) -> None:
         self._ref = None
         ptr = M.mtmd_batch_init(ctx_ref.ptr)
         if not ptr:
@@ -304,7 +304,7 @@ class _MtmdBatch(_Owned):
 # the projector context
 # --------------------------------------------------------------------------------------------
 
-class MTMDContext(_Owned):
+class MTMDContext(Owned):
     """An ``mtmd_context``: a projector (``mmproj`` GGUF) paired with a text model.
 
     The text model is kept alive while this context exists. Media items become :class:`Bitmap`

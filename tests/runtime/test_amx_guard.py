@@ -11,20 +11,20 @@ from pathlib import Path
 import pytest
 
 from build_tools.fixtures import fixture_path
-from llama_cpp import _internals
+from llama_cpp._core import model as _core_model
 from llama_cpp._native import loader as _loader
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _extra_bufts_seen(monkeypatch, info: str, env: str | None) -> list[bool]:
-    monkeypatch.setattr(_internals, "_amx_verdict", None)
+    monkeypatch.setattr(_core_model, "_amx_verdict", None)
     monkeypatch.setattr(_loader, "system_info", lambda: info)
     if env is None:
         monkeypatch.delenv("LLAMA_CPP_AMX", raising=False)
     else:
         monkeypatch.setenv("LLAMA_CPP_AMX", env)
-    C = _internals._lib()
+    C = _core_model.native_lib()
     real, seen = C.llama_model_load_from_file, []
 
     def spy(path, lp):
@@ -32,7 +32,7 @@ def _extra_bufts_seen(monkeypatch, info: str, env: str | None) -> list[bool]:
         return real(path, lp)
 
     monkeypatch.setattr(C, "llama_model_load_from_file", spy)
-    _internals.LlamaModel(fixture_path("llama_spm")).close()
+    _core_model.LlamaModel(fixture_path("llama_spm")).close()
     return seen
 
 
@@ -45,7 +45,7 @@ def test_an_amx_backend_loads_without_extra_buffers(monkeypatch, caplog):
 def test_other_backends_and_the_override_keep_extra_buffers(monkeypatch):
     assert _extra_bufts_seen(monkeypatch, "CPU : AVX2 = 1 | REPACK = 1 | ", None) == [True]
     assert _extra_bufts_seen(monkeypatch, "CPU : AVX2 = 1 | AMX_INT8 = 1 | ", "1") == [True]
-    monkeypatch.setattr(_internals, "_amx_verdict", None)  # later tests see the real backend again
+    monkeypatch.setattr(_core_model, "_amx_verdict", None)  # later tests see the real backend again
 
 
 def _amx_host() -> bool:
