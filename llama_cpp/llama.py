@@ -36,11 +36,13 @@ from ._compat.hooks import (
     TokenHooks,
 )
 from ._compat.state import LlamaState, longest_token_prefix
+from ._core.context import LlamaBatch, LlamaContext
+from ._core.model import LlamaLoraAdapter, LlamaModel, flash_attn_type
+from ._core.sampler import LlamaSampler
 from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError, ModelNotFoundError
 from ._generation import loop as _gen
 from ._generation import responses as _responses
 from ._generation import sampling as _sampling
-from ._internals import LlamaBatch, LlamaContext, LlamaLoraAdapter, LlamaModel, LlamaSampler, flash_attn_type
 from ._safety import checks as _checks
 from ._safety.call_guard import CallGuard, serialized
 from ._safety.chat_tokens import message_texts, tokenize_chat_prompt

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._internals import LlamaBatch, LlamaBatchExtNative, LlamaContext
+from ._core.context import LlamaBatch, LlamaBatchExtNative, LlamaContext
 
 
 def _context_of(obj: Any) -> LlamaContext:

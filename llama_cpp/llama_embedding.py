@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from ._core.context import LlamaBatch, LlamaContext
+from ._core.model import LlamaModel, flash_attn_type
 from ._core.normalize import normalize_embeddings
+from ._core.ownership import float_view
 from ._errors import ContextOverflowError, LlamaError, TokenizationError
-from ._internals import LlamaBatch, LlamaContext, LlamaModel, flash_attn_type, float_view
 from ._safety import checks as _checks
 from ._safety.call_guard import CallGuard, serialized
 from .llama_cpp import (

@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ._internals import LlamaModel
+from ._core.model import LlamaModel
 
 
 class BaseLlamaTokenizer(abc.ABC):

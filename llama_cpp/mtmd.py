@@ -33,9 +33,11 @@ from typing import Any, Union
 
 import numpy as np
 
+from ._core.context import LlamaBatchExtNative, LlamaContext
+from ._core.model import LlamaModel, check_gguf_file
 from ._core.normalize import normalize_embeddings
+from ._core.ownership import NativeRef, Owned
 from ._errors import ClosedError, ContextOverflowError, DecodeError, MultimodalError
-from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, NativeRef, Owned, check_gguf_file
 from .llama_cpp import LLAMA_POOLING_TYPE_CLS, LLAMA_POOLING_TYPE_LAST, LLAMA_POOLING_TYPE_MEAN
 from .mtmd_cpp import MTMD_INPUT_CHUNK_TYPE_AUDIO, MTMD_INPUT_CHUNK_TYPE_IMAGE, MTMD_INPUT_CHUNK_TYPE_TEXT
 

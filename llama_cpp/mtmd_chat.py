@@ -54,11 +54,13 @@ from typing import Any
 import numpy as np
 
 from ._chat import base as _chat
+from ._core.context import LlamaBatchExtNative, LlamaContext
+from ._core.model import LlamaModel
+from ._core.sampler import LlamaSampler
 from ._errors import ClosedError, ContextOverflowError, MultimodalError, SpeculativeError
 from ._generation import loop as _gen
 from ._generation import responses as _responses
 from ._generation import sampling as _sampling
-from ._internals import LlamaBatchExtNative, LlamaContext, LlamaModel, LlamaSampler
 from ._safety.call_guard import CallGuard, serialized
 from ._safety.chat_tokens import message_texts, prompt_pieces
 from ._safety.media_policy import MediaPolicy

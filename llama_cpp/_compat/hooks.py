@@ -182,3 +182,8 @@ class HookedSource:
 
 __all__ = ["HookedSource", "LogitsProcessor", "LogitsProcessorList", "MinTokensLogitsProcessor",
            "StoppingCriteria", "StoppingCriteriaList", "TokenHooks"]
+
+
+# upstream's path for its classes (reprs, pickles); llama_cpp.llama re-exports them
+for _cls in (LogitsProcessorList, StoppingCriteriaList, MinTokensLogitsProcessor):
+    _cls.__module__ = "llama_cpp.llama"

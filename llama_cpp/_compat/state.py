@@ -42,3 +42,6 @@ def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 __all__ = ["LlamaState", "longest_token_prefix"]
+
+
+LlamaState.__module__ = "llama_cpp.llama"  # upstream's path (LlamaDiskCache pickles it; llama re-exports it)

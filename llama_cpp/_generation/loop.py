@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._core.context import LlamaBatch, LlamaContext
+from .._core.model import LlamaModel
 from .._errors import CallbackError, DecodeError
-from .._internals import LlamaBatch, LlamaContext, LlamaModel
 from .sampling import Pick
 
 if TYPE_CHECKING:

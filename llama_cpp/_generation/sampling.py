@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._core.context import LlamaContext
+from .._core.model import LlamaModel
+from .._core.sampler import LlamaSampler, TokenCandidates
 from .._errors import CallbackError, GrammarError, LlamaError, ParameterError, TokenizationError
-from .._internals import LlamaContext, LlamaModel, LlamaSampler, TokenCandidates
 from .._safety import checks as _checks
 from ..llama_cpp import LLAMA_DEFAULT_SEED
 from ..llama_grammar import LlamaGrammar

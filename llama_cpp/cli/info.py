@@ -52,7 +52,7 @@ def _short(value: str, full: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._internals import LlamaModel
+    from .._core.model import LlamaModel
 
     cb = None if args.quiet else progress_printer()
     with LlamaModel(args.model, n_gpu_layers=args.n_gpu_layers, progress_callback=cb) as m:

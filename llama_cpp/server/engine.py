@@ -261,7 +261,7 @@ class SlotEngine(_Lifecycle):
         self.n_ctx_slot = n_ctx_slot
         self.max_queue = max_queue
         self.n_batch = self.ctx.n_batch()
-        from .._internals import LlamaBatch
+        from .._core.context import LlamaBatch
 
         self._batch = LlamaBatch(self.n_batch, 0, 1)
         # one struct over the batch's buffers, decoded with a raw llama_decode each step: the tokens

@@ -231,7 +231,7 @@ class RawBatch:
     """
 
     def __init__(self, ctx: Any) -> None:
-        from .._internals import LlamaBatch
+        from .._core.context import LlamaBatch
 
         self._C = ctx._C
         self.n_batch = ctx.n_batch()
@@ -334,7 +334,7 @@ def check_snapshot_ubatch(model: Any, ctx: Any, what: str) -> None:
 def greedy_chain(sampler: Any) -> bool:
     """Whether ``sampler`` is a :class:`~llama_cpp._internals.LlamaSampler` chain of llama.cpp's
     greedy sampler alone: its token for a row is the row's first largest logit."""
-    from .._internals import LlamaSampler
+    from .._core.sampler import LlamaSampler
 
     if not isinstance(sampler, LlamaSampler):
         return False

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from .._core.ownership import float_view
 from .._errors import SpeculativeError
-from .._internals import float_view
 from .batch import RawExtBatch
 from .features import (
     FeatureDraftParts,

@@ -190,7 +190,7 @@ def check_vocab_files(target_path: str | os.PathLike[str], draft_path: str | os.
 def check_draft_vocab(target: Any, path: str | os.PathLike[str]) -> None:
     """Refuse a draft for ``target`` (a loaded LlamaModel) whose vocabulary llama.cpp would refuse:
     on the GGUF headers, or on a vocab-only load of the draft when the headers cannot decide."""
-    from .._internals import LlamaModel
+    from .._core.model import LlamaModel
 
     p = os.fspath(path)
     tp = getattr(target, "path_model", None)
@@ -204,7 +204,7 @@ def check_draft_vocab(target: Any, path: str | os.PathLike[str]) -> None:
 
 def load_draft_model(target: Any, path: str | os.PathLike[str], **model_kwargs: Any) -> Any:
     """Load ``path`` as a draft for ``target`` once its vocabulary is known to fit (:func:`check_draft_vocab`)."""
-    from .._internals import LlamaModel
+    from .._core.model import LlamaModel
 
     p = os.fspath(path)
     if not os.path.isfile(p):
@@ -221,7 +221,7 @@ class DraftModel:
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0) -> None:
-        from .._internals import LlamaContext
+        from .._core.context import LlamaContext
         from .engine import warm_up
 
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)

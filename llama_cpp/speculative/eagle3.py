@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from .._core.ownership import float_view
 from .._errors import SpeculativeError
-from .._internals import float_view
 from .batch import RawExtBatch, common_prefix, top_k_share
 from .features import (
     LAYER_INPUT_ARCHS,

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .._core.ownership import float_view
 from .._errors import OptionalSymbolMissing, SpeculativeError
-from .._internals import float_view
 
 #: Target architectures whose llama.cpp graph exports per-layer inputs (``t_layer_inp``): for
 #: any other, enabling a layer's output aborts inside llama.cpp.
@@ -92,7 +92,8 @@ def open_draft(C: Any, path: str, layers: Sequence[int], target_ctx: Any, ctx_pa
     """(model, context) of the draft at ``path``: llama.cpp's loaded target layers must be the header's;
     the context has the target's sizes, one sequence without snapshots, and reads the target's
     embeddings and memory (``ctx_other``)."""
-    from .._internals import LlamaContext, LlamaModel
+    from .._core.context import LlamaContext
+    from .._core.model import LlamaModel
 
     model = LlamaModel(path, n_gpu_layers=n_gpu_layers)
     try:

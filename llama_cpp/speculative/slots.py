@@ -50,7 +50,8 @@ def slot_unsupported(config: Any, model_path: Any = None) -> str | None:
     """Why ``config`` (a :class:`~llama_cpp.speculative.SpecConfig`) cannot speculate in slots; None if it can.
 
     ``model_path`` (the served file) lets ``draft-mtp`` on a model with several chained NextN heads be named."""
-    from . import SpeculativeType, gguf_nextn_layers
+    from .config import SpeculativeType
+    from .model_files import gguf_nextn_layers
 
     serial = [t.value for t in config.types if t in (SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_DFLASH,
                                                      SpeculativeType.DRAFT_DSPARK)]
@@ -94,7 +95,7 @@ class BatchedDraftModel:
 
     def __init__(self, target_model: Any, target_ctx: Any, path: Any, n_slots: int, *, n_max: int, n_min: int,
                  p_min: float, n_gpu_layers: int = 0) -> None:
-        from .._internals import LlamaBatch, LlamaContext
+        from .._core.context import LlamaBatch, LlamaContext
         from .draft import load_draft_model
 
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
@@ -261,7 +262,8 @@ class BatchedMTP:
     kind = "draft-mtp"
 
     def __init__(self, model: Any, target_ctx: Any, n_slots: int, *, n_max: int, n_min: int, p_min: float) -> None:
-        from .._internals import LLAMA_CONTEXT_TYPE_MTP, LlamaBatch, LlamaContext
+        from .._core.context import LlamaBatch, LlamaContext
+        from ..llama_cpp import LLAMA_CONTEXT_TYPE_MTP
         from .engine import warm_up
 
         if getattr(model, "load_mtp", None) is not True or model.n_layer_nextn() <= 0:
@@ -481,7 +483,7 @@ class SlotSpeculation:
 
     def __init__(self, model: Any, target_ctx: Any, n_slots: int, config: Any = None,
                  prompt_lookup: Any = None) -> None:
-        from . import SpeculativeType
+        from .config import SpeculativeType
 
         if config is None and prompt_lookup is None:
             raise SpeculativeError("SlotSpeculation needs a SpecConfig or a prompt_lookup draft callable")
@@ -534,7 +536,8 @@ class SlotSpeculation:
             self.mtp = None
 
     def _ngram_drafters(self) -> list[Any]:
-        from . import _PRIORITY, SpeculativeType, prompt_lookup_drafter
+        from .config import PRIORITY, SpeculativeType
+        from .drafters import prompt_lookup_drafter
         from .ngram import NgramCache, NgramMap, NgramMod, NgramSimple
 
         cfg = self.config
@@ -543,7 +546,7 @@ class SlotSpeculation:
             out.append(PromptLookup(self.prompt_lookup, self.prompt_lookup.num_pred_tokens))
         if cfg is None:
             return out
-        for t in _PRIORITY:
+        for t in PRIORITY:
             if t not in cfg.types:
                 continue
             if t is SpeculativeType.PROMPT_LOOKUP:

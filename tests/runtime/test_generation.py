@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from llama_cpp._generation.loop.loop import TextStream, held_suffix, utf8_complete_len
-from llama_cpp._generation.loop.responses import chat_response, chat_stream, join_chunks
+from llama_cpp._generation.loop import TextStream, held_suffix, utf8_complete_len
+from llama_cpp._generation.responses import chat_response, chat_stream, join_chunks
 
 
 def test_utf8_complete_len_holds_a_partial_sequence():

@@ -52,8 +52,8 @@ def _config(spec_type: str):
 @pytest.fixture
 def warmed(monkeypatch):
     """The ``ctx.ptr`` of every context :func:`warm_up` is called on (the real warm-up still runs)."""
-    from llama_cpp import speculative
     from llama_cpp.speculative import engine as _spec_engine
+    from llama_cpp.speculative import mtp
 
     seen: list[int] = []
     real = _spec_engine.warm_up
@@ -63,7 +63,7 @@ def warmed(monkeypatch):
         real(model, ctx, decode)
 
     monkeypatch.setattr(_spec_engine, "warm_up", record)
-    monkeypatch.setattr(speculative, "warm_up", record)
+    monkeypatch.setattr(mtp, "warm_up", record)  # MTPDecoder's
     return seen
 
 

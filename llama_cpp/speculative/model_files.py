@@ -1,0 +1,243 @@
+"""Checks of the model files and context parameters a configuration needs, made before loading
+(NextN layers read from GGUF metadata, draft headers), and loading of an MTP model.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from .._errors import SpeculativeError
+from .config import (
+    CHAINED_NEXTN_ARCHS,
+    DRAFT_MODEL_TYPES,
+    FEATURE_TYPES,
+    IMPLEMENTED,
+    NOT_IMPLEMENTED,
+    SpecConfig,
+    SpeculativeType,
+)
+
+# --------------------------------------------------------------------------------------------
+# GGUF metadata: does a file have NextN layers? (read without loading the model)
+# --------------------------------------------------------------------------------------------
+
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def gguf_nextn_layers(path: str | os.PathLike[str], kv_overrides: Mapping[str, Any] | None = None) -> int | None:
+    """``<arch>.nextn_predict_layers`` from a GGUF file's header (0 when absent, None if unreadable),
+    or from ``kv_overrides`` (those the model will be loaded with) where they set it.
+
+    Reads only the key/value section, so asking for MTP on a model without NextN layers fails
+    before llama.cpp loads any weights.
+    """
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            buf = memoryview(mm)
+            try:
+                return _scan_gguf(buf, kv_overrides or {})
+            finally:
+                buf.release()
+    except (OSError, ValueError, struct.error, IndexError):
+        return None
+
+
+def _scan_gguf(buf: memoryview, kv_overrides: Mapping[str, Any]) -> int | None:
+    if bytes(buf[:4]) != b"GGUF":
+        return None
+    version, = struct.unpack_from("<I", buf, 4)
+    if version < 2:
+        return None
+    n_kv, = struct.unpack_from("<Q", buf, 16)
+    off = 24
+    arch: str | None = None
+    values: dict[str, int] = {}
+
+    def read_str(o: int) -> tuple[str, int]:
+        n, = struct.unpack_from("<Q", buf, o)
+        return bytes(buf[o + 8:o + 8 + n]).decode("utf-8", "replace"), o + 8 + n
+
+    def skip(t: int, o: int) -> tuple[Any, int]:
+        if t in _GGUF_SCALARS:
+            fmt = "<" + _GGUF_SCALARS[t]
+            return struct.unpack_from(fmt, buf, o)[0], o + struct.calcsize(fmt)
+        if t == 8:
+            return read_str(o)
+        if t == 9:
+            et, n = struct.unpack_from("<IQ", buf, o)
+            o += 12
+            if et in _GGUF_SCALARS:
+                return None, o + n * struct.calcsize("<" + _GGUF_SCALARS[et])
+            for _ in range(n):
+                _, o = skip(et, o)
+            return None, o
+        raise ValueError(f"unknown GGUF value type {t}")
+
+    for _ in range(n_kv):
+        key, off = read_str(off)
+        t, = struct.unpack_from("<I", buf, off)
+        val, off = skip(t, off + 4)
+        if key == "general.architecture":
+            arch = val
+        elif key.endswith(".nextn_predict_layers") and isinstance(val, int):
+            values[key] = int(val)
+    if arch is None:
+        return None
+    key = f"{arch}.nextn_predict_layers"
+    override = kv_overrides.get(key)
+    if isinstance(override, int) and not isinstance(override, bool):
+        return override
+    return values.get(key, 0)
+
+
+def check_model_file(path: str | os.PathLike[str], config: SpecConfig,
+                     kv_overrides: Mapping[str, Any] | None = None) -> None:
+    """Check what ``config`` needs from files before anything loads: NextN layers in the target
+    for MTP, the draft model and n-gram cache files present. ``kv_overrides`` are those the target
+    will be loaded with (they take the place of the header's values)."""
+    if not config.enabled:
+        return
+    check_context_params(config, {})  # names an unimplemented type as such
+    if config.needs_nextn:
+        n = gguf_nextn_layers(path, kv_overrides)
+        if n == 0:
+            raise SpeculativeError(
+                f"{os.fspath(path)} has no NextN (MTP) layers (<arch>.nextn_predict_layers is 0 or absent): "
+                "MTP speculative decoding needs a model converted with its MTP head; use "
+                "SpecConfig(spec_type='none') or another model")
+        if n is not None and n > 1:
+            check_nextn_heads(_gguf_arch(path), n, os.fspath(path))
+    if SpeculativeType.DRAFT_SIMPLE in config.types:
+        dm = os.fspath(config.draft_model_path)  # type: ignore[arg-type]
+        if not os.path.isfile(dm):
+            raise SpeculativeError(f"draft_model_path {dm!r} is not a file: give the path of a GGUF draft model")
+        arch = _gguf_arch(dm)
+        if arch in ("eagle3", "dflash"):
+            kind = "draft-eagle3" if arch == "eagle3" else "draft-dflash' (or 'draft-dspark' with a Markov head)"
+            raise SpeculativeError(f"{dm} is a draft of architecture {arch!r}, not a separate draft model: use "
+                                   f"spec_type='{kind}'")
+    for t in FEATURE_TYPES:
+        if t not in config.types:
+            continue
+        if t is SpeculativeType.DRAFT_EAGLE3:
+            from .eagle3 import check_draft_header
+        else:
+            from functools import partial
+
+            from .dflash import check_draft_header as check_dflash
+
+            check_draft_header = partial(check_dflash, dspark=t is SpeculativeType.DRAFT_DSPARK)  # type: ignore[assignment]
+        meta = _gguf_meta(path)
+        arch = meta.get("general.architecture")
+        n_layer = meta.get(f"{arch}.block_count")
+        n_layer = n_layer - int(meta.get(f"{arch}.nextn_predict_layers", 0) or 0) if isinstance(n_layer, int) else None
+        n_embd = meta.get(f"{arch}.embedding_length")
+        check_draft_header(config.draft_model_path, target_arch=arch,  # type: ignore[arg-type]
+                           target_n_embd=n_embd if isinstance(n_embd, int) else None, target_n_layer=n_layer)
+    from .draft import check_vocab_files, overrides_tokenizer
+
+    if any(t in config.types for t in DRAFT_MODEL_TYPES) and not overrides_tokenizer(kv_overrides):
+        # llama.cpp's vocabulary rule on both headers (a draft it would refuse loads nothing)
+        check_vocab_files(path, config.draft_model_path)  # type: ignore[arg-type]
+    if SpeculativeType.NGRAM_CACHE in config.types:
+        for name in ("lookup_cache_static", "lookup_cache_dynamic"):
+            v = getattr(config.ngram_cache, name)
+            if v is not None and not os.path.isfile(v):
+                raise SpeculativeError(f"ngram_cache {name} {os.fspath(v)!r} is not a file")
+
+
+def _gguf_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A GGUF file's metadata (empty if unreadable: llama.cpp's load reports that itself)."""
+    from .._errors import ModelLoadError
+    from .._safety.gguf_guard import read_header
+
+    try:
+        return read_header(path).metadata
+    except (OSError, ModelLoadError):
+        return {}
+
+
+def _gguf_arch(path: str | os.PathLike[str]) -> str | None:
+    arch = _gguf_meta(path).get("general.architecture")
+    return arch if isinstance(arch, str) else None
+
+
+def check_context_params(config: SpecConfig, ctx_params: Mapping[str, Any]) -> None:
+    """Reject types not implemented and context sizes that cannot hold one verify batch, before
+    any native call."""
+    if not config.enabled:
+        return
+    missing = [t.value for t in config.types if t in NOT_IMPLEMENTED]
+    if missing:
+        done = ", ".join(t.value for t in IMPLEMENTED if t is not SpeculativeType.NONE)
+        raise SpeculativeError(f"speculative type {', '.join(missing)} is not implemented yet: use one of {done} "
+                               "or 'none'")
+    if config.needs_nextn or any(t in config.types for t in DRAFT_MODEL_TYPES):
+        need = config.draft_n_max + 1
+        for name in ("n_batch", "n_ubatch"):
+            v = ctx_params.get(name)
+            if v is not None and 0 < int(v) < need:
+                raise SpeculativeError(
+                    f"{name}={int(v)} cannot hold one verify batch of draft_n_max + 1 = {need} tokens: raise "
+                    f"{name} to at least {need} or lower draft_n_max")
+    else:
+        need = 2  # n-gram drafts are cut to what one micro-batch holds
+    n_ctx = ctx_params.get("n_ctx")
+    if n_ctx is not None and 0 < int(n_ctx) < need + 1:
+        raise SpeculativeError(
+            f"n_ctx={int(n_ctx)} is too small for speculative decoding with draft_n_max={config.draft_n_max}: "
+            f"it needs at least {need + 1} positions")
+    n_seq = ctx_params.get("n_seq_max")
+    if n_seq is not None and int(n_seq) != 1:
+        raise SpeculativeError(f"speculative decoding runs one sequence: n_seq_max must be 1, got {n_seq}")
+    if ctx_params.get("embeddings"):
+        raise SpeculativeError("speculative decoding needs a generation context: embeddings must be off")
+
+
+def target_context_params(config: SpecConfig, ctx_params: Mapping[str, Any]) -> dict[str, Any]:
+    """``ctx_params`` for the target context of ``config`` (``n_rs_seq`` sized for rollback)."""
+    check_context_params(config, ctx_params)
+    out = dict(ctx_params)
+    if config.enabled:
+        out["n_rs_seq"] = config.rollback_snapshots
+        out.pop("ctx_type", None)
+    return out
+
+
+def load_mtp_model(path: str | os.PathLike[str], **model_kwargs: Any) -> Any:
+    """Load ``path`` as a :class:`~llama_cpp._internals.LlamaModel` with its NextN layers.
+
+    The file's metadata is checked first (no NextN layers: :class:`SpeculativeError`, nothing
+    loaded). ``model_kwargs`` go to ``LlamaModel`` (``n_gpu_layers``, ``use_mmap``, ...).
+    """
+    from .._core.model import LlamaModel
+
+    check_model_file(path, SpecConfig(spec_type=SpeculativeType.DRAFT_MTP))
+    model_kwargs.pop("load_mtp", None)
+    return LlamaModel(path, load_mtp=True, **model_kwargs)
+
+
+def check_nextn_heads(arch: str | None, n: int, what: str) -> None:
+    """Several NextN heads only where llama.cpp's MTP graph can run each of them."""
+    if n > 1 and arch not in CHAINED_NEXTN_ARCHS:
+        raise SpeculativeError(
+            f"{what} declares {n} NextN (MTP) layers, but llama.cpp's {arch!r} MTP graph runs exactly one "
+            f"(it would abort the process): several heads are chained only for "
+            f"{', '.join(sorted(CHAINED_NEXTN_ARCHS))}; convert the model with one MTP layer or use "
+            "another speculative type")
+
+
+def check_mtp_loaded(model: Any) -> None:
+    if getattr(model, "load_mtp", None) is not True:
+        raise SpeculativeError(
+            "this model was not loaded with its NextN (MTP) layers: load it with "
+            "llama_cpp.speculative.load_mtp_model(path) (LlamaModel(path, load_mtp=True)), or use "
+            "Llama(path, speculative=SpecConfig(...)) which does so")
+    if model.n_layer_nextn() <= 0:
+        raise SpeculativeError(
+            "this model has no NextN (MTP) layers (llama_model_n_layer_nextn == 0): MTP speculative "
+            "decoding needs a model converted with its MTP head; use SpecConfig(spec_type='none')")
