@@ -9,11 +9,11 @@ this module as their ``__module__`` (reprs and pickles name it, as before the sp
 from __future__ import annotations
 
 from ._core.context import CONTEXT_PARAM_NAMES, CpuThreadpool, LlamaBatch, LlamaBatchExtNative, LlamaContext
+from ._core.gguf import check_gguf_file
 from ._core.model import (
     LlamaLoraAdapter,
     LlamaModel,
     amx_kernels_unsafe,
-    check_gguf_file,
     flash_attn_type,
     load_mode_from_flags,
 )

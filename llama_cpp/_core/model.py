@@ -15,7 +15,6 @@ import numpy as np
 
 from .._errors import (
     ModelLoadError,
-    ModelNotFoundError,
     TokenizationError,
 )
 from .._native import log_routing as _logging
@@ -34,33 +33,13 @@ from ..llama_cpp import (
     LLAMA_SPLIT_MODE_LAYER,
     LLAMA_VOCAB_TYPE_SPM,
 )
+from .gguf import check_gguf_file
 from .ownership import CallableDict, CallableInt, Owned, cstr, log, native_lib
 
 # --------------------------------------------------------------------------------------------
 # model
 # --------------------------------------------------------------------------------------------
 
-_GGUF_MAGIC = b"GGUF"
-# magic (4) + version (u32) + n_tensors (u64) + n_kv (u64)
-_GGUF_MIN_HEADER = 24
-
-
-def check_gguf_file(path: str | os.PathLike[str]) -> Path:
-    """Reject a missing, non-regular, short or non-GGUF file before llama.cpp opens it."""
-    p = Path(path)
-    if not p.exists():
-        # a FileNotFoundError, and the ValueError llama-cpp-python raises here
-        raise ModelNotFoundError(f"model file not found: {p}")
-    if not p.is_file():
-        raise ModelLoadError(f"model path is not a regular file: {p}")
-    size = p.stat().st_size
-    if size < _GGUF_MIN_HEADER:
-        raise ModelLoadError(f"{p} is {size} bytes, too short to be a GGUF model (truncated download?)")
-    with open(p, "rb") as f:
-        magic = f.read(4)
-    if magic != _GGUF_MAGIC:
-        raise ModelLoadError(f"{p} is not a GGUF file (magic {magic!r}, expected b'GGUF')")
-    return p
 
 
 def _kv_overrides_array(C: Any, overrides: dict[str, bool | int | float | str]) -> Any:

@@ -9,25 +9,24 @@ allocated, so a hostile header costs at most one pass over the file's header.
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._core.gguf import (
+    ARRAY,
+    GGML_MAX_DIMS,
+    GGML_TYPE_COUNT,
+    GGML_TYPE_F32,
+    LLAMA_MAX_EXPERTS,
+    LLAMA_MAX_LAYERS,
+    MAX_STRING,
+    STRING,
+    open_header,
+)
 from .._errors import ModelLoadError
 
-LLAMA_MAX_LAYERS = 512  # src/llama-hparams.h
-LLAMA_MAX_EXPERTS = 1024
-GGML_MAX_DIMS = 4
-GGML_TYPE_COUNT = 43
-GGML_TYPE_F32 = 0
-MAX_TENSORS = 1 << 20
-MAX_KV = 1 << 20
-MAX_STRING = 1 << 26
-
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_STRING, _ARRAY = 8, 9
 _EPSILON_SUFFIXES = (".attention.layer_norm_epsilon", ".attention.layer_norm_rms_epsilon", ".norm_epsilon")
 
 
@@ -47,70 +46,10 @@ class GGUFHeader:
     tensors: list[TensorInfo] = field(default_factory=list)
 
 
-class _Reader:
-    def __init__(self, buf: mmap.mmap | bytes, path: str) -> None:
-        self.buf, self.pos, self.path = buf, 0, path
-
-    def fail(self, what: str) -> ModelLoadError:
-        return ModelLoadError(f"could not load {self.path}: malformed GGUF header: {what}")
-
-    def take(self, fmt: str) -> Any:
-        size = struct.calcsize(fmt)
-        if self.pos + size > len(self.buf):
-            raise self.fail(f"truncated at byte {self.pos}")
-        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += size
-        return value
-
-    def count(self, what: str, limit: int, unit: int) -> int:
-        n = self.take("<Q")
-        left = len(self.buf) - self.pos
-        if n > limit or n * unit > left:
-            raise self.fail(f"{what} is {n}; accepted at most {min(limit, left // max(unit, 1))}")
-        return n
-
-    def string(self, what: str) -> str:
-        n = self.count(f"length of {what}", MAX_STRING, 1)
-        raw = bytes(self.buf[self.pos:self.pos + n])
-        self.pos += n
-        return raw.decode("utf-8", "replace")
-
-    def value(self, vtype: int, key: str) -> Any:
-        if vtype in _SCALARS:
-            return self.take(_SCALARS[vtype])
-        if vtype == _STRING:
-            return self.string(f"value of {key}")
-        if vtype == _ARRAY:
-            etype = self.take("<I")
-            if etype in _SCALARS:
-                width = struct.calcsize(_SCALARS[etype])
-                n = self.count(f"array length of {key}", 1 << 40, width)
-                # short numeric arrays are per-layer hyperparameters; longer ones are not checked here
-                values = list(struct.unpack_from(f"<{n}{_SCALARS[etype][1]}", self.buf, self.pos)) if (
-                    n <= LLAMA_MAX_LAYERS) else None
-                self.pos += n * width
-                return values
-            if etype == _STRING:
-                n = self.count(f"array length of {key}", 1 << 40, 8)
-                for _ in range(n):
-                    self.string(f"element of {key}")
-                return None
-            raise self.fail(f"array {key} has element type {etype}; nested arrays are not accepted")
-        raise self.fail(f"key {key} has value type {vtype}; accepted 0..12")
-
-
 def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     """Parse the header, metadata and tensor table of ``path``; raises ModelLoadError if malformed."""
-    name = os.fspath(path)
-    with open(name, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        r = _Reader(buf, name)
-        if r.take("<4s") != b"GGUF":
-            raise r.fail("magic is not b'GGUF'")
-        header = GGUFHeader(version=r.take("<I"))
-        if header.version not in (2, 3):
-            raise r.fail(f"version {header.version}; accepted 2..3")
-        n_tensors = r.count("tensor count", MAX_TENSORS, 24)
-        n_kv = r.count("metadata key count", MAX_KV, 12)
+    with open_header(path) as (r, n_tensors, n_kv):
+        header = GGUFHeader(version=struct.unpack_from("<I", r.buf, 4)[0])
         for _ in range(n_kv):
             key = r.string("a metadata key")
             header.metadata[key] = r.value(r.take("<I"), key)
@@ -219,25 +158,17 @@ _VOCAB_KEYS = {"tokenizer.ggml.model": "model", "tokenizer.ggml.pre": "pre", "to
 def read_vocab(path: str | os.PathLike[str]) -> VocabHeader:
     """The tokenizer metadata of ``path`` (token texts included), read from its header without llama.cpp;
     raises ModelLoadError if the header is malformed."""
-    name = os.fspath(path)
     out = VocabHeader()
     arch: str | None = None
     sizes: dict[str, int] = {}
-    with open(name, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        r = _Reader(buf, name)
-        if r.take("<4s") != b"GGUF":
-            raise r.fail("magic is not b'GGUF'")
-        version = r.take("<I")
-        if version not in (2, 3):
-            raise r.fail(f"version {version}; accepted 2..3")
-        r.count("tensor count", MAX_TENSORS, 24)
-        n_kv = r.count("metadata key count", MAX_KV, 12)
+    with open_header(path) as (r, _n_tensors, n_kv):
+        buf = r.buf
         for _ in range(n_kv):
             key = r.string("a metadata key")
             vtype = r.take("<I")
-            if key == "tokenizer.ggml.tokens" and vtype == _ARRAY:
+            if key == "tokenizer.ggml.tokens" and vtype == ARRAY:
                 etype = r.take("<I")
-                if etype != _STRING:
+                if etype != STRING:
                     raise r.fail(f"tokenizer.ggml.tokens has element type {etype}; llama.cpp reads strings")
                 n = r.count("array length of tokenizer.ggml.tokens", 1 << 40, 8)
                 tokens: list[bytes] = []

@@ -4,13 +4,12 @@
 
 from __future__ import annotations
 
-import mmap
 import os
-import struct
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import SpeculativeError
+from .._core.gguf import open_header
+from .._errors import ModelLoadError, SpeculativeError
 from .config import (
     CHAINED_NEXTN_ARCHS,
     DRAFT_MODEL_TYPES,
@@ -25,70 +24,30 @@ from .config import (
 # GGUF metadata: does a file have NextN layers? (read without loading the model)
 # --------------------------------------------------------------------------------------------
 
-_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-
-
 def gguf_nextn_layers(path: str | os.PathLike[str], kv_overrides: Mapping[str, Any] | None = None) -> int | None:
     """``<arch>.nextn_predict_layers`` from a GGUF file's header (0 when absent, None if unreadable),
     or from ``kv_overrides`` (those the model will be loaded with) where they set it.
 
-    Reads only the key/value section, so asking for MTP on a model without NextN layers fails
-    before llama.cpp loads any weights.
+    Reads only the key/value section (:func:`llama_cpp._core.gguf.open_header`), so asking for MTP
+    on a model without NextN layers fails before llama.cpp loads any weights.
     """
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            buf = memoryview(mm)
-            try:
-                return _scan_gguf(buf, kv_overrides or {})
-            finally:
-                buf.release()
-    except (OSError, ValueError, struct.error, IndexError):
-        return None
-
-
-def _scan_gguf(buf: memoryview, kv_overrides: Mapping[str, Any]) -> int | None:
-    if bytes(buf[:4]) != b"GGUF":
-        return None
-    version, = struct.unpack_from("<I", buf, 4)
-    if version < 2:
-        return None
-    n_kv, = struct.unpack_from("<Q", buf, 16)
-    off = 24
     arch: str | None = None
     values: dict[str, int] = {}
-
-    def read_str(o: int) -> tuple[str, int]:
-        n, = struct.unpack_from("<Q", buf, o)
-        return bytes(buf[o + 8:o + 8 + n]).decode("utf-8", "replace"), o + 8 + n
-
-    def skip(t: int, o: int) -> tuple[Any, int]:
-        if t in _GGUF_SCALARS:
-            fmt = "<" + _GGUF_SCALARS[t]
-            return struct.unpack_from(fmt, buf, o)[0], o + struct.calcsize(fmt)
-        if t == 8:
-            return read_str(o)
-        if t == 9:
-            et, n = struct.unpack_from("<IQ", buf, o)
-            o += 12
-            if et in _GGUF_SCALARS:
-                return None, o + n * struct.calcsize("<" + _GGUF_SCALARS[et])
-            for _ in range(n):
-                _, o = skip(et, o)
-            return None, o
-        raise ValueError(f"unknown GGUF value type {t}")
-
-    for _ in range(n_kv):
-        key, off = read_str(off)
-        t, = struct.unpack_from("<I", buf, off)
-        val, off = skip(t, off + 4)
-        if key == "general.architecture":
-            arch = val
-        elif key.endswith(".nextn_predict_layers") and isinstance(val, int):
-            values[key] = int(val)
+    try:
+        with open_header(path) as (r, _n_tensors, n_kv):
+            for _ in range(n_kv):
+                key = r.string("a metadata key")
+                val = r.value(r.take("<I"), key)
+                if key == "general.architecture":
+                    arch = val
+                elif key.endswith(".nextn_predict_layers") and isinstance(val, int):
+                    values[key] = int(val)
+    except (OSError, ValueError, ModelLoadError):
+        return None
     if arch is None:
         return None
     key = f"{arch}.nextn_predict_layers"
-    override = kv_overrides.get(key)
+    override = (kv_overrides or {}).get(key)
     if isinstance(override, int) and not isinstance(override, bool):
         return override
     return values.get(key, 0)
@@ -152,7 +111,6 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig,
 
 def _gguf_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A GGUF file's metadata (empty if unreadable: llama.cpp's load reports that itself)."""
-    from .._errors import ModelLoadError
     from .._safety.gguf_guard import read_header
 
     try:
