@@ -492,7 +492,7 @@ def generate_module(api: Api, spec: ModuleSpec, names: dict[str, str]) -> str:
         "",
         "import ctypes",
         "",
-        "from ._ctypes_util import BindingSet",
+        "from ._native.ctypes_util import BindingSet",
     ]
     for mod in spec.imports:
         used = sorted(em.used_imports.get(mod, ()))
