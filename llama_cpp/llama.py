@@ -796,7 +796,7 @@ class Llama:
         if self.cache is not None:
             self._cache_restore(prompt_tokens)
         head = m.detokenize(prompt_tokens) if echo else b""
-        prompt_lp = self._prompt_logprobs(prompt_tokens, _gen._Logprobs(m, logprobs)) if want_lp and echo else ()
+        prompt_lp = self._prompt_logprobs(prompt_tokens, _gen.Logprobs(m, logprobs)) if want_lp and echo else ()
         base = 0  # logprob offsets count from the end of the prompt when it is not echoed
         if want_lp and not echo:
             base = _gen.char_len(m.detokenize(prompt_tokens)) if prompt_chars is None else prompt_chars
@@ -810,7 +810,7 @@ class Llama:
 
     _PROMPT_LOGPROB_ROWS = 64  # rows per batch when scoring a prompt: bounds the logits buffer
 
-    def _prompt_logprobs(self, tokens: Sequence[int], lp: _gen._Logprobs) -> list[_gen.LogprobEntry]:
+    def _prompt_logprobs(self, tokens: Sequence[int], lp: _gen.Logprobs) -> list[_gen.LogprobEntry]:
         """Evaluate ``tokens`` afresh keeping every position's logits, and return the echoed prompt's
         logprob entries (a leading BOS is left out; the first token has no logprob, as upstream).
         The context then holds the prompt with its last logits, so generation evaluates nothing."""

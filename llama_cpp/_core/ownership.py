@@ -109,6 +109,16 @@ class NativeRef:
         for p in self._parents:
             p.acquire()
 
+    @property
+    def parents(self) -> tuple[NativeRef, ...]:
+        """The references this one holds (released when it is freed)."""
+        return tuple(self._parents)
+
+    def hold(self, parent: NativeRef) -> None:
+        """Hold ``parent`` (acquired here) until this reference is freed."""
+        parent.acquire()
+        self._parents.append(parent)
+
     def acquire(self) -> None:
         with self._lock:
             if self.ptr is None:

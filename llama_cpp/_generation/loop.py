@@ -252,7 +252,7 @@ def char_len(data: bytes) -> int:
     return sum(1 for b in data if b & 0xC0 != 0x80)
 
 
-class _Logprobs:
+class Logprobs:
     """The ``logprobs`` block of completion chunks: per token its piece, offset and log-softmax.
 
     Offsets count characters of the response text, as OpenAI's and upstream's do: from the start of
@@ -300,7 +300,7 @@ def completion_chunks(model: LlamaModel, tokens: Iterable[TokenRow], *, n_prompt
     ``prompt_logprobs`` (the echoed prompt's own entries) lead the first block."""
     stops = [stop] if isinstance(stop, (str, bytes)) else list(stop or [])
     text = TextStream(stops, head)
-    lp = _Logprobs(model, logprobs)
+    lp = Logprobs(model, logprobs)
     pending: list[tuple[int, np.ndarray | None, int]] = []
     ready: Sequence[LogprobEntry] = prompt_logprobs
     chars = offset_base + char_len(head)

@@ -40,7 +40,7 @@ import numpy as np
 
 from .._errors import DecodeError
 from .._generation import sampling as _sampling
-from .._generation.loop import TextStream, _Logprobs, char_len
+from .._generation.loop import Logprobs, TextStream, char_len
 from ..llama import Llama
 from ..llama_grammar import LlamaGrammar
 from ..speculative.slots import remove_rejected, verify_rows
@@ -174,7 +174,7 @@ class _Slot:
         self.grammar: Any = None
         self.pick: Any = None
         self.text = TextStream(req.stop)
-        self.lp: _Logprobs | None = None
+        self.lp: Logprobs | None = None
         self.pending: list[tuple[int, np.ndarray | None, int]] = []
         self.n_fed = 0  # prompt tokens already in the KV cache
         self.pos = 0  # position of the next token to decode
@@ -414,7 +414,7 @@ class SlotEngine(_Lifecycle):
             s.pick = _sampling.token_picker(self.model, s.chain, s.grammar, want_lp)
             if self.spec is not None:
                 s.spec = self.spec.start(req.prompt_tokens[:-1])  # the last token stays pending (_pend_last)
-            s.lp = _Logprobs(self.model, req.logprobs)
+            s.lp = Logprobs(self.model, req.logprobs)
             if req.echo or (want_lp and req.prompt_chars is None):
                 head = self.model.detokenize(req.prompt_tokens)
                 s.chars = char_len(head)

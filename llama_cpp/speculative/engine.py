@@ -80,12 +80,11 @@ def share_threadpools(target: Any, ctx: Any) -> bool:
         return False
     if (tp.n_threads, tp.n_threads_batch) != (dp.n_threads, dp.n_threads_batch):
         return False
-    pools = [p for p in tref._parents if p.name == "threadpool" and p.ptr is not None]
+    pools = [p for p in tref.parents if p.name == "threadpool" and p.ptr is not None]
     if not pools:
         return False
     for p in pools:
-        p.acquire()
-        dref._parents.append(p)  # released when ctx is freed
+        dref.hold(p)  # released when ctx is freed
     ctx._C.llama_attach_threadpool(ctx.ptr, pools[0].ptr, pools[1].ptr if len(pools) > 1 else None)
     return True
 

@@ -13,7 +13,7 @@ TWO = {"n_ctx": 256, "n_batch": 64, "n_ubatch": 64, "n_threads": 2, "n_threads_b
 
 
 def _pools(ctx) -> list:
-    return [p for p in ctx._ref._parents if p.name == "threadpool"]
+    return [p for p in ctx._ref.parents if p.name == "threadpool"]
 
 
 def test_a_context_takes_the_targets_pool_and_keeps_it_alive(mtp_models):
