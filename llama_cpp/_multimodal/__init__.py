@@ -1,1 +1,3 @@
-"""Multimodal helpers above :mod:`llama_cpp.mtmd_chat`: upstream's vision chat handlers (Llava15ChatHandler and kin)."""
+"""Multimodal implementation behind :mod:`llama_cpp.mtmd_chat`: prompt evaluation (``decode``),
+speculation over media prompts (``speculation``) and upstream's vision chat handlers
+(``vision_handlers``, above ``mtmd_chat``)."""

@@ -20,10 +20,10 @@ from llama_cpp import ContextOverflowError, SpeculativeError
 from llama_cpp.mtmd_chat import (
     MEDIA_TOKEN,
     MediaDraftModel,
+    MediaHistory,
     MultimodalChat,
     MultimodalDraftDecoder,
     TextHistoryDrafter,
-    _MediaHistory,
     check_media_prompt,
 )
 from llama_cpp.speculative import NgramCacheParams, NgramMapParams, NgramModParams, SpecConfig
@@ -255,7 +255,7 @@ def test_media_cells_beyond_positions():
         check_media_prompt([text, img, text], 83)
     with pytest.raises(Exception, match="must end with text"):
         check_media_prompt([text, img], 512)
-    h = _MediaHistory()
+    h = MediaHistory()
     h.n_ctx = 100
     h._excess = 56
     assert h.n_ctx == 44  # positions left to the history
