@@ -11,7 +11,7 @@ import pytest
 
 _ABORT = """
 import os, sys
-from llama_cpp import _loader
+from llama_cpp._native import loader as _loader
 _loader.load()
 print(os.environ.get("GGML_NO_BACKTRACE"), flush=True)
 _loader.library_handle("ggml_base").ggml_abort(b"hostile.c", 1, b"deliberate abort")
