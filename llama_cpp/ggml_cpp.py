@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import ctypes
 
-from ._native.ctypes_util import BindingSet
+from ._native.ctypes_util import BindingSet, library_attributes
 
 __bindings__ = BindingSet(__name__, globals())
 _api = __bindings__
+__getattr__ = library_attributes(__name__, 'ggml', ('libggml',))
 
 
 # ----------------------------------------------------------------------

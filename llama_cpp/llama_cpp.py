@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ._native.ctypes_util import BindingSet
+from ._native.ctypes_util import BindingSet, library_attributes
 from .ggml_cpp import (
     ggml_abort_callback,
     ggml_backend_buffer_type_t,
@@ -29,6 +29,7 @@ from .ggml_cpp import (
 
 __bindings__ = BindingSet(__name__, globals())
 _api = __bindings__
+__getattr__ = library_attributes(__name__, 'llama', ('_lib',))
 
 
 # ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ._native.ctypes_util import BindingSet
+from ._native.ctypes_util import BindingSet, library_attributes
 from .ggml_cpp import (
     ggml_backend_dev_t,
     ggml_backend_sched_eval_callback,
@@ -26,6 +26,7 @@ from .llama_cpp import (
 
 __bindings__ = BindingSet(__name__, globals())
 _api = __bindings__
+__getattr__ = library_attributes(__name__, 'mtmd', ('_libmtmd',))
 
 
 # ----------------------------------------------------------------------

@@ -45,6 +45,11 @@ GGML_CPU_REASON = ("lives in the CPU backend module, loaded at run time (GGML_BA
                    "ggml_backend_reg_get_proc_address")
 
 
+#: upstream's module attribute naming each module's loaded library (``llama_cpp.llama_cpp._lib``, which
+#: llguidance reads; ``mtmd_cpp._libmtmd``; ``_ggml.libggml`` upstream), served by the module's ``__getattr__``
+LIBRARY_ALIASES = {"ggml_cpp": ("libggml",), "llama_cpp": ("_lib",), "mtmd_cpp": ("_libmtmd",)}
+
+
 @dataclass
 class ModuleSpec:
     name: str  # module file stem
@@ -492,13 +497,14 @@ def generate_module(api: Api, spec: ModuleSpec, names: dict[str, str]) -> str:
         "",
         "import ctypes",
         "",
-        "from ._native.ctypes_util import BindingSet",
+        "from ._native.ctypes_util import BindingSet, library_attributes",
     ]
     for mod in spec.imports:
         used = sorted(em.used_imports.get(mod, ()))
         if used:
             head.append(f"from .{mod} import (\n" + "".join(f"    {n},\n" for n in used) + ")")
-    head += ["", "__bindings__ = BindingSet(__name__, globals())", "_api = __bindings__", ""]
+    head += ["", "__bindings__ = BindingSet(__name__, globals())", "_api = __bindings__",
+             f"__getattr__ = library_attributes(__name__, {spec.library!r}, {LIBRARY_ALIASES[spec.name]!r})", ""]
 
     body: list[str] = []
     if consts:

@@ -43,6 +43,20 @@ def _library_handle(name: str) -> Any:
     return _handle_of(name)
 
 
+def library_attributes(module: str, library: str, aliases: Sequence[str]) -> Callable[[str], Any]:
+    """A binding module's ``__getattr__``: upstream's names for the loaded library (``_lib`` in
+    ``llama_cpp.llama_cpp``) load it on first access and return its ``ctypes.CDLL``, whose functions
+    are the same objects the bindings call."""
+    names = frozenset(aliases)
+
+    def __getattr__(name: str) -> Any:
+        if name in names:
+            return _library_handle(library)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
 class CFunction:
     """A C function bound by name: ``argtypes``/``restype`` known now, symbol resolved on first call."""
 
