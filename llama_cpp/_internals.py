@@ -17,7 +17,7 @@ from ._core.model import (
     flash_attn_type,
     load_mode_from_flags,
 )
-from ._core.ownership import CallableDict, CallableInt, float_view
+from ._core.ownership import CallableDict, CallableInt, NativePointer, float_view, unwrap
 from ._core.sampler import LlamaSampler, LlamaTokenDataArray, TokenCandidates, normalize_embedding
 from .llama_cpp import LLAMA_CONTEXT_TYPE_MTP
 
@@ -34,6 +34,7 @@ __all__ = [
     "LlamaModel",
     "LlamaSampler",
     "LlamaTokenDataArray",
+    "NativePointer",
     "TokenCandidates",
     "amx_kernels_unsafe",
     "check_gguf_file",
@@ -41,4 +42,5 @@ __all__ = [
     "float_view",
     "load_mode_from_flags",
     "normalize_embedding",
+    "unwrap",
 ]

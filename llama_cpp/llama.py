@@ -38,6 +38,7 @@ from ._compat.hooks import (
 from ._compat.state import LlamaState, longest_token_prefix
 from ._core.context import LlamaBatch, LlamaContext
 from ._core.model import LlamaLoraAdapter, LlamaModel, flash_attn_type
+from ._core.ownership import NativePointer
 from ._core.sampler import LlamaSampler
 from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError, ModelNotFoundError
 from ._generation import loop as _gen
@@ -399,12 +400,16 @@ class Llama:
     # properties (llama-cpp-python names)
     # ------------------------------------------------------------------------------------------
     @property
-    def model(self) -> LlamaModel:
-        return self._need_model()
+    def model(self) -> NativePointer:
+        """The ``llama_model`` pointer (upstream's ``llama_model_p``), answering ``LlamaModel``'s attributes."""
+        model = self._need_model()
+        return NativePointer(model.ptr, model)
 
     @property
-    def ctx(self) -> LlamaContext:
-        return self._need_ctx()
+    def ctx(self) -> NativePointer:
+        """The ``llama_context`` pointer (upstream's ``llama_context_p``), answering ``LlamaContext``'s attributes."""
+        ctx = self._need_ctx()
+        return NativePointer(ctx.ptr, ctx)
 
     @property
     def metadata(self) -> dict[str, str]:

@@ -16,12 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from ._core.context import LlamaBatch, LlamaBatchExtNative, LlamaContext
+from ._core.ownership import unwrap
 
 
 def _context_of(obj: Any) -> LlamaContext:
+    obj = unwrap(obj)
     if isinstance(obj, LlamaContext):
         return obj
-    ctx = getattr(obj, "ctx", None)  # a Llama (or anything exposing its LlamaContext as .ctx)
+    ctx = unwrap(getattr(obj, "ctx", None))  # a Llama (or anything exposing its LlamaContext as .ctx)
     if isinstance(ctx, LlamaContext):
         return ctx
     raise TypeError(f"expected a LlamaContext or a Llama, got {type(obj).__name__}")

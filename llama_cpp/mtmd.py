@@ -36,7 +36,7 @@ import numpy as np
 from ._core.context import LlamaBatchExtNative, LlamaContext
 from ._core.model import LlamaModel, check_gguf_file
 from ._core.normalize import normalize_embeddings
-from ._core.ownership import NativeRef, Owned
+from ._core.ownership import NativeRef, Owned, unwrap
 from ._errors import ClosedError, ContextOverflowError, DecodeError, MultimodalError
 from .llama_cpp import LLAMA_POOLING_TYPE_CLS, LLAMA_POOLING_TYPE_LAST, LLAMA_POOLING_TYPE_MEAN
 from .mtmd_cpp import MTMD_INPUT_CHUNK_TYPE_AUDIO, MTMD_INPUT_CHUNK_TYPE_IMAGE, MTMD_INPUT_CHUNK_TYPE_TEXT
@@ -321,6 +321,7 @@ class MTMDContext(Owned):
                  batch_max_tokens: int | None = None, flash_attn_type: int | None = None) -> None:
         self._ref = None
         path = check_gguf_file(mmproj_path)
+        model = unwrap(model)  # Llama.model (the pointer) stands for its LlamaModel
         if not isinstance(model, LlamaModel):
             raise TypeError(f"model must be a llama_cpp._internals.LlamaModel, not {type(model).__name__}")
         if model.vocab_only:
@@ -708,6 +709,7 @@ class MTMDEmbeddingHandler:
         self._owned_model: LlamaModel | None = None
         if n_seq_max <= 0:
             raise ValueError(f"n_seq_max must be positive, got {n_seq_max}")
+        model = unwrap(model)
         if isinstance(model, LlamaModel):
             self.model = model
         else:

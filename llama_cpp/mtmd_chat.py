@@ -58,6 +58,7 @@ import numpy as np
 from ._chat import base as _chat
 from ._core.context import LlamaBatchExtNative, LlamaContext
 from ._core.model import LlamaModel
+from ._core.ownership import unwrap
 from ._core.sampler import LlamaSampler
 from ._errors import ClosedError, ContextOverflowError, MultimodalError, SpeculativeError
 from ._generation import loop as _gen
@@ -406,6 +407,7 @@ class MultimodalChat(MultimodalChatEngine):
         if speculative is not None and not isinstance(speculative, SpecConfig):
             raise SpeculativeError(f"speculative must be a SpecConfig, got {type(speculative).__name__}")
         spec = self.speculative = speculative if speculative is not None and speculative.enabled else None
+        model = unwrap(model)  # Llama.model (the pointer) stands for its LlamaModel
         if spec is not None:
             check_media_types(spec)
             check_model_file(model.path if isinstance(model, LlamaModel) else model, spec)
@@ -489,7 +491,7 @@ class MTMDChatHandler:
             self._mctx = None
 
     def _context_for(self, llama: Any) -> MTMDContext:
-        model = llama.model
+        model = llama._need_model()
         if self._mctx is None or self._model_ref is not model._ref:
             self.close()
             self._mctx = MTMDContext(self.clip_model_path, model, use_gpu=self.use_gpu,
@@ -516,12 +518,12 @@ class MTMDChatHandler:
     def _runner(llama: Any) -> dict[str, Any]:
         """``decoder=`` the Llama's speculative decoder where it takes media, else ``context=`` its context."""
         dec = llama._running_spec()
-        return {"decoder": dec} if isinstance(dec, MediaHistory) else {"context": llama.ctx}
+        return {"decoder": dec} if isinstance(dec, MediaHistory) else {"context": llama._need_ctx()}
 
     def _engine(self, llama: Any) -> MultimodalChatEngine:
         """The engine one request runs on: the Llama's model, context (or speculative decoder) and
         chat template (the vision presets in :mod:`llama_cpp._multimodal.vision_handlers` give their own template)."""
-        return MultimodalChatEngine(llama.model, self._context_for(llama), llama._chat_formatter(),
+        return MultimodalChatEngine(llama._need_model(), self._context_for(llama), llama._chat_formatter(),
                                     seed=self._seed_of(llama), media_dirs=self.media_dirs, **self._runner(llama))
 
     def __call__(self, *, llama: Any, messages: Sequence[dict], max_tokens: int | None = None,

@@ -95,7 +95,9 @@ def prompt_tokens(llama: Any, prompt: str, messages: Sequence[Any], *, added_spe
                   special_in_content: bool = False, render: Callable[[list[Any]], str] | None = None) -> list[int]:
     """The tokens of a rendered prompt, message content parsed without special tokens (``render``:
     how ``messages`` became ``prompt``, for exact content spans)."""
-    model = getattr(llama, "model", None)
+    from .._core.ownership import unwrap  # Llama.model is the pointer; its wrapper tokenizes
+
+    model = unwrap(getattr(llama, "model", None))
     if model is not None and hasattr(model, "token_bos"):
         return tokenize_chat_prompt(model, prompt, message_texts(messages), add_special=not added_special,
                                     special_in_content=special_in_content, render=render, messages=messages)

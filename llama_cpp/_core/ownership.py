@@ -88,6 +88,32 @@ class CallableDict(dict):
         return dict(self)
 
 
+class NativePointer(int):
+    """A native pointer as llama-cpp-python exposes it (``Llama.model``, ``Llama.ctx``): an ``int``,
+    so every ``llama_*`` call, ``ctypes.cast`` and ``ctypes.c_void_p(p)`` take it as upstream's
+    ``c_void_p`` value, and it compares equal to the raw address. It also answers the owning
+    wrapper's attributes (``llm.model.n_vocab``, ``llm.ctx.n_ctx()``) and holds the wrapper, so the
+    native object outlives the pointer unless it is closed explicitly."""
+
+    def __new__(cls, value: int, owner: Any) -> NativePointer:
+        self = int.__new__(cls, value)
+        self.__dict__["_owner"] = owner
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.__dict__["_owner"], name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (int, (int(self),))
+
+
+def unwrap(obj: Any) -> Any:
+    """The wrapper behind a :class:`NativePointer` (``Llama.model``, ``Llama.ctx``); anything else as is."""
+    return obj.__dict__["_owner"] if isinstance(obj, NativePointer) else obj
+
+
 class NativeRef:
     """Shared ownership of one native pointer.
 

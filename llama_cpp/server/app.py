@@ -500,7 +500,7 @@ def _routes(app: FastAPI) -> None:
 
         def check_lengths() -> None:
             for i, text in enumerate(inputs):
-                n = len(served.llama.model.tokenize(text.encode("utf-8"), add_special=True, parse_special=True))
+                n = len(served.llama._need_model().tokenize(text.encode("utf-8"), add_special=True, parse_special=True))
                 if n > limit:
                     raise APIError(400, f"input[{i}] has {n} tokens; the context holds {limit}: shorten it",
                                    code="context_length_exceeded", param="input")
@@ -531,7 +531,7 @@ def _routes(app: FastAPI) -> None:
     @_guarded
     async def detokenize(request: Request, body: DetokenizeInputRequest) -> DetokenizeInputResponse:
         served = await _served(request, body.model)
-        model = served.llama.model
+        model = served.llama._need_model()
         model.check_tokens(body.tokens, "tokens entry")
         return DetokenizeInputResponse(text=model.detokenize(body.tokens).decode("utf-8", errors="replace"))
 

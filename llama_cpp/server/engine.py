@@ -253,10 +253,10 @@ class SlotEngine(_Lifecycle):
     def __init__(self, llama: Llama, n_slots: int, n_ctx_slot: int, max_queue: int,
                  cache_prompt: bool = True, spec: Any = None) -> None:
         self.llama = llama
-        self.model = llama.model
-        self.ctx = llama.ctx
-        if llama.ctx.n_seq_max() < n_slots:
-            raise ValueError(f"the context holds {llama.ctx.n_seq_max()} sequences, fewer than {n_slots} slots")
+        self.model = llama._need_model()
+        self.ctx = llama._need_ctx()
+        if llama._need_ctx().n_seq_max() < n_slots:
+            raise ValueError(f"the context holds {llama._need_ctx().n_seq_max()} sequences, fewer than {n_slots} slots")
         self.n_slots = n_slots
         self.n_ctx_slot = n_ctx_slot
         self.max_queue = max_queue

@@ -163,7 +163,7 @@ class ServedModel:
             lookup = LlamaPromptLookupDecoding(num_pred_tokens=s.draft_model_num_pred_tokens)
         log.info("model %s speculates (%s) in each of its %d slots", self.alias, ", ".join(self.spec_types()),
                  s.n_parallel)
-        return SlotSpeculation(llama.model, llama.ctx, s.n_parallel, config=s.spec_config(), prompt_lookup=lookup)
+        return SlotSpeculation(llama._need_model(), llama._need_ctx(), s.n_parallel, config=s.spec_config(), prompt_lookup=lookup)
 
     def speculative_info(self) -> dict[str, Any] | None:
         """How this model speculates, for ``/v1/models``: its types, the engine, and why it is serial."""

@@ -36,7 +36,7 @@ def completion_tokens(llama: Llama, prompt: str | list[int], suffix: str | None)
     if not toks:
         raise APIError(400, "the prompt is empty (and the model adds no BOS token): give at least one token",
                        param="prompt")
-    llama.model.check_tokens(toks, "prompt token")
+    llama._need_model().check_tokens(toks, "prompt token")
     return toks
 
 
@@ -74,7 +74,7 @@ def logit_bias(llama: Llama, bias: dict[str, float] | None, kind: str | None) ->
     out: dict[int, float] = {}
     for key, value in bias.items():
         if kind == "tokens":
-            for t in llama.model.tokenize(key.encode("utf-8"), add_special=False, parse_special=True):
+            for t in llama._need_model().tokenize(key.encode("utf-8"), add_special=False, parse_special=True):
                 out[t] = float(value)
             continue
         try:
@@ -86,7 +86,7 @@ def logit_bias(llama: Llama, bias: dict[str, float] | None, kind: str | None) ->
 
 
 def tokenize(llama: Llama, text: str) -> list[int]:
-    return llama.model.tokenize(text.encode("utf-8"), add_special=True, parse_special=True)
+    return llama._need_model().tokenize(text.encode("utf-8"), add_special=True, parse_special=True)
 
 
 def refuse_media(messages: list[dict[str, Any]], alias: str) -> None:
@@ -130,12 +130,12 @@ def chat_prompt(llama: Llama, body: Any) -> ChatPrompt:
             raise APIError(400, f"unsupported response_format type {body.response_format.get('type')!r}: use text, "
                            "json_object or json_schema", param="response_format")
         text = Llama._response_format_grammar(body.response_format)
-    tokens = tokenize_chat_prompt(llama.model, result.prompt, message_texts(msgs),
+    tokens = tokenize_chat_prompt(llama._need_model(), result.prompt, message_texts(msgs),
                                   add_special=not result.added_special, special_in_content=False,
                                   render=lambda ms: fmt(messages=ms, tools=tools).prompt, messages=msgs)
     if not tokens:
         raise APIError(400, "the chat renders to an empty prompt", param="messages")
-    llama.model.check_tokens(tokens, "prompt token")
+    llama._need_model().check_tokens(tokens, "prompt token")
     return ChatPrompt(tokens, list(result.stop), LlamaGrammar(text) if text is not None else None, tool_name)
 
 
