@@ -80,13 +80,26 @@ def _bias(model: LlamaModel, logit_bias: Mapping[Any, float] | None) -> dict[int
     return bias
 
 
+def c_seed(seed: int) -> int:
+    """A seed as llama.cpp takes it (``uint32_t``): ``-1`` is upstream's "random", llama.cpp's
+    ``LLAMA_DEFAULT_SEED``; ``2**32`` (upstream's seed sequence can draw it) wraps to 0 as ctypes
+    wraps it there. Anything else out of range is refused by the checks."""
+    seed = int(seed)
+    if seed == -1:
+        return LLAMA_DEFAULT_SEED
+    return 0 if seed == 2 ** 32 else seed
+
+
 def sampler_chain(model: LlamaModel, *, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                   min_p: float = 0.05, typical_p: float = 1.0, repeat_penalty: float = 1.0,
                   frequency_penalty: float = 0.0, presence_penalty: float = 0.0, penalty_last_n: int = 64,
                   mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
-                  seed: int = LLAMA_DEFAULT_SEED, logit_bias: Mapping[Any, float] | None = None) -> LlamaSampler:
+                  seed: int = LLAMA_DEFAULT_SEED, logit_bias: Mapping[Any, float] | None = None,
+                  mirostat_temp: bool = False) -> LlamaSampler:
     """A llama.cpp sampler chain: logit bias, penalties, then greedy, mirostat or the
-    top-k/typical/top-p/min-p/temperature/dist pipeline (``temperature < 0``: dist alone)."""
+    top-k/typical/top-p/min-p/temperature/dist pipeline (``temperature < 0``: dist alone).
+    Mirostat samples the raw logits as upstream's chain does; ``mirostat_temp`` scales them by the
+    temperature first, as llama.cpp's tools do."""
     _checks.sampling(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                      presence_penalty=presence_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
@@ -105,10 +118,12 @@ def sampler_chain(model: LlamaModel, *, temperature: float = 0.8, top_k: int = 4
         elif temperature < 0:
             chain.add_dist(seed)
         elif mirostat_mode == 1:
-            chain.add_temp(temperature)
+            if mirostat_temp:
+                chain.add_temp(temperature)
             chain.add_mirostat(n_vocab, seed, mirostat_tau, mirostat_eta, 100)
         elif mirostat_mode == 2:
-            chain.add_temp(temperature)
+            if mirostat_temp:
+                chain.add_temp(temperature)
             chain.add_mirostat_v2(seed, mirostat_tau, mirostat_eta)
         else:
             chain.add_top_k(top_k)
@@ -221,5 +236,5 @@ def sample_once(model: LlamaModel, ctx: LlamaContext, chain: LlamaSampler, gramm
     return _allowed_token(cand, grammar is not None)
 
 
-__all__ = ["Pick", "grammar_sampler", "prime_penalties", "sample_once", "sampler_chain", "suppressed_tokens",
+__all__ = ["Pick", "c_seed", "grammar_sampler", "prime_penalties", "sample_once", "sampler_chain", "suppressed_tokens",
            "token_picker"]
