@@ -53,7 +53,8 @@ PROBE = textwrap.dedent('''
     probe("temperature nan", lambda: llm("hi", max_tokens=2, temperature=nan))
     probe("top_p inf", lambda: llm("hi", max_tokens=2, top_p=inf))
     probe("top_k 2**40", lambda: llm("hi", max_tokens=2, top_k=2**40))
-    probe("seed -1", lambda: llm("hi", max_tokens=2, seed=-1))
+    probe("seed -2", lambda: llm("hi", max_tokens=2, seed=-2))
+    probe("seed -1 (random, as upstream)", lambda: llm("hi", max_tokens=2, seed=-1))
     probe("still works", lambda: llm("hi", max_tokens=2, temperature=0))
     print(json.dumps(out))
 ''')
@@ -75,9 +76,9 @@ REFUSED = {
     "penalty_last_n int32 max": ("penalty_last_n", "[-1, "), "penalty_last_n 1e9": ("penalty_last_n", "[-1, "),
     "penalty_last_n -2": ("penalty_last_n", "[-1, "), "mirostat_mode": ("mirostat_mode", "mirostat v2"),
     "temperature nan": ("temperature", "finite"), "top_p inf": ("top_p", "finite"), "top_k 2**40": ("top_k", "2147483647"),
-    "seed -1": ("seed", "4294967295"),
+    "seed -2": ("seed", "4294967295"),
 }
-ACCEPTED = ("penalty_last_n -1 (n_ctx)", "still works")
+ACCEPTED = ("penalty_last_n -1 (n_ctx)", "seed -1 (random, as upstream)", "still works")
 
 
 @pytest.fixture(scope="module")
