@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 
 import llama_cpp
-from llama_cpp import LLAMA_DEFAULT_SEED, Llama, LlamaGrammar
-from llama_cpp import _sampling
+from llama_cpp import LLAMA_DEFAULT_SEED, Llama, LlamaGrammar, _sampling
 from llama_cpp._errors import ParameterError
 
 PROMPT = "The quick brown fox"
