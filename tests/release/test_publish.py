@@ -22,6 +22,12 @@ from build_tools.stages.smoke import runner
 from build_tools.stages.wheels import build as wheels
 
 
+def _stray_name(filename: str) -> str:
+    """Another version of the same wheel: ``X-<version>-...`` becomes ``X-<version>.post9-...``."""
+    name, version, rest = filename.split("-", 2)
+    return f"{name}-{version}.post9-{rest}"
+
+
 def _passing_smoke(ws) -> smoke.SmokeReport:
     """A smoke report in which every wheel passed (publish's gate input; smoke itself is tested elsewhere)."""
     return smoke.SmokeReport([smoke.SmokeResult(w.filename, w.sha256, "3.x", "pass") for w in ws],
@@ -92,7 +98,7 @@ def test_refuses_a_file_changed_after_validation(cleared, tmp_path):
 def test_unlisted_wheels_are_not_published(cleared, tmp_path):
     d, ws = cleared
     assert ws
-    stray = d / ws[0].filename.replace("0.4.0", "0.4.0.post9")
+    stray = d / _stray_name(ws[0].filename)
     shutil.copyfile(ws[0].path, stray)
     index = publish.run([dist.DistDir(d)], tmp_path / "index")
     assert stray.name not in {f.filename for f in index.files}
@@ -282,7 +288,7 @@ def test_refuses_a_json_document_that_is_not_an_object(cleared, tmp_path):
 
 def _forge_stray(d: Path, ws) -> tuple[str, str]:
     """Add a file that never passed validation to the clearance, with its true sha256 and size."""
-    stray = ws[0].filename.replace("0.4.0", "0.4.0.post9")
+    stray = _stray_name(ws[0].filename)
     (d / stray).write_bytes(ws[0].path.read_bytes()[:-1] + b"!")
     digest = hashlib.sha256((d / stray).read_bytes()).hexdigest()
 
