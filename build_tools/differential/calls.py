@@ -81,6 +81,7 @@ class Recorder:
             self.results[name] = _clean(_model_name(fn()))
         except Exception as exc:  # noqa: BLE001 - recorded, compared
             self.results[name] = {"error": type(exc).__name__, "message": str(exc)[:300],
+                                  "classes": [c.__name__ for c in type(exc).__mro__],
                                   "where": traceback.format_exc(limit=-1).strip().splitlines()[-2][:200]}
 
 
@@ -97,7 +98,11 @@ def tokens(rec: Recorder, llm: Llama, tag: str) -> None:
     rec.case(f"{tag}/vocab", lambda: [llm.n_vocab(), llm.token_bos(), llm.token_eos(), llm.n_ctx(), llm.n_embd()])
 
 
-def completions(rec: Recorder, llm: Llama, tag: str, n: int = 24) -> None:
+#: the sampler settings run on Gemma 3 270M too (every one runs on the tiny models)
+REAL_MODEL_SAMPLERS = ("default", "top_k-5", "min_p-0.2", "mirostat-2", "repeat-1.1", "penalties-all", "logit_bias")
+
+
+def completions(rec: Recorder, llm: Llama, tag: str, n: int = 24, samplers: tuple[str, ...] | None = None) -> None:
     for i, prompt in enumerate(PROMPTS):
         rec.case(f"{tag}/greedy/{i}", lambda p=prompt: llm.create_completion(p, max_tokens=n, temperature=0.0))
     rec.case(f"{tag}/greedy/repeat-1.3", lambda: llm.create_completion(PROMPTS[0], max_tokens=n, temperature=0.0,
@@ -111,6 +116,8 @@ def completions(rec: Recorder, llm: Llama, tag: str, n: int = 24) -> None:
     rec.case(f"{tag}/stream", lambda: [c["choices"][0]["text"] for c in llm.create_completion(
         PROMPTS[0], max_tokens=n, temperature=0.7, seed=11, stream=True)])
     for name, kw in SAMPLERS.items():
+        if samplers is not None and name not in samplers:
+            continue
         for seed in (7, 123456):
             rec.case(f"{tag}/sampled/{name}/seed={seed}",
                      lambda kw=kw, s=seed: llm.create_completion(PROMPTS[0], max_tokens=n, seed=s, **kw))
@@ -145,10 +152,10 @@ def _take(it: Any, n: int) -> list[int]:
     return out
 
 
-def chats(rec: Recorder, path: str, tag: str) -> None:
-    for fmt in CHAT_FORMATS:
+def chats(rec: Recorder, path: str, tag: str, formats: tuple[str, ...] = CHAT_FORMATS) -> None:
+    for fmt in formats:
         def run(fmt: str = fmt) -> Any:
-            llm = Llama(model_path=path, n_ctx=512, chat_format=fmt, verbose=False, seed=3)
+            llm = Llama(model_path=path, n_ctx=1024, chat_format=fmt, verbose=False, seed=3)
             try:
                 return [llm.create_chat_completion(MESSAGES, max_tokens=12, temperature=0.0),
                         llm.create_chat_completion(MESSAGES, max_tokens=12, seed=77, repeat_penalty=1.1)]
@@ -165,6 +172,22 @@ def chats(rec: Recorder, path: str, tag: str) -> None:
         rec.case(f"{tag}/chat/json_schema", lambda: llm.create_chat_completion(
             MESSAGES, max_tokens=32, seed=4, response_format={"type": "json_object", "schema": SCHEMA}))
         rec.case(f"{tag}/chat/logprobs", lambda: llm.create_chat_completion(
+            MESSAGES, max_tokens=6, temperature=0.0, logprobs=True, top_logprobs=2))
+    finally:
+        llm.close()
+
+
+def logprobs(rec: Recorder, path: str, tag: str) -> None:
+    """logprobs on a Llama(logits_all=True), which upstream needs for them."""
+    llm = Llama(model_path=path, n_ctx=512, logits_all=True, verbose=False)
+    try:
+        rec.case(f"{tag}/logits_all/logprobs/greedy", lambda: llm.create_completion(
+            PROMPTS[1], max_tokens=8, temperature=0.0, logprobs=3))
+        rec.case(f"{tag}/logits_all/logprobs/echo", lambda: llm.create_completion(
+            PROMPTS[1], max_tokens=4, temperature=0.0, logprobs=2, echo=True))
+        rec.case(f"{tag}/logits_all/logprobs/sampled", lambda: llm.create_completion(
+            PROMPTS[0], max_tokens=8, seed=5, logprobs=1))
+        rec.case(f"{tag}/logits_all/chat-logprobs", lambda: llm.create_chat_completion(
             MESSAGES, max_tokens=6, temperature=0.0, logprobs=True, top_logprobs=2))
     finally:
         llm.close()
@@ -215,16 +238,17 @@ def main(argv: list[str]) -> int:
             state(rec, llm, tag)
         finally:
             llm.close()
+        logprobs(rec, models[tag], tag)
     chats(rec, models["spm"], "spm")
     embeddings(rec, models["embed"])
     if models.get("gemma"):
         llm = Llama(model_path=models["gemma"], n_ctx=1024, verbose=False)
         try:
             tokens(rec, llm, "gemma")
-            completions(rec, llm, "gemma", n=16)
+            completions(rec, llm, "gemma", n=16, samplers=REAL_MODEL_SAMPLERS)
         finally:
             llm.close()
-        chats(rec, models["gemma"], "gemma")
+        chats(rec, models["gemma"], "gemma", formats=("gemma", "chatml"))
     with open(argv[1], "w") as f:
         json.dump(rec.results, f, indent=1, sort_keys=True)
     return 0
