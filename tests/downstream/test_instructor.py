@@ -21,7 +21,7 @@ def test_response_model(gemma_path, record):
     try:
         create = instructor.patch(create=llm.create_chat_completion_openai_v1, mode=instructor.Mode.JSON_SCHEMA)
         user = create(messages=[{"role": "user", "content": "Extract: Jason is 30 years old"}],
-                      response_model=UserDetail, max_tokens=60, temperature=0.0)
+                      response_model=UserDetail, max_tokens=200, temperature=0.0)
     finally:
         llm.close()
     assert isinstance(user, UserDetail)

@@ -2,9 +2,9 @@
 
 Every call passes llama-cpp-agent's defaults, ``seed=-1`` (upstream's "random") and
 ``repeat_penalty=1.1``, so these run upstream's seed and penalty semantics.
+(No ``from __future__ import annotations`` here: llama-cpp-agent reads the pydantic models' and
+functions' annotations as classes, as in its examples.)
 """
-
-from __future__ import annotations
 
 import pytest
 
