@@ -12,7 +12,6 @@ import difflib
 import hashlib
 import logging
 import os
-import random
 import time
 import uuid
 import warnings
@@ -38,9 +37,8 @@ from ._compat.hooks import (
 from ._compat.state import LlamaState, longest_token_prefix
 from ._core.context import LlamaBatch, LlamaContext
 from ._core.model import LlamaLoraAdapter, LlamaModel, flash_attn_type
-from ._core.ownership import NativePointer
 from ._core.sampler import LlamaSampler
-from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError, ModelNotFoundError, ParameterError
+from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError, ModelNotFoundError
 from ._generation import loop as _gen
 from ._generation import responses as _responses
 from ._generation import sampling as _sampling
@@ -63,12 +61,6 @@ from .llama_tokenizer import BaseLlamaTokenizer, LlamaHFTokenizer, LlamaTokenize
 from .llama_types import *  # noqa: F403 (upstream's llama module re-exports its types)
 
 log = logging.getLogger("llama_cpp")
-
-#: ``Llama(sampling_convention=...)``: ``"upstream"`` samples as llama-cpp-python 0.3.36 (penalties
-#: over the sampled tokens only, mirostat on the raw logits, its seed sequence); ``"llama.cpp"`` as
-#: llama.cpp's tools (penalties also over the last prompt tokens, temperature before mirostat, an
-#: unset seed random per call)
-SAMPLING_CONVENTIONS = ("upstream", "llama.cpp")
 
 
 #: keywords that older upstream releases (or wrappers written for them, LangChain's ``device``) pass
@@ -194,8 +186,7 @@ class Llama:
         verbose: bool = True,
         progress_callback: Callable[[float], Any] | None = None,
         speculative: _spec.SpecConfig | None = None,
-        load_mtp: bool = False,
-        sampling_convention: str = "upstream",
+        load_mtp: bool = False, sampling_convention: str = "upstream",  # see _generation.sampling.CONVENTIONS
         **kwargs: Any,
     ) -> None:
         # the constructor's arguments, for pickling (__getstate__ re-creates the object from them)
@@ -228,11 +219,7 @@ class Llama:
         if not os.path.exists(self.model_path):
             raise ModelNotFoundError(f"model file not found: {self.model_path} (check the path, or download it "
                                      "with Llama.from_pretrained)")
-        self._seed = int(seed)
-        if sampling_convention not in SAMPLING_CONVENTIONS:
-            raise ParameterError(f"sampling_convention must be one of {', '.join(map(repr, SAMPLING_CONVENTIONS))}, "
-                                 f"got {sampling_convention!r}")
-        self.sampling_convention = sampling_convention
+        self._seed, self.sampling_convention = int(seed), _sampling.check_convention(sampling_convention)
         self.last_n_tokens_size = int(last_n_tokens_size)
         self.logits_all = bool(logits_all)
         self.spm_infill = spm_infill
@@ -411,16 +398,12 @@ class Llama:
     # properties (llama-cpp-python names)
     # ------------------------------------------------------------------------------------------
     @property
-    def model(self) -> NativePointer:
-        """The ``llama_model`` pointer (upstream's ``llama_model_p``), answering ``LlamaModel``'s attributes."""
-        model = self._need_model()
-        return NativePointer(model.ptr, model)
+    def model(self) -> Any:  # upstream's llama_model_p: the pointer, answering LlamaModel's attributes
+        return self._need_model().pointer()
 
     @property
-    def ctx(self) -> NativePointer:
-        """The ``llama_context`` pointer (upstream's ``llama_context_p``), answering ``LlamaContext``'s attributes."""
-        ctx = self._need_ctx()
-        return NativePointer(ctx.ptr, ctx)
+    def ctx(self) -> Any:  # upstream's llama_context_p: the pointer, answering LlamaContext's attributes
+        return self._need_ctx().pointer()
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -559,24 +542,14 @@ class Llama:
         self.cache = cache
 
     def _call_seed(self, seed: int | None) -> int:
-        """The seed of one completion: an explicit seed becomes the object's seed (``-1``: a fresh
-        random seed, as ``LLAMA_DEFAULT_SEED``); otherwise the object's seed advances, so repeated
-        calls differ and a saved state's seed replays them. ``"upstream"`` advances every seed with
-        upstream's formula, the default included (the same sequence as upstream 0.3.36);
-        ``"llama.cpp"`` keeps the default random per call."""
+        """The seed of one sampling call: an explicit seed becomes the object's seed (-1: random);
+        otherwise the object's seed advances as the convention says (so repeated calls differ, and
+        a saved state's seed replays them)."""
         if seed is not None:
             self._seed = int(seed)
-        elif self.sampling_convention == "upstream":
-            self._seed = random.Random(self._seed).randint(0, 2 ** 32)
-        elif self._seed not in (LLAMA_DEFAULT_SEED, -1):
-            self._seed = random.Random(self._seed).randrange(0, LLAMA_DEFAULT_SEED)
+        else:
+            self._seed = _sampling.next_seed(self._seed, self.sampling_convention)
         return self._seed
-
-    def _prime_penalties(self, chain: LlamaSampler, tokens: Sequence[int]) -> None:
-        """llama.cpp's convention lets the penalties see the last prompt tokens; upstream's counts only
-        the tokens it samples."""
-        if self.sampling_convention == "llama.cpp":
-            _sampling.prime_penalties(chain, tokens, self.last_n_tokens_size)
 
     # ------------------------------------------------------------------------------------------
     # tokens
@@ -702,8 +675,7 @@ class Llama:
             penalty_last_n=_checks.penalty_last_n(
                 self.last_n_tokens_size if penalty_last_n is None else penalty_last_n, self._need_ctx().n_ctx()),
             mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-            seed=_sampling.c_seed(self._seed if seed is None else seed), logit_bias=logit_bias,
-            mirostat_temp=self.sampling_convention == "llama.cpp")
+            seed=self._seed if seed is None else seed, logit_bias=logit_bias, convention=self.sampling_convention)
 
     # ------------------------------------------------------------------------------------------
     # the token loop
@@ -724,7 +696,7 @@ class Llama:
         else:
             self._prepare(prompt_tokens, reuse_prefix)
             if prime:
-                self._prime_penalties(chain, prompt_tokens)
+                _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size, self.sampling_convention)
             if self.draft_model is not None and not (self._is_recurrent or self._is_hybrid):
                 source = self._draft_token_stream(pick, max_tokens)
             else:
@@ -762,7 +734,7 @@ class Llama:
         dec.prefill(prompt_tokens)
         self._input_ids = dec.kv_tokens
         if prime:
-            self._prime_penalties(chain, prompt_tokens)
+            _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size, self.sampling_convention)
         try:
             yield from _gen.speculative_loop(dec, pick, max_tokens)
         finally:
@@ -1005,7 +977,7 @@ class Llama:
                     if not more:
                         return
                     # the token just yielded was not decoded yet: it is evaluated with ``more``
-                    self._prime_penalties(chain, more)
+                    _sampling.prime_penalties(chain, more, self.last_n_tokens_size, self.sampling_convention)
                     history += more
                     h = TokenHooks.build(history, self._n_vocab, logits_processor, stopping_criteria)
                     prime = False
@@ -1055,7 +1027,7 @@ class Llama:
         try:
             hooks = TokenHooks.build(self._input_ids[:len(self._input_ids) + ridx + 1], self._n_vocab,
                                      logits_processor, None)
-            self._prime_penalties(chain, self._input_ids)
+            _sampling.prime_penalties(chain, self._input_ids, self.last_n_tokens_size, self.sampling_convention)
             g = _sampling.grammar_sampler(self._model, grammar)
             try:
                 return _sampling.sample_once(self._model, ctx, chain, g, hooks, ridx)

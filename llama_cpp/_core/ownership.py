@@ -192,6 +192,10 @@ class Owned:
             raise ClosedError(f"this {self._kind} is closed; create a new one")
         return ref.ptr
 
+    def pointer(self) -> NativePointer:
+        """The native pointer as upstream exposes it (``Llama.model``, ``Llama.ctx``): see :class:`NativePointer`."""
+        return NativePointer(self._ptr(), self)
+
     def close(self) -> None:
         """Free the native object (deferred while dependents still use it). Idempotent."""
         ref, self._ref = getattr(self, "_ref", None), None
@@ -208,5 +212,5 @@ class Owned:
 
 
 # upstream's module path for these classes (reprs, pickles): llama_cpp._internals re-exports them
-for _cls in (CallableInt, CallableDict):
+for _cls in (CallableInt, CallableDict, NativePointer):
     _cls.__module__ = "llama_cpp._internals"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +81,31 @@ def _bias(model: LlamaModel, logit_bias: Mapping[Any, float] | None) -> dict[int
     return bias
 
 
+#: ``Llama(sampling_convention=...)``: ``"upstream"`` samples as llama-cpp-python 0.3.36 (penalties
+#: over the sampled tokens only, mirostat on the raw logits, its seed sequence); ``"llama.cpp"`` as
+#: llama.cpp's tools (penalties also over the last prompt tokens, temperature before mirostat, an
+#: unset seed random per call)
+CONVENTIONS = ("upstream", "llama.cpp")
+
+
+def check_convention(convention: str) -> str:
+    if convention not in CONVENTIONS:
+        raise ParameterError(f"sampling_convention must be one of {', '.join(map(repr, CONVENTIONS))}, "
+                             f"got {convention!r}")
+    return convention
+
+
+def next_seed(seed: int, convention: str) -> int:
+    """The object's seed for a call without one: upstream advances every seed with its formula, the
+    default included (the same sequence as upstream 0.3.36); llama.cpp's convention keeps the default
+    (and -1) random per call."""
+    if convention == "upstream":
+        return random.Random(seed).randint(0, 2 ** 32)
+    if seed in (LLAMA_DEFAULT_SEED, -1):
+        return seed
+    return random.Random(seed).randrange(0, LLAMA_DEFAULT_SEED)
+
+
 def c_seed(seed: int) -> int:
     """A seed as llama.cpp takes it (``uint32_t``): ``-1`` is upstream's "random", llama.cpp's
     ``LLAMA_DEFAULT_SEED``; ``2**32`` (upstream's seed sequence can draw it) wraps to 0 as ctypes
@@ -95,11 +121,13 @@ def sampler_chain(model: LlamaModel, *, temperature: float = 0.8, top_k: int = 4
                   frequency_penalty: float = 0.0, presence_penalty: float = 0.0, penalty_last_n: int = 64,
                   mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
                   seed: int = LLAMA_DEFAULT_SEED, logit_bias: Mapping[Any, float] | None = None,
-                  mirostat_temp: bool = False) -> LlamaSampler:
+                  convention: str = "upstream") -> LlamaSampler:
     """A llama.cpp sampler chain: logit bias, penalties, then greedy, mirostat or the
     top-k/typical/top-p/min-p/temperature/dist pipeline (``temperature < 0``: dist alone).
-    Mirostat samples the raw logits as upstream's chain does; ``mirostat_temp`` scales them by the
-    temperature first, as llama.cpp's tools do."""
+    Mirostat samples the raw logits as upstream's chain does; llama.cpp's ``convention`` scales them
+    by the temperature first, as its tools do. ``seed=-1`` is random (:func:`c_seed`)."""
+    seed = c_seed(seed)
+    mirostat_temp = convention == "llama.cpp"
     _checks.sampling(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                      presence_penalty=presence_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
@@ -152,10 +180,10 @@ def grammar_sampler(model: LlamaModel, grammar: None | str | LlamaGrammar) -> Ll
     return s
 
 
-def prime_penalties(chain: LlamaSampler, history: Sequence[int], last_n: int) -> None:
+def prime_penalties(chain: LlamaSampler, history: Sequence[int], last_n: int, convention: str = "llama.cpp") -> None:
     """Let the penalty sampler see the last ``last_n`` tokens of the prompt (all when negative), as
-    llama.cpp's tools do."""
-    if "penalties" in chain.names and last_n:
+    llama.cpp's tools do; upstream's convention counts only the sampled tokens (nothing to do)."""
+    if convention == "llama.cpp" and "penalties" in chain.names and last_n:
         for t in history if last_n < 0 else history[-last_n:]:
             chain.accept(t)
 
@@ -236,5 +264,5 @@ def sample_once(model: LlamaModel, ctx: LlamaContext, chain: LlamaSampler, gramm
     return _allowed_token(cand, grammar is not None)
 
 
-__all__ = ["Pick", "c_seed", "grammar_sampler", "prime_penalties", "sample_once", "sampler_chain", "suppressed_tokens",
+__all__ = ["CONVENTIONS", "Pick", "c_seed", "check_convention", "grammar_sampler", "next_seed", "prime_penalties", "sample_once", "sampler_chain", "suppressed_tokens",
            "token_picker"]

@@ -409,7 +409,8 @@ class SlotEngine(_Lifecycle):
         try:
             s.chain = self.llama._make_sampler(**req.sampling)
             s.grammar = _sampling.grammar_sampler(self.model, req.grammar)
-            self.llama._prime_penalties(s.chain, req.prompt_tokens)
+            _sampling.prime_penalties(s.chain, req.prompt_tokens, self.llama.last_n_tokens_size,
+                                      self.llama.sampling_convention)
             want_lp = req.logprobs is not None and req.logprobs >= 0
             s.pick = _sampling.token_picker(self.model, s.chain, s.grammar, want_lp)
             if self.spec is not None:
