@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 import llama_cpp
-from llama_cpp import LLAMA_DEFAULT_SEED, Llama, LlamaGrammar, _sampling
+from llama_cpp import LLAMA_DEFAULT_SEED, Llama, LlamaGrammar
 from llama_cpp._errors import ParameterError
+from llama_cpp._generation import sampling as _sampling
 
 PROMPT = "The quick brown fox"
 
@@ -161,7 +162,7 @@ def test_repeat_penalty_counts_the_tokens_the_convention_names(spm_model, conven
 
 def test_mirostat_scales_by_temperature_only_in_llama_cpps_convention(llm):
     plain = _sampling.sampler_chain(llm._model, mirostat_mode=2, temperature=0.5)
-    scaled = _sampling.sampler_chain(llm._model, mirostat_mode=2, temperature=0.5, mirostat_temp=True)
+    scaled = _sampling.sampler_chain(llm._model, mirostat_mode=2, temperature=0.5, convention="llama.cpp")
     try:
         assert "temp" not in plain.names and "temp" in scaled.names
     finally:
