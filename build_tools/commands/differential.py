@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from ..common import proc
+from ..common.hashing import sha256_json
 from ..common.paths import cache_root
 from ..options import path_arg
 
@@ -34,6 +35,11 @@ def _run_calls(python: str | Path, script: Path, models: Path, out: Path, env: d
     return time.monotonic() - t0
 
 
+def _results_key(wheel_key: str, script: Path, models: Path) -> str:
+    files = {name: [p, Path(p).stat().st_size] for name, p in json.loads(models.read_text()).items() if p}
+    return sha256_json({"wheel": wheel_key, "calls": script.read_text(), "models": files})[:16]
+
+
 def run(args: argparse.Namespace) -> int:
     from ..differential import compare, upstream
     from ..differential.models import write_models
@@ -48,10 +54,16 @@ def run(args: argparse.Namespace) -> int:
     script = build / "calls.py"
     shutil.copyfile(Path(__file__).resolve().parent.parent / "differential" / "calls.py", script)
     env = {k: v for k, v in os.environ.items() if k not in ("LLAMA_CPP_LIB_PATH", "PYTHONPATH")}
-    up_s = _run_calls(up_python, script, models, build / "upstream.json", env, args.timeout, "upstream 0.3.36")
+    # upstream's results depend only on its wheel, the calls and the models: kept by their content
+    up_json = build / f"upstream-{_results_key(wheel.key, script, models)}.json"
+    if up_json.is_file():
+        up_s = 0.0
+        print(f"upstream results: {up_json} (cached)")
+    else:
+        up_s = _run_calls(up_python, script, models, build / "upstream.json", env, args.timeout, "upstream 0.3.36")
+        os.replace(build / "upstream.json", up_json)
     here_s = _run_calls(args.python, script, models, build / "here.json", env, args.timeout, "this package")
-    report = compare.compare(json.loads((build / "upstream.json").read_text()),
-                             json.loads((build / "here.json").read_text()))
+    report = compare.compare(json.loads(up_json.read_text()), json.loads((build / "here.json").read_text()))
     print("\n".join(report.lines()))
     for pattern in report.unused_known:
         print(f"note: known difference {pattern!r} matched no differing case")
