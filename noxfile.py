@@ -4,6 +4,8 @@
     nox -s native -- cpu-host      one step, with its own arguments after ``--``
     nox -s tests                   the test suite (builds cpu-host once, cached)
     nox -s windows                 the Windows branch here: MinGW-w64 cross build, delvewheel, Wine
+    nox -s differential            the same calls under upstream 0.3.36 (built from the locked sdist) and this wheel
+    nox -s downstream              outlines, guidance, llama-cpp-agent, ... on this wheel and on upstream's
 """
 
 from __future__ import annotations
