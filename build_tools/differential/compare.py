@@ -8,14 +8,14 @@ lists the same ones (tests/build_tools/test_differential.py holds the two togeth
 
 from __future__ import annotations
 
-import fnmatch
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 FLOAT_TOLERANCE = 1e-4
 
-#: case pattern (fnmatch) -> why the results differ (the same reasons docs/compatibility.md gives)
+#: case pattern (``*``: one path segment) -> why the results differ (the same reasons docs/compatibility.md gives)
 KNOWN: dict[str, str] = {
     "package": "the package's own version",
     "*/logprobs/greedy": "upstream refuses logprobs unless Llama(logits_all=True); here any context gives them "
@@ -25,6 +25,10 @@ KNOWN: dict[str, str] = {
     "*/grammar/json-schema": "json_schema_to_gbnf is llama.cpp's converter here, upstream's older Python port "
                              "there: other whitespace rules and integer bounds, so another grammar",
     "*/chat/json_schema": "the schema's grammar comes from llama.cpp's converter (see */grammar/json-schema)",
+    "*/logits_all/logprobs/echo": "echoed prompt logprobs: upstream's text_offset counts the first SentencePiece "
+                                  "token's leading space that its text drops, and without a BOS its prompt rows are "
+                                  "one position off and the last token is missing; here offsets index the text and "
+                                  "each token is scored by the row before it",
     "*/state": "after load_state, sample() reads the restored position's logits; upstream reads the logits the "
                "last evaluation before the load left (its next token is not the saved state's)",
 }
@@ -98,9 +102,14 @@ def _short(v: Any) -> str:
     return r if len(r) <= 160 else r[:157] + "..."
 
 
+def _matches(case: str, pattern: str) -> bool:
+    """``*`` stands for one path segment (``*/state`` is ``spm/state``, not ``spm/x/state``)."""
+    return re.fullmatch(re.escape(pattern).replace(r"\*", "[^/]*"), case) is not None
+
+
 def known_reason(case: str, known: dict[str, str] = KNOWN) -> str | None:
     for pattern, why in known.items():
-        if fnmatch.fnmatchcase(case, pattern):
+        if _matches(case, pattern):
             return why
     return None
 
@@ -121,6 +130,6 @@ def compare(upstream: dict[str, Any], here: dict[str, Any], known: dict[str, str
             report.different[case] = diff
         else:
             report.known[case] = f"{why} ({diff})"
-            used.update(p for p in known if fnmatch.fnmatchcase(case, p))
+            used.update(p for p in known if _matches(case, p))
     report.unused_known = sorted(set(known) - used)
     return report

@@ -71,3 +71,8 @@ def test_the_version_names_the_upstream_api_line_it_implements():
     src = load_lock().sources["pypi-sdist"]
     assert v.release[:3] == Version(src.version).release and len(v.release) == 4 and v.release[3] >= 1
     assert v > Version(src.version) and v in SpecifierSet("<0.4") and v in SpecifierSet(f"~={src.version}")
+
+
+def test_a_pattern_star_is_one_path_segment():
+    assert compare.known_reason("spm/logprobs/echo", {"*/logprobs/echo": "why"}) == "why"
+    assert compare.known_reason("spm/logits_all/logprobs/echo", {"*/logprobs/echo": "why"}) is None
