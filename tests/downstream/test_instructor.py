@@ -13,14 +13,14 @@ from llama_cpp import Llama  # noqa: E402
 
 class UserDetail(BaseModel):
     name: str
-    age: int
+    adult: bool
 
 
 def test_response_model(gemma_path, record):
     llm = Llama(model_path=gemma_path, n_ctx=2048, chat_format="gemma", verbose=False)
     try:
         create = instructor.patch(create=llm.create_chat_completion_openai_v1, mode=instructor.Mode.JSON_SCHEMA)
-        user = create(messages=[{"role": "user", "content": "Extract: Jason is 30 years old"}],
+        user = create(messages=[{"role": "user", "content": "Extract: Jason is 30 years old, an adult."}],
                       response_model=UserDetail, max_tokens=200, temperature=0.0)
     finally:
         llm.close()
