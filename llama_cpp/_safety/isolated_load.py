@@ -3,7 +3,7 @@
 llama.cpp answers many legal-looking but hostile GGUF files with ``GGML_ASSERT`` (SIGABRT), a
 segfault at the first matmul, a division by zero or an endless loop. A guard that mirrors those
 asserts one by one always trails them, so :func:`verify_model_file` runs the risky part (load,
-tokenize a few probes, decode them) in a fresh ``python -m llama_cpp.cli.load_probe``
+tokenize a few probes, decode them) in a fresh ``python -m llama_cpp.cli._load_probe``
 child: a child that dies by a signal, exits abnormally or runs past its time limit becomes a
 :class:`ModelLoadError` naming the signal and the file; a clean Python error in the child is
 left for the in-process load to raise again.
@@ -147,7 +147,7 @@ def _stderr_reason(stderr: str) -> str:
 def run_child(path: str, params: Mapping[str, Any], timeout: float) -> Verdict:
     """Run the load-and-decode probe on ``path`` in a child; never raises for what the child does."""
     env = {**os.environ, ENV_ON: "0", "GGML_NO_BACKTRACE": "1"}
-    cmd = [sys.executable, "-m", "llama_cpp.cli.load_probe", path, json.dumps(dict(params))]
+    cmd = [sys.executable, "-m", "llama_cpp.cli._load_probe", path, json.dumps(dict(params))]
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout, env=env,

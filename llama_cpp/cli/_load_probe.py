@@ -1,4 +1,4 @@
-"""The child side of :mod:`llama_cpp._safety.isolated_load`: ``python -m llama_cpp.cli.load_probe
+"""The child side of :mod:`llama_cpp._safety.isolated_load`: ``python -m llama_cpp.cli._load_probe
 PATH PARAMS_JSON`` loads the model, tokenizes :data:`PROBES` (special tokens parsed), detokenizes
 them and decodes; it prints ``CHILD_OK`` (and any clean error) when nothing killed it."""
 
