@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import hashlib
 import logging
 import os
 import time
@@ -17,7 +16,6 @@ import uuid
 import warnings
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +40,7 @@ from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError
 from ._generation import loop as _gen
 from ._generation import responses as _responses
 from ._generation import sampling as _sampling
+from ._safety import boundary as _boundary
 from ._safety import checks as _checks
 from ._safety.call_guard import CallGuard, serialized
 from ._safety.chat_tokens import message_texts, tokenize_chat_prompt
@@ -187,6 +186,7 @@ class Llama:
         progress_callback: Callable[[float], Any] | None = None,
         speculative: _spec.SpecConfig | None = None,
         load_mtp: bool = False, sampling_convention: str = "upstream",  # see _generation.sampling.CONVENTIONS
+        isolate_load: bool | None = None,
         **kwargs: Any,
     ) -> None:
         # the constructor's arguments, for pickling (__getstate__ re-creates the object from them)
@@ -257,6 +257,7 @@ class Llama:
         if want_mtp and not spec_on:
             _spec.check_model_file(model_path, _spec.SpecConfig(spec_type=_spec.SpeculativeType.DRAFT_MTP),
                                    kv_overrides)
+        _boundary.verify_load(self.model_path, isolate_load, kv_overrides, want_mtp, embedding, vocab_only)
         self._model = LlamaModel(
             model_path, load_mtp=want_mtp, n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
             tensor_split=tensor_split, vocab_only=vocab_only, use_mmap=use_mmap, use_mlock=use_mlock,
@@ -890,6 +891,7 @@ class Llama:
         new token at the end of ``input_ids``; true ends the completion before that token
         (``finish_reason`` ``stop``). Without ``seed`` the object's seed advances per call.
         """
+        _boundary.check_args(locals())
         self._need_ctx()
         prompt_tokens = self._prompt_tokens(prompt, suffix)
         self._check_prompt(prompt_tokens)
@@ -1090,6 +1092,7 @@ class Llama:
         as plain text, so a user cannot forge turns; ``special_in_content=True`` parses it as
         control tokens, as upstream llama-cpp-python always does.
         """
+        _boundary.check_args(locals(), {"logprobs": "bool?"})
         if self.chat_handler is not None:
             extra: dict[str, Any] = {}
             if logits_processor is not None:  # handlers written for upstream take these keywords
@@ -1232,21 +1235,12 @@ class Llama:
         spec = None
         if self._spec is not None and self._input_ids and self._spec.kv_tokens == self._input_ids:
             spec = self._spec.save_state()
-        return LlamaState(input_ids=self.input_ids.copy(), scores=scores, n_tokens=len(self._input_ids),
-                          llama_state=data, llama_state_size=len(data), seed=self._seed, speculative=spec,
-                          fingerprint=self._state_fingerprint())
+        return _boundary.seal(self, LlamaState(
+            input_ids=self.input_ids.copy(), scores=scores, n_tokens=len(self._input_ids), llama_state=data,
+            llama_state_size=len(data), seed=self._seed, speculative=spec, fingerprint=self._state_fingerprint()))
 
     def _state_fingerprint(self) -> str:
-        """What a saved state must have been saved from: the model's description, parameter
-        count, size, vocabulary and file (two models of the same shape are told apart by name)."""
-        fp = getattr(self, "_fingerprint", None)
-        if fp is None:
-            m = self._need_model()
-            path = Path(self.model_path)
-            size = path.stat().st_size if path.is_file() else -1
-            raw = f"{m.desc()}|{m.n_params()}|{m.size()}|{m.n_vocab}|{path.name}|{size}"
-            fp = self._fingerprint = hashlib.sha256(raw.encode()).hexdigest()[:32]
-        return fp
+        return _boundary.model_fingerprint(self)
 
     @serialized()
     def load_state(self, state: LlamaState) -> None:
@@ -1267,6 +1261,7 @@ class Llama:
         if getattr(state, "fingerprint", None) and state.fingerprint != self._state_fingerprint():
             raise ContextError("this state was saved from another model (or another file of it): load it into "
                                "a Llama of the model that saved it")
+        _boundary.check_before_load(self, state)
         tokens = [int(t) for t in np.asarray(state.input_ids)[: int(state.n_tokens)]]
         self._model.check_tokens(tokens, "state token")
         if len(tokens) > ctx.n_ctx():
@@ -1275,11 +1270,9 @@ class Llama:
         self._fresh = False
         if self._spec is not None:
             self._spec.invalidate()
-        try:
-            ctx.state_set(bytes(state.llama_state))
+        try:  # on a refusal the memory is cleared: the history must say so too
+            _boundary.restore_state(ctx, state, len(tokens))
         except LlamaError:
-            # llama.cpp cleared the memory before refusing: the history must say so too
-            ctx.memory_clear(True)
             self._input_ids = []
             raise
         self._input_ids = tokens

@@ -8,7 +8,9 @@ the context already holds, and stores the state after each completion.
 :class:`LlamaRAMCache` keeps entries in memory (least recently used evicted past
 ``capacity_bytes``). :class:`LlamaDiskCache` keeps one file per entry in ``cache_dir``, written to
 a temporary file and renamed into place, so a reader never sees a partial entry; entries are
-NumPy ``.npz`` archives read without pickle.
+uncompressed NumPy ``.npz`` archives read without pickle, only from regular files, and carry
+what they were made from and a keyed digest (:mod:`llama_cpp._safety.state_integrity`): an entry
+that is not a regular file, is compressed, lacks a digest or does not match it is skipped.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from __future__ import annotations
 import abc
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import tempfile
-import zipfile
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +30,8 @@ import numpy as np
 
 from ._compat.state import LlamaState, longest_token_prefix
 from ._errors import CacheError
+from ._safety import cache_files as _cache_files
+from ._safety import state_integrity as _state_integrity
 
 log = logging.getLogger("llama_cpp")
 
@@ -125,19 +129,26 @@ class LlamaDiskCache(BaseLlamaCache):
             raise CacheError(f"LlamaDiskCache cannot write to {self.cache_dir}: {exc.strerror or exc}; "
                              "choose a writable cache_dir") from exc
         self._index: dict[tuple[int, ...], Path] | None = None
+        self._key_memo: dict[Path, tuple[tuple[int, int], tuple[int, ...]]] = {}
 
     def _path(self, key: tuple[int, ...]) -> Path:
         digest = hashlib.sha256(np.asarray(key, dtype="<i4").tobytes()).hexdigest()[:32]
         return self.cache_dir / f"{digest}{self.SUFFIX}"
 
     def _entries(self) -> list[Path]:
-        return sorted(self.cache_dir.glob(f"*{self.SUFFIX}"))
+        # regular files only: a FIFO named like an entry would block the reader forever
+        return sorted(p for p in self.cache_dir.glob(f"*{self.SUFFIX}") if _cache_files.entry_path_ok(p))
 
     def _read_key(self, path: Path) -> tuple[int, ...] | None:
         try:
-            with np.load(path, allow_pickle=False) as z:
-                return tuple(int(t) for t in z["key"])
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # vanished, or junk
+            st = path.stat()
+            memo = self._key_memo.get(path)
+            if memo is not None and memo[0] == (st.st_mtime_ns, st.st_size):
+                return memo[1]
+            key = tuple(int(t) for t in _cache_files.read_npz(path, only=("key",))["key"])
+            self._key_memo[path] = ((st.st_mtime_ns, st.st_size), key)
+            return key
+        except (OSError, ValueError, KeyError) as exc:  # vanished, or junk (EntryError is a ValueError)
             log.debug("skipping unreadable cache entry %s: %s", path, exc)
             return None
 
@@ -164,15 +175,21 @@ class LlamaDiskCache(BaseLlamaCache):
             raise KeyError("no cached state shares a prefix with these tokens")
         path = (self._index or {}).get(k) or self._path(k)
         try:
-            with np.load(path, allow_pickle=False) as z:
-                scores = z["scores"] if bool(z["has_scores"]) else None
-                data = z["llama_state"].tobytes()
-                fingerprint = str(z["fingerprint"]) if "fingerprint" in z.files else ""
-                state = LlamaState(input_ids=z["input_ids"].astype(np.intc), scores=scores,
-                                   n_tokens=int(z["n_tokens"]), llama_state=data, llama_state_size=len(data),
-                                   seed=int(z["seed"]), fingerprint=fingerprint or None)
+            z = _cache_files.read_npz(path)
+            if "digest" not in z or "made_from" not in z:
+                raise ValueError("it carries no digest (written by an older version, or not by this package)")
+            scores = z["scores"] if bool(z["has_scores"]) else None
+            data = z["llama_state"].tobytes()
+            fingerprint = str(z["fingerprint"]) if "fingerprint" in z else ""
+            state = LlamaState(input_ids=z["input_ids"].astype(np.intc), scores=scores,
+                               n_tokens=int(z["n_tokens"]), llama_state=data, llama_state_size=len(data),
+                               seed=int(z["seed"]), fingerprint=fingerprint or None,
+                               made_from=json.loads(str(z["made_from"])), digest=str(z["digest"]))
+            if not _state_integrity.digest_matches(state):
+                raise ValueError("its bytes, tokens or settings do not match its digest (modified or corrupt)")
             os.utime(path)  # most recently used
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("prompt cache entry %s refused: %s", path.name, exc)
             raise KeyError(f"cache entry {path.name} could not be read: {exc}") from exc
         return state
 
@@ -190,6 +207,11 @@ class LlamaDiskCache(BaseLlamaCache):
             "llama_state": np.frombuffer(bytes(value.llama_state), dtype=np.uint8),
             "fingerprint": np.asarray(value.fingerprint or ""),
         }
+        # Llama.save_state seals every state; one made by hand is sealed here with an unknown origin ({})
+        origin = value.made_from if value.digest is not None and value.made_from is not None else {}
+        sealed = value.digest if origin else _state_integrity.digest(value, origin)
+        arrays["made_from"] = np.asarray(json.dumps(origin, sort_keys=True))
+        arrays["digest"] = np.asarray(sealed)
         fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".tmp-", suffix=self.SUFFIX + ".part")
         try:
             with os.fdopen(fd, "wb") as f:

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._errors import GrammarError
 from ._grammar import json_schema as _js
 from ._grammar.json_schema import schema_to_grammar
+from ._safety.arguments import ArgumentTypeError
 from ._safety.grammar_bounds import check_repetitions
 
 LLAMA_GRAMMAR_DEFAULT_ROOT = "root"
@@ -190,9 +192,9 @@ class LlamaGrammar:
         if grammar is None:
             grammar = _grammar
         if not isinstance(grammar, str) or not grammar.strip():
-            raise ValueError("a grammar must be non-empty GBNF text")
+            raise GrammarError("a grammar must be non-empty GBNF text")
         if not re.search(rf"(^|\n)\s*{re.escape(root)}\s*::=", grammar):
-            raise ValueError(f"the grammar defines no rule named {root!r} (the start symbol)")
+            raise GrammarError(f"the grammar defines no rule named {root!r} (the start symbol)")
         check_repetitions(grammar)
         self.grammar = grammar
         self.root = root
@@ -214,9 +216,9 @@ class LlamaGrammar:
         try:
             text = Path(file).read_text(encoding="utf-8")
         except OSError as exc:
-            raise ValueError(f"cannot read the grammar file {str(file)!r}: {exc.strerror or exc}") from exc
+            raise GrammarError(f"cannot read the grammar file {str(file)!r}: {exc.strerror or exc}") from exc
         if not text.strip():
-            raise ValueError(f"the grammar file {str(file)!r} is empty")
+            raise GrammarError(f"the grammar file {str(file)!r} is empty")
         return cls(text)
 
     @classmethod
@@ -237,11 +239,11 @@ def json_schema_to_gbnf(schema: str | dict[str, Any], prop_order: Sequence[str] 
         try:
             schema = json.loads(schema)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"the JSON schema is not valid JSON: {exc}") from exc
+            raise GrammarError(f"the JSON schema is not valid JSON: {exc}") from exc
     if schema is True:
         schema = {}
     if not isinstance(schema, dict):
-        raise TypeError("a JSON schema must be an object")
+        raise ArgumentTypeError("a JSON schema must be an object")
     grammar = schema_to_grammar(schema, prop_order=list(prop_order or ()))
     check_repetitions(grammar)
     return grammar
@@ -277,10 +279,10 @@ class SchemaConverter:
     def __init__(self, *, prop_order: dict[str, int] | None = None, allow_fetch: bool = False,
                  dotall: bool = False, raw_pattern: bool = False) -> None:
         if allow_fetch:
-            raise ValueError("fetching remote $ref schemas is not supported: put them under $defs and refer "
+            raise GrammarError("fetching remote $ref schemas is not supported: put them under $defs and refer "
                              "to them as #/$defs/Name")
         if raw_pattern:
-            raise ValueError("raw_pattern is not supported: patterns convert to JSON string rules")
+            raise GrammarError("raw_pattern is not supported: patterns convert to JSON string rules")
         self._order = [k for k, _ in sorted((prop_order or {}).items(), key=lambda kv: kv[1])]
         self._converter = _js.Converter(dotall=dotall)
 

@@ -38,6 +38,7 @@ from ._core.model import LlamaModel, check_gguf_file
 from ._core.normalize import normalize_embeddings
 from ._core.ownership import NativeRef, Owned, unwrap
 from ._errors import ClosedError, ContextOverflowError, DecodeError, MultimodalError
+from ._safety.cache_files import read_regular_file
 from .llama_cpp import LLAMA_POOLING_TYPE_CLS, LLAMA_POOLING_TYPE_LAST, LLAMA_POOLING_TYPE_MEAN
 from .mtmd_cpp import MTMD_INPUT_CHUNK_TYPE_AUDIO, MTMD_INPUT_CHUNK_TYPE_IMAGE, MTMD_INPUT_CHUNK_TYPE_TEXT
 
@@ -399,14 +400,11 @@ class MTMDContext(Owned):
         elif isinstance(src, (str, os.PathLike)):
             fpath = Path(os.fspath(src))
             label = f"{where} ({fpath})"
-            try:
-                data = fpath.read_bytes()
-            except FileNotFoundError:
-                raise MultimodalError(f"{label}: file not found") from None
-            except IsADirectoryError:
-                raise MultimodalError(f"{label}: is a directory, not a media file") from None
-            except OSError as e:
-                raise MultimodalError(f"{label}: cannot read the file: {e.strerror or e}") from None
+            try:  # regular files only (a FIFO would block); one answer for missing, folder or unreadable
+                data = read_regular_file(fpath)
+            except (OSError, ValueError):
+                raise MultimodalError(f"{label}: no readable media file there (file not found, not a regular "
+                                      "file, or not readable)") from None
         else:
             raise MultimodalError(f"{where}: unsupported media source of type {type(src).__name__}")
         if not data:

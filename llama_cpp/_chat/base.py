@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,7 +21,9 @@ import jinja2.ext
 from jinja2.exceptions import SecurityError
 
 from .._errors import LlamaError, TemplateError
-from .._safety.template_budget import DEFAULT_LIMITS, BudgetedSandbox, RenderLimits
+from .._safety.arguments import ArgumentTypeError
+from .._safety.template_budget import DEFAULT_LIMITS, RenderLimits
+from .._safety.template_guard import GuardedSandbox
 from . import formats as _formats
 from .handler import formatter_to_handler
 from .types import ChatFormatterResponse, LlamaChatCompletionHandler
@@ -39,7 +42,7 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-class _StrictSandbox(BudgetedSandbox):
+class _StrictSandbox(GuardedSandbox):
     """Refuse unsafe attribute access at once (the default renders it as an empty Undefined)."""
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
@@ -63,6 +66,7 @@ def make_environment() -> _StrictSandbox:
         undefined=jinja2.Undefined, autoescape=False,
     )
     env.filters["tojson"] = _tojson
+    env.finalize_filters()
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
@@ -137,19 +141,25 @@ class Jinja2ChatFormatter:
         return chat_formatter_to_chat_completion_handler(self)
 
 
+_ROLE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
+
+
 def validate_messages(messages: Any) -> list[dict[str, Any]]:
     """Check the OpenAI message shape before any template sees it."""
     if not isinstance(messages, (list, tuple)):
-        raise TypeError("messages must be a list of {'role': ..., 'content': ...} dicts")
+        raise ArgumentTypeError("messages must be a list of {'role': ..., 'content': ...} dicts")
     if not messages:
         raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise TypeError(f"messages[{i}] must be a dict, got {type(m).__name__}")
+            raise ArgumentTypeError(f"messages[{i}] must be a dict, got {type(m).__name__}")
         role = m.get("role")
         if not isinstance(role, str) or not role:
             raise ValueError(f"messages[{i}] has no 'role' string")
+        if not _ROLE.fullmatch(role):  # a role is rendered outside the content: never special-token text
+            raise ValueError(f"messages[{i}]['role'] = {role[:40]!r} is not a role name: use a plain name of "
+                             "letters, digits, '_' or '-' (at most 32), such as 'system', 'user' or 'assistant'")
         content = m.get("content")
         if content is not None and not isinstance(content, (str, list)):
             raise ValueError(f"messages[{i}]['content'] must be a string, a list of parts or None")

@@ -23,6 +23,8 @@ class LlamaState:
     seed: int
     speculative: Any = None  # the MTP decoder's MTPState (Llama(speculative=...)); never written to disk
     fingerprint: str | None = None  # the model it was saved from; a state of another model is refused
+    made_from: dict[str, Any] | None = None  # model and context settings (llama_cpp._safety.state_integrity)
+    digest: str | None = None  # keyed check of all the above and the bytes; a mismatch is refused
 
     @property
     def tokens(self) -> list[int]:

@@ -19,7 +19,8 @@ from .._errors import (
 )
 from .._native import log_routing as _logging
 from .._safety import checks as _checks
-from .._safety import gguf_guard as _gguf_guard
+from .._safety import tokenize_bounds as _tokenize_bounds
+from .._safety.header_checks import check_header
 from ..llama_cpp import (
     LLAMA_FLASH_ATTN_TYPE_AUTO,
     LLAMA_FLASH_ATTN_TYPE_DISABLED,
@@ -211,7 +212,7 @@ class LlamaModel(Owned):
         # llama_model_n_layer_nextn reports the file's count even when the NextN tensors were not
         # loaded, and an MTP context over such a model aborts in C: remember what was asked for.
         self.load_mtp = bool(load_mtp)
-        _gguf_guard.guard_model_file(self.path)
+        check_header(self.path, self.kv_overrides)  # the header guard, with kv_overrides applied
         if lp.use_extra_bufts and not lp.vocab_only and amx_kernels_unsafe():
             lp.use_extra_bufts = False
         with _logging.router().capture_problems() as problems:
@@ -482,8 +483,14 @@ class LlamaModel(Owned):
             text = text.encode("utf-8")
         if not isinstance(text, (bytes, bytearray)):
             raise TypeError(f"tokenize expects bytes, got {type(text).__name__}")
-        C, vocab = self._C, self.vocab
         text = bytes(text)
+        if len(text) > _tokenize_bounds.THRESHOLD_CHARS:  # SPM is quadratic on byte-fallback runs: exact chunks
+            return _tokenize_bounds.tokenize(self, text, add_special, parse_special, self._tokenize_once)
+        return self._tokenize_once(text, add_special, parse_special)
+
+    def _tokenize_once(self, text: bytes, add_special: bool, parse_special: bool) -> list[int]:
+        """One ``llama_tokenize`` call (retried once with the size it asks for)."""
+        C, vocab = self._C, self.vocab
         n_max = len(text) + 2 * int(add_special) + 1
         buf = (ctypes.c_int32 * n_max)()
         n = C.llama_tokenize(vocab, text, len(text), buf, n_max, add_special, parse_special)

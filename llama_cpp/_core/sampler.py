@@ -13,6 +13,7 @@ from .._errors import (
     LlamaError,
     TokenizationError,
 )
+from .._native import log_routing as _logging
 from .._safety import checks as _checks
 from .context import LlamaContext
 from .model import LlamaModel
@@ -152,16 +153,18 @@ class LlamaSampler(Owned):
     def add_grammar(self, model: LlamaModel, grammar: Any, root: str = "root") -> LlamaSampler:
         """A GBNF grammar sampler; ``grammar`` is GBNF text or a :class:`~llama_cpp.LlamaGrammar`
         (llama-cpp-python's form, whose own root rule is used)."""
-        from .._errors import LlamaError as _E
+        from .._errors import GrammarError
 
         if not isinstance(grammar, str):
             text, start = getattr(grammar, "_grammar", None), getattr(grammar, "_root", None)
             if not isinstance(text, str) or not isinstance(start, str):
                 raise TypeError(f"grammar must be GBNF text or a LlamaGrammar, not {type(grammar).__name__}")
             grammar, root = text, start
-        smpl = self._C.llama_sampler_init_grammar(model.vocab, grammar.encode("utf-8"), root.encode("utf-8"))
-        if not smpl:
-            raise _E("llama.cpp could not parse the GBNF grammar (its log names the failing rule)")
+        with _logging.router().capture_problems() as problems:
+            smpl = self._C.llama_sampler_init_grammar(model.vocab, grammar.encode("utf-8"), root.encode("utf-8"))
+        if not smpl:  # a GrammarError (a ValueError): the caller's grammar, a 400 in the server
+            reason = "; ".join(problems[-3:]) or "its log names the failing rule"
+            raise GrammarError(f"llama.cpp could not parse the GBNF grammar: {reason}")
         return self._add("grammar", smpl)
 
     def sample(self, ctx: LlamaContext, idx: int = -1) -> int:

@@ -78,6 +78,10 @@ def _bias(model: LlamaModel, logit_bias: Mapping[Any, float] | None) -> dict[int
         bias[tok] = _bias_value(tok, v)
     for tok, v in suppressed_tokens(model).items():
         bias.setdefault(tok, v)
+    if len(bias) >= model.n_vocab and all(v == float("-inf") for v in bias.values()):
+        # llama.cpp's samplers would still pick one of them: a banned token, silently
+        raise ParameterError(f"logit_bias bans every token of the vocabulary ({model.n_vocab}): leave at least "
+                             "one token without a -inf bias")
     return bias
 
 

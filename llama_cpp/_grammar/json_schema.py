@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import GrammarError
+from .._safety.schema_limits import check_schema
 
 logger = logging.getLogger("llama_cpp.grammar")
 
@@ -806,6 +807,7 @@ class Converter:
 
 def schema_to_grammar(schema: dict[str, Any], *, prop_order: Sequence[str] = (), dotall: bool = False) -> str:
     """The GBNF grammar (root rule ``root``) matching JSON documents valid under ``schema``."""
+    check_schema(schema)  # depth and unsatisfiable allOf (llama_cpp._safety.schema_limits)
     converter = Converter(dotall=dotall)
     converter.visit(parse_schema(schema, prop_order), "")
     return converter.format_grammar()

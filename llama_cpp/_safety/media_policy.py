@@ -89,10 +89,11 @@ class MediaPolicy:
             fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             raise unavailable from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen: it raises IsADirectoryError for a folder
+            os.close(fd)
+            raise unavailable
         with os.fdopen(fd, "rb") as f:
             info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise unavailable
             if info.st_size > self.max_bytes:
                 raise MultimodalError(f"{where}: {path!r} is {info.st_size} bytes, over the media size limit "
                                       f"({self.max_bytes})")

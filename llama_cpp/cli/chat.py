@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     cb = None if args.quiet else progress_printer()
     with Llama(args.model, n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads,
                n_gpu_layers=args.n_gpu_layers, chat_format=args.chat_format, verbose=False,
-               progress_callback=cb, speculative=spec) as llm:
+               progress_callback=cb, speculative=spec, isolate_load=True) as llm:
         messages = [{"role": "system", "content": args.system}] if args.system else []
         scripted = list(args.message)
         interactive = not scripted

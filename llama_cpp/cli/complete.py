@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     spec = speculative_config(args)
     cb = None if args.quiet else progress_printer()
     with Llama(args.model, n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads,
-               n_gpu_layers=args.n_gpu_layers, verbose=False, progress_callback=cb, speculative=spec) as llm:
+               n_gpu_layers=args.n_gpu_layers, verbose=False, progress_callback=cb, speculative=spec, isolate_load=True) as llm:
         kw = {"max_tokens": args.max_tokens, "temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p,
               "min_p": args.min_p, "repeat_penalty": args.repeat_penalty, "seed": args.seed,
               "stop": args.stop or None, "grammar": grammar}

@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
         print("error: no texts to embed", file=sys.stderr)
         return 2
     cb = None if args.quiet else progress_printer()
+    from .._safety.isolated_load import verify_model_file
+    verify_model_file(args.model, {"embedding": True})  # a file from others is tried in a child first
     with LlamaEmbedding(args.model, pooling_type=args.pooling or -1, n_batch=args.batch, n_threads=args.threads,
                         n_gpu_layers=args.n_gpu_layers, progress_callback=cb, mmproj_path=args.mmproj) as emb:
         if args.mmproj:

@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"audio file not found: {a}")
     spec = speculative_config(args, mtp=args.mtp)
     template = args.chat_template.read_text(encoding="utf-8") if args.chat_template else None
+    from .._safety.isolated_load import verify_model_file
+    verify_model_file(args.model)  # a file from others is tried in a child first
     chat = MultimodalChat(args.model, args.mmproj, n_ctx=args.ctx_size, n_batch=args.batch_size,
                           n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
                           use_gpu=not args.no_mmproj_offload, chat_template=template,

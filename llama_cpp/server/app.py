@@ -29,6 +29,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._generation import responses as _responses
+from .._safety.prompt_chars import check_prompt_chars
 from .._version import __version__
 from . import prompts
 from .engine import GenRequest, Job, QueueFull, SerialEngine, SlotEngine, collect_stats_stream
@@ -435,7 +436,7 @@ def _routes(app: FastAPI) -> None:
             grammar = prompts.grammar(body.grammar)
             out: list[GenRequest] = []
             for p in plist:
-                toks = prompts.completion_tokens(llama, p, body.suffix)
+                toks = prompts.completion_tokens(llama, p, body.suffix, served.n_ctx_slot)
                 prompts.check_prompt(llama, toks, served.n_ctx_slot)
                 max_tokens = prompts.max_tokens(body.max_tokens, len(toks), served.n_ctx_slot, s.max_tokens_limit)
                 for _ in range(body.n):
@@ -469,7 +470,7 @@ def _routes(app: FastAPI) -> None:
         if llama.chat_handler is not None:  # image chat: the handler runs the whole request
             return await _handler_chat(request, served, body, max_tokens)
         prompts.refuse_media(body.messages, served.alias)
-        chat = await asyncio.to_thread(prompts.chat_prompt, llama, body)  # template and tokens off the loop
+        chat = await asyncio.to_thread(prompts.chat_prompt, llama, body, served.n_ctx_slot)  # off the loop
         prompts.check_prompt(llama, chat.tokens, served.n_ctx_slot)
         limit = prompts.max_tokens(max_tokens, len(chat.tokens), served.n_ctx_slot, s.max_tokens_limit)
         stop = chat.stops + prompts.stops(body.stop)
@@ -500,6 +501,7 @@ def _routes(app: FastAPI) -> None:
 
         def check_lengths() -> None:
             for i, text in enumerate(inputs):
+                check_prompt_chars(served.llama._need_model(), text, limit, f"input[{i}]")
                 n = len(served.llama._need_model().tokenize(text.encode("utf-8"), add_special=True, parse_special=True))
                 if n > limit:
                     raise APIError(400, f"input[{i}] has {n} tokens; the context holds {limit}: shorten it",

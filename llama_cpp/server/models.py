@@ -80,7 +80,7 @@ class ServedModel:
             yarn_orig_ctx=s.yarn_orig_ctx, embedding=s.embedding, offload_kqv=s.offload_kqv,
             flash_attn=s.flash_attn, last_n_tokens_size=s.last_n_tokens_size, lora_base=s.lora_base,
             lora_path=s.lora_path, numa=bool(s.numa), chat_format=s.chat_format, type_k=s.type_k, type_v=s.type_v,
-            verbose=False)
+            verbose=False, isolate_load=s.isolate_load)
         if serial:
             kw["n_ctx"] = s.n_ctx
         else:

@@ -15,6 +15,7 @@ from .. import llama_chat_format as _chat
 from .._errors import ContextOverflowError
 from .._generation import responses as _responses
 from .._safety.chat_tokens import message_texts, tokenize_chat_prompt
+from .._safety.prompt_chars import check_prompt_chars
 from ..llama import Llama
 from ..llama_grammar import LlamaGrammar, json_schema_to_gbnf
 from .errors import APIError
@@ -31,7 +32,9 @@ def prompt_list(prompt: Any) -> list[str | list[int]]:
     return list(prompt)
 
 
-def completion_tokens(llama: Llama, prompt: str | list[int], suffix: str | None) -> list[int]:
+def completion_tokens(llama: Llama, prompt: str | list[int], suffix: str | None, n_ctx: int | None = None) -> list[int]:
+    if n_ctx is not None and isinstance(prompt, str):  # counted before tokenizing (bounded time)
+        check_prompt_chars(llama.model, prompt + (suffix or ""), n_ctx)
     toks = llama._prompt_tokens(prompt, suffix)
     if not toks:
         raise APIError(400, "the prompt is empty (and the model adds no BOS token): give at least one token",
@@ -108,7 +111,7 @@ class ChatPrompt:
     tool_name: str | None
 
 
-def chat_prompt(llama: Llama, body: Any) -> ChatPrompt:
+def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt:
     """The chat's prompt tokens, template stops, grammar and forced tool (as Llama builds them)."""
     msgs = _chat.validate_messages(body.messages)
     tools, tool_choice = body.tools, body.tool_choice
@@ -130,6 +133,7 @@ def chat_prompt(llama: Llama, body: Any) -> ChatPrompt:
             raise APIError(400, f"unsupported response_format type {body.response_format.get('type')!r}: use text, "
                            "json_object or json_schema", param="response_format")
         text = Llama._response_format_grammar(body.response_format)
+    check_prompt_chars(llama._need_model(), result.prompt, llama.n_ctx() if n_ctx is None else n_ctx, "the chat prompt")
     tokens = tokenize_chat_prompt(llama._need_model(), result.prompt, message_texts(msgs),
                                   add_special=not result.added_special, special_in_content=False,
                                   render=lambda ms: fmt(messages=ms, tools=tools).prompt, messages=msgs)

@@ -41,6 +41,9 @@ class ModelSettings(_Base):
     use_mlock: bool = Field(default=False, description="Use mlock.")
     kv_overrides: list[str] | None = Field(default=None, description="Model metadata overrides, each "
                                            "key=type:value with type one of bool, int, float, str.")
+    isolate_load: bool = Field(default=True, description="Load and decode the model file once in a child "
+                               "process first (verdict cached per file), so a hostile file cannot take the "
+                               "server down.")
     rpc_servers: str | None = Field(default=None, description="Comma-separated RPC servers (not supported by "
                                     "this build: setting it is an error).")
     # context parameters

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import SpeculativeError
+from .._safety.cache_files import read_regular_file
 
 _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
@@ -386,8 +387,8 @@ def _cache_update(cache: NgramCounts, tokens: Sequence[int], n_new: int,
 def load_ngram_cache(path: str | os.PathLike[str]) -> NgramCounts:
     """Read a llama.cpp n-gram cache file (``llama-lookup-create`` / ``--lookup-cache-*``)."""
     try:
-        data = open(path, "rb").read()  # noqa: SIM115 (read whole, small)
-    except OSError as e:
+        data = read_regular_file(path)  # a FIFO named as the cache would block forever
+    except (OSError, ValueError) as e:
         raise SpeculativeError(f"cannot read the n-gram cache {os.fspath(path)!r}: {e}") from None
     out: NgramCounts = {}
     off, size = 0, len(data)

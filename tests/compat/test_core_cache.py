@@ -183,8 +183,13 @@ def test_a_state_of_another_model_is_refused_and_leaves_no_stale_history(spm_mod
         with pytest.raises(llama_cpp.LlamaError, match="another model"):
             b.load_state(state)
         assert b(PROMPT, max_tokens=4, temperature=0)["choices"][0]["text"] == expected
-        # without the fingerprint llama.cpp itself refuses the bytes: memory and history are cleared together
+        # its seal records the model too: refused before llama.cpp, memory and history kept together
         state.fingerprint = None
+        with pytest.raises(llama_cpp.LlamaError, match="other settings"):
+            b.load_state(state)
+        assert b.n_tokens == 9
+        # unsealed (made by hand), llama.cpp itself refuses the bytes: memory and history are cleared together
+        state.made_from = state.digest = None
         with pytest.raises(llama_cpp.LlamaError):
             b.load_state(state)
         assert b.n_tokens == 0

@@ -212,7 +212,7 @@ def test_rejects_bad_inputs(handler, png_path, tmp_path):
         ({"prompt": "<__media__>", "media": []}, "1 media marker"),
         ([Image(tmp_path / "missing.png")], "file not found"),
         ([Image(bad_file)], "not a readable image"),
-        ([Image(tmp_path)], "directory"),
+        ([Image(tmp_path)], "file not found, not a regular file"),  # a folder reads as a missing file
         ([b""], "empty"),
         ([np.zeros((4, 4), np.uint8)], r"shape \(height, width, 3\)"),
         ([np.zeros((4, 4, 4), np.uint8)], r"shape \(height, width, 3\)"),

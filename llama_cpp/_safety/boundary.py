@@ -1,0 +1,47 @@
+"""What ``Llama`` calls at its boundaries (one import for the facade): argument types, the
+isolated load, and sealing, checking and restoring saved states."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import isolated_load, state_integrity
+from .arguments import check as check_args
+from .state_integrity import check_before_load, seal
+
+__all__ = ["check_args", "check_before_load", "model_fingerprint", "restore_state", "seal", "verify_load"]
+
+
+def verify_load(path: str, isolate: bool | None, kv_overrides: Mapping[str, Any] | None, load_mtp: bool,
+                embedding: bool, vocab_only: bool) -> None:
+    """The isolated load of ``path`` when ``isolate`` (or ``LLAMA_CPP_ISOLATE_LOAD``) says so."""
+    if isolated_load.enabled(isolate):
+        isolated_load.verify_model_file(path, {"kv_overrides": dict(kv_overrides or {}), "load_mtp": bool(load_mtp),
+                                               "embedding": bool(embedding), "vocab_only": bool(vocab_only)})
+
+
+def model_fingerprint(llama: Any) -> str:
+    """What a saved state must have been saved from: the model's description, parameter count,
+    size, vocabulary and file (two models of the same shape are told apart by name); cached."""
+    fp = getattr(llama, "_fingerprint", None)
+    if fp is None:
+        m = llama._need_model()
+        path = Path(llama.model_path)
+        size = path.stat().st_size if path.is_file() else -1
+        raw = f"{m.desc()}|{m.n_params()}|{m.size()}|{m.n_vocab}|{path.name}|{size}"
+        fp = llama._fingerprint = hashlib.sha256(raw.encode()).hexdigest()[:32]
+    return fp
+
+
+def restore_state(ctx: Any, state: Any, n_tokens: int) -> None:
+    """llama.cpp's restore of ``state``'s memory, then the check that it holds exactly
+    ``n_tokens`` positions; on any refusal the memory is cleared (the caller clears its history)."""
+    try:
+        ctx.state_set(bytes(state.llama_state))
+    except Exception:
+        ctx.memory_clear(True)  # llama.cpp cleared part of it before refusing
+        raise
+    state_integrity.check_after_load(ctx, n_tokens)
