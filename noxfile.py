@@ -103,6 +103,9 @@ def windows(session: nox.Session) -> None:
                 "['wine64', 'clang-19'], why='running the Windows programs under Wine and planning cpu-windows')")
     session.run("python", "-m", "build_tools", "vendor")
     session.run("python", "-m", "build_tools", "native", config, "--tools")
+    # The Linux build whose programs the Wine results are compared with (same CPU backends as config)
+    reference = "cpu-host" if config == "cpu-windows-dev" else "cpu"
+    session.run("python", "-m", "build_tools", "native", reference, "--tools")
     session.run("python", "-m", "build_tools", "wheels", config)
     session.run("python", "-m", "build_tools", "validate", config)
     session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/windows",
