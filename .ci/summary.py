@@ -34,9 +34,18 @@ def skipped_tests(path: Path) -> dict[str, list[str]]:
             continue
         reason = (skip.get("message") or skip.text or "").strip()
         reason = reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
-        module = case.get("classname", "").replace(".", "/")
-        out[reason].append(f"{module}.py::{case.get('name', '?')}" if module else case.get("name", "?"))
+        out[reason].append(test_id(case.get("classname", ""), case.get("name", "?")))
     return dict(out)
+
+
+def test_id(classname: str, name: str, root: Path = Path(".")) -> str:
+    """pytest's node id from junit's dotted classname (a module, or a module and its classes)."""
+    parts = classname.split(".") if classname else []
+    for i in range(len(parts), 0, -1):
+        module = "/".join(parts[:i]) + ".py"
+        if (root / module).is_file():
+            return "::".join([module, *parts[i:], name])
+    return "::".join([*parts, name]) if parts else name
 
 
 def render(rows: list[tuple[str, str, str, str]], skips: dict[str, list[str]] | None) -> str:

@@ -20,7 +20,7 @@ RUN = REPO / ".ci" / "run"
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.vulkan.test_vulkan_backend" name="test_a"><skipped type="pytest.skip" message="no GPU">x</skipped></testcase>
 <testcase classname="tests.vulkan.test_vulkan_backend" name="test_b"><skipped type="pytest.skip" message="no GPU">x</skipped></testcase>
-<testcase classname="tests.test_x" name="test_c[1]"><skipped type="pytest.skip" message="Skipped: macOS only">x</skipped></testcase>
+<testcase classname="tests.release.test_ci_run" name="test_c[1]"><skipped type="pytest.skip" message="Skipped: macOS only">x</skipped></testcase>
 <testcase classname="tests.test_x" name="test_d"/>
 </testsuite></testsuites>
 """
@@ -63,17 +63,22 @@ def _run(tmp_path: Path, fail: str = "", tiers: str | None = None) -> tuple[subp
     return done, calls.read_text().splitlines()
 
 
-def test_summary_groups_skips_by_reason(tmp_path):
+def test_summary_groups_skips_by_reason(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)  # where .ci/run runs it: node ids are paths from the repository root
     summary = _summary()
     (tmp_path / "j.xml").write_text(JUNIT)
     skips = summary.skipped_tests(tmp_path / "j.xml")
     assert skips == {"no GPU": ["tests/vulkan/test_vulkan_backend.py::test_a", "tests/vulkan/test_vulkan_backend.py::test_b"],
-                     "macOS only": ["tests/test_x.py::test_c[1]"]}
+                     "macOS only": ["tests/release/test_ci_run.py::test_c[1]"]}
     (tmp_path / "t.tsv").write_text("windows\tran\t361\tpython3 -m nox -s windows\nvulkan release\tskipped\t-\ttoo slow\n")
     text = summary.render(summary.tiers(tmp_path / "t.tsv"), skips)
     assert re.search(r"windows +ran +361 +python3 -m nox -s windows", text)
     assert re.search(r"vulkan release +skipped +- +too slow", text)
     assert "tests skipped by nox -s tests: 3" in text and text.index("no GPU") < text.index("macOS only")
+    (tmp_path / "tests" / "pkg").mkdir(parents=True)
+    (tmp_path / "tests" / "pkg" / "test_m.py").write_text("")
+    assert summary.test_id("tests.pkg.test_m.TestC", "test_n", tmp_path) == "tests/pkg/test_m.py::TestC::test_n"
+    assert summary.test_id("tests.pkg.test_m", "test_n[a.b]", tmp_path) == "tests/pkg/test_m.py::test_n[a.b]"
 
 
 def test_every_tier_runs_then_the_table(tmp_path):
