@@ -98,12 +98,16 @@ def windows(session: nox.Session) -> None:
     config = session.posargs[0] if session.posargs else "cpu-windows-dev"
     session.install("--require-hashes", "-r", RELEASE_LOCK)
     session.install("-r", TEST_REQS)
-    # Wine runs the cross-built programs: a system package, installed as the native step installs
-    # the cross compiler (as root or through passwordless sudo, else the fix is printed).
-    session.run("python", "-c", "from build_tools.common import syspkg; "
-                "syspkg.ensure('apt', ['wine64'], why='running the Windows programs under Wine')")
+    # What the session's tests use beyond the native step's cross compiler, installed as that step
+    # installs it (as root or through passwordless sudo, else the fix is printed): Wine runs the
+    # cross-built programs; clang-19 is cpu-windows' compiler, which tests/windows plans and probes.
+    session.run("python", "-c", "from build_tools.common import syspkg; syspkg.ensure('apt', "
+                "['wine64', 'clang-19'], why='running the Windows programs under Wine and planning cpu-windows')")
     session.run("python", "-m", "build_tools", "vendor")
     session.run("python", "-m", "build_tools", "native", config, "--tools")
+    # The Linux build whose programs the Wine results are compared with (same CPU backends as config)
+    reference = "cpu-host" if config == "cpu-windows-dev" else "cpu"
+    session.run("python", "-m", "build_tools", "native", reference, "--tools")
     session.run("python", "-m", "build_tools", "wheels", config)
     session.run("python", "-m", "build_tools", "validate", config)
     session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/windows",

@@ -17,7 +17,7 @@ def cached_userland(suite: str = "bookworm") -> emulated.Userland | None:
     return emulated.Userland(done[-1].parent, suite, done[-1].read_text().strip())
 
 
-_MAKE = ("nox -s release -- cpu-aarch64 makes them; or, as root: python -c 'from build_tools.stages.smoke "
+_MAKE = ("nox -s release -- cpu-aarch64-dev (or -- cpu-aarch64) makes them; or, as root: python -c 'from build_tools.stages.smoke "
          "import emulated; emulated.ensure(\"SUITE\")'")
 
 

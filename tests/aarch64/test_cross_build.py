@@ -21,6 +21,7 @@ from build_tools.stages.native import build as native
 from build_tools.stages.native import cross_toolchain
 
 from ..build_tools.fake_tree import make_fake_tree
+from ..syspkgs import require_cross
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -123,9 +124,8 @@ def test_probe_drives_clang_with_the_target(tmp_path):
         cross_toolchain.check_all_variants(SPEC, _fake_gcc(tmp_path, accepts_sme=True, needs_target=True))
 
 
-@pytest.mark.skipif(shutil.which("clang-19") is None or shutil.which("aarch64-linux-gnu-g++") is None,
-                    reason="no clang-19 and aarch64-linux-gnu-g++ (apt-get install clang-19 g++-aarch64-linux-gnu)")
 def test_real_clang_accepts_every_variant():
+    require_cross("cpu-aarch64")
     full = load_matrix().get("cpu-aarch64").cross
     cross_toolchain.check_all_variants(full, Path(shutil.which(cross_toolchain.compiler_names(full)[0])))
 
@@ -134,9 +134,8 @@ def test_probe_accepts_a_compiler_with_sme(tmp_path):
     cross_toolchain.check_all_variants(SPEC, _fake_gcc(tmp_path, accepts_sme=True))
 
 
-@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None,
-                    reason="no aarch64-linux-gnu-gcc (apt-get install g++-aarch64-linux-gnu)")
 def test_cross_plan_keys_on_the_cross_compiler(tmp_path, monkeypatch):
+    require_cross("cpu-aarch64-dev")
     monkeypatch.setenv("LLAMA_CPP_PYTHON_CACHE", str(tmp_path / "cache"))
     tree, host = make_fake_tree(tmp_path / "tree"), detect()
     dev = load_matrix().get("cpu-aarch64-dev")

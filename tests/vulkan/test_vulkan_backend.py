@@ -1,7 +1,7 @@
 """The Vulkan backend end to end on Mesa's lavapipe (a Vulkan device on the CPU), against the CPU.
 
-Runs when the ``vulkan`` native build is in the cache (``nox -s native -- vulkan``; cold, about
-30 minutes on 2 cores) and lavapipe is installed; each case runs in its own process, since the
+Runs when the ``vulkan`` or ``vulkan-dev`` native build is in the cache (``nox -s release -- vulkan-dev``,
+.ci/run's vulkan tier, or ``-- vulkan``; cold, about 30 minutes on 2 cores) and lavapipe is installed; each case runs in its own process, since the
 libraries load once per process. The same GPU stages as the release smoke test compare greedy
 tokens and teacher-forced logits against a CPU reference process in which Vulkan has no device,
 embeddings (cosine >= 0.999) and MTP greedy output, with every layer offloaded in each of them
@@ -32,21 +32,28 @@ NO_DRIVER = re.compile(r"found no driver or device|found no Vulkan device \(no d
 WORKLOAD = REPO / "build_tools" / "stages" / "smoke" / "workload.py"
 
 
+# The release build, else the quick one .ci/run's vulkan tier makes (same shaders, one CPU backend).
+CONFIGS = ("vulkan", "vulkan-dev")
+
+
 def _vulkan_build():
     from build_tools.inputs.configs import load_matrix
     from build_tools.inputs.lock import load_lock
     from build_tools.stages.native import build as native
     from build_tools.stages.vendor import current_tree
 
-    try:
-        lock = load_lock()
-        p = native.plan(load_matrix().get("vulkan"), lock, current_tree(lock), install=False)
-    except Exception as exc:  # noqa: BLE001 - any missing piece means: not built here
-        pytest.skip(f"no Vulkan toolchain here ({exc})")
-    nb = native.find_finished(p)
-    if nb is None:
-        pytest.skip(f"the vulkan native build (key {p.key[:16]}) is not in the cache: nox -s native -- vulkan")
-    return nb
+    keys = []
+    for name in CONFIGS:
+        try:
+            lock = load_lock()
+            p = native.plan(load_matrix().get(name), lock, current_tree(lock), install=False)
+        except Exception as exc:  # noqa: BLE001 - any missing piece means: not built here
+            pytest.skip(f"no Vulkan toolchain here ({exc})")
+        nb = native.find_finished(p)
+        if nb is not None:
+            return nb
+        keys.append(f"{name} {p.key[:16]}")
+    pytest.skip(f"no Vulkan native build in the cache ({', '.join(keys)}): nox -s release -- vulkan-dev (or vulkan)")
 
 
 @pytest.fixture(scope="module")

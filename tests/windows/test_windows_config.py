@@ -24,6 +24,7 @@ from build_tools.stages.wheels import repair_windows
 from build_tools.stages.wheels.build import target_platform_tag
 
 from ..build_tools.fake_tree import make_fake_tree
+from ..syspkgs import require_apt, require_cross
 from .conftest import patch_block
 from .fake_pe import make_pe
 
@@ -93,17 +94,16 @@ def test_clang_toolchain_file_for_windows():
 
 def test_amx_probe_refuses_mingw_gcc12_and_accepts_clang():
     full = load_matrix().get("cpu-windows").cross
+    require_cross("cpu-windows")
     gcc, clang = shutil.which("x86_64-w64-mingw32-gcc-posix"), shutil.which("clang-19")
-    if gcc is None or clang is None:
-        pytest.skip("needs apt-get install g++-mingw-w64-x86-64-posix clang-19")
+    assert gcc is not None and clang is not None
     with pytest.raises(ToolNotFoundError, match="sapphirerapids .AMX. variant.*clang-19"):
         cross_toolchain.check_all_variants(dataclasses.replace(full, compiler="gcc-posix"), Path(gcc))
     cross_toolchain.check_all_variants(full, Path(clang))
 
 
 def test_windows_plan_keys_on_the_mingw_compiler(tmp_path, monkeypatch):
-    if cross_toolchain.syspkg.version("apt", "g++-mingw-w64-x86-64-posix") is None:
-        pytest.skip("MinGW-w64 is not installed: apt-get install g++-mingw-w64-x86-64-posix")
+    require_cross("cpu-windows-dev", "cpu-windows")  # the second plan needs clang-19 too
     monkeypatch.setenv("LLAMA_CPP_PYTHON_CACHE", str(tmp_path / "cache"))
     tree, host = make_fake_tree(tmp_path / "tree"), detect()
     p = native.plan(load_matrix().get("cpu-windows-dev"), load_lock(), tree, host, install=False)
@@ -178,8 +178,7 @@ def test_patch_rules():
 def test_runtime_dirs_come_from_the_cross_compiler():
     config = load_matrix().get("cpu-windows-dev")
     assert repair_windows.runtime_dirs(load_matrix().get("cpu")) == []
-    if cross_toolchain.shutil.which("x86_64-w64-mingw32-gcc-posix") is None:
-        pytest.skip("MinGW-w64 is not installed: apt-get install g++-mingw-w64-x86-64-posix")
+    require_apt(["g++-mingw-w64-x86-64-posix"], "the MinGW-w64 runtime folders")
     dirs = repair_windows.runtime_dirs(config)
     found = {p.name for d in dirs for p in d.glob("*.dll")}
     assert {"libstdc++-6.dll", "libgcc_s_seh-1.dll", "libwinpthread-1.dll"} <= found
