@@ -379,6 +379,26 @@ class MediaHistory:
             self.reset()  # type: ignore[attr-defined]
         super().prefill(tokens)  # type: ignore[misc]
 
+    def prefill_chunks(self, mctx: MTMDContext, chunks: Chunks) -> None:
+        """Make the sequence the chunks' contents; the last text token stays pending.
+
+        The memories are cleared first (a media prompt is not matched against the history).
+        """
+        self._live()  # type: ignore[attr-defined]
+        items = list(chunks)
+        excess = check_media_prompt(items, self._n_cells)
+        t0 = time.perf_counter()
+        old = self.history  # type: ignore[attr-defined]
+        self._clear_memories()  # type: ignore[attr-defined]
+        self._reset_state()
+        self._dirty = True  # until the whole prompt is in
+        spans, n_new = self._fill(mctx, items)
+        self._dirty = False
+        self._excess, self._spans = excess, tuple(spans)
+        self._tell_media(self.drafters, old, self._kv)  # type: ignore[attr-defined]
+        self.stats.prefill_tokens += n_new  # type: ignore[attr-defined]
+        self.stats.t_prefill += time.perf_counter() - t0  # type: ignore[attr-defined]
+
     def _tell_media(self, drafters: Sequence[Any], old: Sequence[int], history: list[int]) -> None:
         for d in drafters:
             set_media = getattr(d, "set_media", None)
@@ -402,31 +422,11 @@ class MultimodalMTPDecoder(MediaHistory, MTPDecoder):
                  **kwargs: Any) -> None:
         super().__init__(model, ctx_params, config, **kwargs)
         try:
-            self._extra = media_drafters(self._extra, self._live()[0])
+            self._drafters = media_drafters(self._drafters, self._live()[0])
         except BaseException:
-            self._extra = []  # media_drafters closed them
+            self._drafters = []  # media_drafters closed them
             self.close()
             raise
-
-    def prefill_chunks(self, mctx: MTMDContext, chunks: Chunks) -> None:
-        """Make the sequence the chunks' contents; the last text token stays pending.
-
-        Both memories are cleared first (a media prompt is not matched against the history).
-        """
-        tgt, dft = self._live()
-        items = list(chunks)
-        excess = check_media_prompt(items, self._n_cells)
-        t0 = time.perf_counter()
-        old = self.history
-        tgt.memory_clear(True)
-        dft.memory_clear(True)
-        self._reset_state()
-        spans, n_new = self._fill(mctx, items)
-        self._excess, self._spans = excess, tuple(spans)
-        if self._extra:
-            self._tell_media(self._extra, old, self._kv)
-        self.stats.prefill_tokens += n_new
-        self.stats.t_prefill += time.perf_counter() - t0
 
     def _add_text(self, tokens: list[int]) -> None:
         self._extend(tokens)
@@ -488,28 +488,6 @@ class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
             self._mbatch = None
         super().close()
 
-    def prefill_chunks(self, mctx: MTMDContext, chunks: Chunks) -> None:
-        """Make the sequence the chunks' contents; the last text token stays pending.
-
-        The target memory is cleared first (a media prompt is not matched against the history).
-        """
-        tgt = self._live()
-        items = list(chunks)
-        excess = check_media_prompt(items, self._n_cells)
-        if self._mbatch is None:
-            raise ClosedError("this speculative decoder is closed; create a new one")
-        t0 = time.perf_counter()
-        old = self.history
-        tgt.memory_clear(True)
-        self._reset_state()
-        self._dirty = True  # until the whole prompt is in
-        spans, n_new = self._fill(mctx, items)
-        self._dirty = False
-        self._excess, self._spans = excess, tuple(spans)
-        self._tell_media(self._drafters, old, self._kv)
-        self.stats.prefill_tokens += n_new
-        self.stats.t_prefill += time.perf_counter() - t0
-
     def _add_text(self, tokens: list[int]) -> None:
         self._decode(tokens, len(self._kv), outputs=False)
         self._kv.extend(tokens)
@@ -517,6 +495,8 @@ class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
     def _add_media(self, mctx: MTMDContext, ch: Chunk) -> MediaSpan:
         """Decode one media chunk on the target at its mtmd positions; the history holds MEDIA_TOKEN there."""
         kv = self._kv
+        if self._mbatch is None:
+            raise ClosedError("this speculative decoder is closed; create a new one")
         rows = mctx.encode(ch)
         pos = mctx.positions(ch, len(kv))
         feature = [d for d in self._drafters if isinstance(d, MediaFeatureDrafter)]

@@ -37,6 +37,7 @@ import numpy as np
 from .._errors import DecodeError, SpeculativeError
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import SeqCheckpoint, common_prefix, top_k_share
+from .decoder import verify_draft
 from .engine import propose, share_threadpools
 from .ngram import PromptLookup
 from .stats import SpeculativeStats
@@ -620,20 +621,14 @@ def verify_rows(pick: Callable[[Any, int], tuple[int, Any]], ctx: Any, first: in
     """Pick at rows ``first..first+len(draft)`` until the first pick that is not the draft's (or an
     accepted end of generation): the tokens, copies of their rows (None where not asked) and how many
     drafted tokens they accept."""
-    toks: list[int] = []
     rows: list[Any] = []
-    n_acc = 0
-    k = len(draft)
-    for j in range(k + 1):
+
+    def sample(j: int) -> int:
         tok, row = pick(ctx, first + j)
-        toks.append(tok)
         rows.append(None if row is None else np.array(row))
-        if j < k and tok == draft[j]:
-            n_acc += 1
-            if is_eog(tok):
-                break
-            continue
-        break
+        return tok
+
+    toks, n_acc = verify_draft(sample, draft, is_eog)
     return toks, rows, n_acc
 
 
