@@ -18,13 +18,9 @@ from .._core.context import LlamaBatchExtNative, LlamaContext
 from .._core.model import LlamaModel
 from .._errors import ClosedError, ContextOverflowError, MultimodalError, SpeculativeError
 from ..mtmd import Chunk, Chunks, MTMDContext
-from ..speculative import (
-    MTPDecoder,
-    SpecConfig,
-    SpeculativeType,
-    draft_decoder_parts,
-)
+from ..speculative import MTPDecoder, SpecConfig, draft_decoder_parts
 from ..speculative.engine import DraftDecoder, close_drafters, tell_drafters
+from ..speculative.registry import MEDIA_FEATURES, MEDIA_MIRROR, TypeSpec, find, rows_of, table
 from .decode import decode_media
 
 # --------------------------------------------------------------------------------------------
@@ -33,9 +29,8 @@ from .decode import decode_media
 
 #: token id a decoder's history holds at each media position (never decoded)
 MEDIA_TOKEN = -1
-#: types multimodal chat refuses: an EAGLE3 draft pairs the features of each position with the
-#: token at the next one, which a media position does not have
-MEDIA_REFUSED_TYPES = frozenset((SpeculativeType.DRAFT_EAGLE3,))
+#: the built-in types multimodal chat refuses (the table's ``not_in_media`` rows)
+MEDIA_REFUSED_TYPES = frozenset(r.type for r in table() if r.not_in_media)
 
 log = logging.getLogger("llama_cpp.mtmd_chat")
 
@@ -294,21 +289,23 @@ class MediaFeatureDrafter:
         self.inner.close()
 
 
+def media_drafter(row: TypeSpec, drafter: Any, target: LlamaContext) -> Any:
+    """``drafter`` (of type ``row``) as a view of a history with media positions (``row.media``)."""
+    if row.media == MEDIA_MIRROR:
+        return MediaDraftModel(drafter, target)
+    if row.media == MEDIA_FEATURES:
+        return MediaFeatureDrafter(drafter, target)
+    return TextHistoryDrafter(drafter)
+
+
 def media_drafters(drafters: Sequence[Any], target: LlamaContext) -> list[Any]:
     """``drafters`` (from :func:`~llama_cpp.speculative.build_drafters`) wrapped for a history with
-    media positions; on failure every drafter is closed."""
-    from ..speculative.dflash import DFlashDrafter
-    from ..speculative.draft import DraftModel
-
+    media positions (by the row of each one's ``kind``); on failure every drafter is closed."""
     out: list[Any] = []
     try:
         for d in drafters:
-            if isinstance(d, DraftModel):
-                out.append(MediaDraftModel(d, target))
-            elif isinstance(d, DFlashDrafter):
-                out.append(MediaFeatureDrafter(d, target))
-            else:
-                out.append(TextHistoryDrafter(d))
+            row = find(str(getattr(d, "kind", "") or ""))
+            out.append(media_drafter(row, d, target) if row is not None else TextHistoryDrafter(d))
     except BaseException:
         close_drafters(drafters)
         raise
@@ -420,13 +417,7 @@ class MultimodalMTPDecoder(MediaHistory, MTPDecoder):
 
     def __init__(self, model: LlamaModel, ctx_params: dict[str, Any] | None, config: SpecConfig,
                  **kwargs: Any) -> None:
-        super().__init__(model, ctx_params, config, **kwargs)
-        try:
-            self._drafters = media_drafters(self._drafters, self._live()[0])
-        except BaseException:
-            self._drafters = []  # media_drafters closed them
-            self.close()
-            raise
+        super().__init__(model, ctx_params, config, wrap=media_drafter, **kwargs)
 
     def _add_text(self, tokens: list[int]) -> None:
         self._extend(tokens)
@@ -473,7 +464,7 @@ class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
                  target: LlamaContext | None = None, prompt_lookup: Any = None) -> None:
         self._mbatch: LlamaBatchExtNative | None = None
         target, drafters, owns = draft_decoder_parts(model, config, target=target, ctx_params=ctx_params,
-                                                     prompt_lookup=prompt_lookup, wrap=media_drafters)
+                                                     prompt_lookup=prompt_lookup, wrap=media_drafter)
         super().__init__(model, target, config, drafters, owns_target=owns)
         try:
             self._mbatch = LlamaBatchExtNative(target)
@@ -515,14 +506,13 @@ class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
 
 
 def check_media_types(config: SpecConfig) -> None:
-    """Refuse the speculative types that cannot draft over media positions (``draft-eagle3``)."""
-    refused = [t.value for t in config.types if t in MEDIA_REFUSED_TYPES]
+    """Refuse the speculative types that cannot draft over media positions (the table's ``not_in_media``)."""
+    refused = [r for r in rows_of(config) if r.not_in_media]
     if refused:
+        ok = [r.name for r in table() if not r.not_in_media]
         raise MediaSpeculationError(
-            f"multimodal chat does not speculate with {', '.join(refused)} (its draft pairs the target's "
-            "features at each position with the token at the next one, which a media position does not "
-            "have): use draft-mtp, draft-simple, draft-dflash, draft-dspark or an n-gram type "
-            "(ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache), or no speculation")
+            f"multimodal chat does not speculate with {', '.join(r.name for r in refused)} ({refused[0].not_in_media}): "
+            f"use {', '.join(ok)}, or no speculation")
 
 
 def make_media_decoder(model: LlamaModel, config: SpecConfig, *, target: LlamaContext | None = None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from .engine import (
     warm_up,
 )
 from .model_files import check_context_params, check_mtp_loaded, check_nextn_heads, target_context_params
+from .registry import TypeSpec
 from .stats import SpeculativeStats
 
 
@@ -57,7 +58,8 @@ class MTPDecoder(SpeculativeDecoder):
     """
 
     def __init__(self, model: Any, ctx_params: Mapping[str, Any] | None, config: SpecConfig, *,
-                 target: Any = None, prompt_lookup: Any = None) -> None:
+                 target: Any = None, prompt_lookup: Any = None,
+                 wrap: Callable[[TypeSpec, Any, Any], Any] | None = None) -> None:
         from .._core.context import LlamaContext
         from ..llama_batch import LlamaBatchExt
 
@@ -145,7 +147,7 @@ class MTPDecoder(SpeculativeDecoder):
             self._ckpt = SeqCheckpoint(target, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
             self._draw = RawExtBatch(self._dbatch, self._draft, n_embd)
             # the other types of a combined configuration, asked before the MTP head (llama.cpp's order)
-            self._drafters = build_drafters(model, config, target, prompt_lookup)
+            self._drafters = build_drafters(model, config, target, prompt_lookup, wrap)
         except BaseException:
             self.close()
             raise
