@@ -68,9 +68,9 @@ class SpeculativeDecoder:
     """The verify loop and the history over one sequence (seq 0) of one target context.
 
     A subclass sets ``model``, ``config``, ``stats``, ``n_ctx``, ``rollback_capacity``, ``_C``,
-    ``_target``, ``_drafters``, ``_eog`` (an empty dict), ``_ckpt`` (a partial :class:`SeqCheckpoint` of the target) and
-    ``_k_cap`` (the longest draft), and provides :meth:`_draft_step`, :meth:`_verify_decode`,
-    :meth:`_replay`, :meth:`_clear_memories` and ``_live``; :meth:`_advance` and
+    ``_target``, ``_drafters``, ``_ckpt`` (a partial :class:`SeqCheckpoint` of the target) and
+    ``_k_cap`` (the longest draft), calls :meth:`_ready` last, and provides :meth:`_draft_step`, :meth:`_verify_decode`,
+    :meth:`_replay`, :meth:`_clear_memories`, :meth:`_warm_up` and ``_live``; :meth:`_advance` and
     :meth:`_reset_state` are extended where the subclass keeps more per position.
     """
 
@@ -88,8 +88,25 @@ class SpeculativeDecoder:
     #: where :meth:`_advance`'s time goes: ``t_catchup`` when it decodes (MTP), else ``t_rollback``
     _advance_is_catchup = False
 
+    def _ready(self, warm: bool) -> None:
+        """A constructor's last step: fresh stats and history, then (``warm``) :meth:`_warm_up`,
+        closing the decoder if it fails."""
+        self.stats = SpeculativeStats()
+        self._eog = {}
+        self._reset_state()
+        if warm:
+            try:
+                self._warm_up()
+            except BaseException:
+                self.close()
+                raise
+
     # -- subclass hooks ------------------------------------------------------------------------
     def _live(self) -> Any:
+        raise NotImplementedError
+
+    def _warm_up(self) -> None:
+        """Warm up the contexts the decoder created (:func:`~llama_cpp.speculative.engine.warm_up`)."""
         raise NotImplementedError
 
     def _clear_memories(self) -> None:

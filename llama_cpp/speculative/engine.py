@@ -20,7 +20,6 @@ from .._errors import ContextOverflowError, SpeculativeError
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import RawBatch, SeqCheckpoint, common_prefix
 from .decoder import GREEDY_ROWS_MIN_VOCAB, SpeculativeDecoder, verify_draft
-from .stats import SpeculativeStats
 
 log = logging.getLogger("llama_cpp.speculative")
 
@@ -107,6 +106,18 @@ def warm_up(model: Any, ctx: Any, decode: Callable[[list[int]], None]) -> None:
     ctx.perf_reset()
 
 
+def context_params_of(ctx_params: Any, target: Any) -> dict[str, Any]:
+    """``ctx_params`` (a mapping or None) completed with the sizes of ``target`` (when given): what
+    the checks of a decoder over a borrowed target context read."""
+    params = dict(ctx_params or {})
+    if target is not None:
+        params.setdefault("n_ctx", target.n_ctx())
+        params.setdefault("n_batch", target.n_batch())
+        params.setdefault("n_ubatch", target.n_ubatch())
+        params.setdefault("n_seq_max", target.n_seq_max())
+    return params
+
+
 @dataclasses.dataclass(frozen=True)
 class DraftState:
     """A snapshot of a :class:`DraftDecoder`: the target's sequence state and the pending token."""
@@ -172,15 +183,7 @@ class DraftDecoder(SpeculativeDecoder):
                 for f in observers:
                     f(tokens, pos0)
             self._after = after
-        self.stats = SpeculativeStats()
-        self._eog: dict[int, bool] = {}
-        self._reset_state()
-        if owns_target:
-            try:
-                self._warm_up()
-            except BaseException:
-                self.close()
-                raise
+        self._ready(warm=owns_target)
 
     def _warm_up(self) -> None:
         """Warm the fresh target context up (:func:`warm_up`)."""
@@ -285,5 +288,5 @@ class DraftDecoder(SpeculativeDecoder):
         tell_drafters(self._drafters, old, self._kv)
 
 
-__all__ = ["GREEDY_ROWS_MIN_VOCAB", "DraftDecoder", "DraftState", "close_drafters", "propose", "tell_drafters",
+__all__ = ["GREEDY_ROWS_MIN_VOCAB", "DraftDecoder", "DraftState", "close_drafters", "context_params_of", "propose", "tell_drafters",
            "verify_draft", "warm_up"]

@@ -10,9 +10,7 @@ from .._errors import SpeculativeError
 from .batch import check_snapshot_ubatch
 from .config import SpecConfig
 from .drafters import build_drafters
-from .engine import (
-    DraftDecoder,
-)
+from .engine import DraftDecoder, context_params_of
 from .model_files import check_context_params, target_context_params
 from .mtp import MTPDecoder
 from .registry import TypeSpec
@@ -52,12 +50,7 @@ def draft_decoder_parts(model: Any, config: SpecConfig, *, target: Any = None,
     created here is closed if anything after it fails."""
     from .._core.context import LlamaContext
 
-    params = dict(ctx_params or {})
-    if target is not None:
-        params.setdefault("n_ctx", target.n_ctx())
-        params.setdefault("n_batch", target.n_batch())
-        params.setdefault("n_ubatch", target.n_ubatch())
-        params.setdefault("n_seq_max", target.n_seq_max())
+    params = context_params_of(ctx_params, target)
     check_context_params(config, params)
     owns = target is None
     if owns:

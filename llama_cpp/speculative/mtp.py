@@ -30,6 +30,7 @@ from .drafters import build_drafters
 from .engine import (
     checked_prompt,
     close_drafters,
+    context_params_of,
     propose,
     share_threadpools,
     tell_drafters,
@@ -37,7 +38,6 @@ from .engine import (
 )
 from .model_files import check_context_params, check_mtp_loaded, check_nextn_heads, target_context_params
 from .registry import TypeSpec
-from .stats import SpeculativeStats
 
 
 class MTPDecoder(SpeculativeDecoder):
@@ -70,12 +70,8 @@ class MTPDecoder(SpeculativeDecoder):
         if not config.needs_nextn:
             check_context_params(config, {})  # names an unimplemented type as such
             raise SpeculativeError(f"MTPDecoder runs spec_type 'draft-mtp', got {config.spec_type.value!r}")
-        params = dict(ctx_params or {})
+        params = context_params_of(ctx_params, target)
         if target is not None:
-            params.setdefault("n_ctx", target.n_ctx())
-            params.setdefault("n_batch", target.n_batch())
-            params.setdefault("n_ubatch", target.n_ubatch())
-            params.setdefault("n_seq_max", target.n_seq_max())
             # the draft context runs like its target (threads above all: oversubscribed threads
             # spin and make every decode orders of magnitude slower)
             tp = getattr(target, "params", None)
@@ -166,18 +162,11 @@ class MTPDecoder(SpeculativeDecoder):
             self.rollback_capacity = int(C.llama_n_rs_seq(target.ptr))
         else:
             self.rollback_capacity = DRAFT_N_MAX_LIMIT + 1
-        self.stats = SpeculativeStats()
-        self._eog: dict[int, bool] = {}
         self._k_cap = config.draft_n_max
         self._drafted_here = False  # whether this step's draft came from the MTP head
         self._rows: np.ndarray = np.zeros((0, self.n_embd), dtype=np.float32)  # h rows of the last verify
         self._topk = min(DRAFT_TOP_K, model.n_vocab)
-        self._reset_state()
-        try:
-            self._warm_up()
-        except BaseException:
-            self.close()
-            raise
+        self._ready(warm=True)
 
     def _warm_up(self) -> None:
         """Warm up the contexts this decoder created (:func:`~llama_cpp.speculative.engine.warm_up`): the
