@@ -509,10 +509,11 @@ def check_media_types(config: SpecConfig) -> None:
     """Refuse the speculative types that cannot draft over media positions (the table's ``not_in_media``)."""
     refused = [r for r in rows_of(config) if r.not_in_media]
     if refused:
-        ok = [r.name for r in table() if not r.not_in_media]
+        drafts = [r.name for r in table() if not r.not_in_media and r.needs]
+        tokens = [r.name for r in table() if not r.not_in_media and not r.needs]
         raise MediaSpeculationError(
             f"multimodal chat does not speculate with {', '.join(r.name for r in refused)} ({refused[0].not_in_media}): "
-            f"use {', '.join(ok)}, or no speculation")
+            f"use {', '.join(drafts)} or an n-gram type ({', '.join(tokens)}), or no speculation")
 
 
 def make_media_decoder(model: LlamaModel, config: SpecConfig, *, target: LlamaContext | None = None,
