@@ -19,6 +19,7 @@ from .._core.model import LlamaModel
 from .._errors import ClosedError, ContextOverflowError, MultimodalError, SpeculativeError
 from ..mtmd import Chunk, Chunks, MTMDContext
 from ..speculative import MTPDecoder, SpecConfig, draft_decoder_parts
+from ..speculative.drafter import DrafterBase
 from ..speculative.engine import DraftDecoder, close_drafters, tell_drafters
 from ..speculative.registry import MEDIA_FEATURES, MEDIA_MIRROR, TypeSpec, find, rows_of, table
 from .decode import decode_media
@@ -50,7 +51,7 @@ class MediaSpan:
     positions: np.ndarray
 
 
-class TextHistoryDrafter:
+class TextHistoryDrafter(DrafterBase):
     """A token drafter told the history's text tokens only: media positions are dropped, as
     llama.cpp's server hands its drafters ``server_tokens::get_text_tokens()`` (n-gram matches run
     across a media span as if it were not there)."""
@@ -62,16 +63,16 @@ class TextHistoryDrafter:
         self._media: list[list[int]] = []       # [start, length] runs of media positions
 
     @property
-    def kind(self) -> str | None:
-        return getattr(self.inner, "kind", None)
+    def kind(self) -> str:
+        return self.inner.kind
 
     @property
     def n_max(self) -> int:
         return int(self.inner.n_max)
 
     @property
-    def takes_limit(self) -> bool:
-        return bool(getattr(self.inner, "takes_limit", False))
+    def takes_limit(self) -> bool:  # type: ignore[override]
+        return bool(self.inner.takes_limit)
 
     def _clear(self) -> None:
         self._text, self._seen, self._media = [], 0, []
@@ -104,9 +105,7 @@ class TextHistoryDrafter:
         self.inner.begin(list(self._text))
 
     def rewind(self, n_keep: int) -> None:
-        rewind = getattr(self.inner, "rewind", None)
-        if rewind is not None:
-            rewind(self.text_len(n_keep))
+        self.inner.rewind(self.text_len(n_keep))
 
     def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
         if len(prompt) < self._seen:  # not a continuation of what begin() saw: fold it in again
@@ -121,12 +120,10 @@ class TextHistoryDrafter:
         self.inner.accept(n_accepted)
 
     def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
+        self.inner.close()
 
 
-class MediaDraftModel:
+class MediaDraftModel(DrafterBase):
     """``draft-simple`` over a media prompt: the draft memory holds what the target's holds, at the
     target's positions, as llama.cpp's ``common_speculative_impl_draft_simple::process`` mirrors
     every target batch: text tokens at their position; media rows at the first ``n_pos_per_embd``
@@ -234,7 +231,7 @@ class MediaDraftModel:
             dctx.process(b)
 
 
-class MediaFeatureDrafter:
+class MediaFeatureDrafter(DrafterBase):
     """``draft-dflash``/``draft-dspark`` over a media prompt, as llama.cpp's
     ``common_speculative_impl_draft_dflash::process`` takes the target's batches: the target's
     layer features of media rows go into the draft memory at the rows' positions like a text
@@ -251,6 +248,7 @@ class MediaFeatureDrafter:
         self.inner = inner
         self.kind = inner.kind
         self.takes_limit = True
+        self.observes = True
 
     @property
     def n_max(self) -> int:
@@ -304,7 +302,7 @@ def media_drafters(drafters: Sequence[Any], target: LlamaContext) -> list[Any]:
     out: list[Any] = []
     try:
         for d in drafters:
-            row = find(str(getattr(d, "kind", "") or ""))
+            row = find(d.kind)
             out.append(media_drafter(row, d, target) if row is not None else TextHistoryDrafter(d))
     except BaseException:
         close_drafters(drafters)
@@ -398,9 +396,8 @@ class MediaHistory:
 
     def _tell_media(self, drafters: Sequence[Any], old: Sequence[int], history: list[int]) -> None:
         for d in drafters:
-            set_media = getattr(d, "set_media", None)
-            if set_media is not None:
-                set_media(self._spans, history)
+            if isinstance(d, MediaDraftModel):
+                d.set_media(self._spans, history)
         tell_drafters(drafters, old, history)
 
     def save_state(self) -> Any:

@@ -20,6 +20,7 @@ from .._errors import ContextOverflowError, SpeculativeError
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import RawBatch, SeqCheckpoint, common_prefix
 from .decoder import GREEDY_ROWS_MIN_VOCAB, SpeculativeDecoder, verify_draft
+from .drafter import Drafter
 
 log = logging.getLogger("llama_cpp.speculative")
 
@@ -27,25 +28,21 @@ _NO_LIMIT = 1 << 30
 
 
 
-def tell_drafters(drafters: Sequence[Any], old: Sequence[int], new: Sequence[int]) -> None:
+def tell_drafters(drafters: Sequence[Drafter], old: Sequence[int], new: Sequence[int]) -> None:
     """The history is now ``new`` (it was ``old``): drafters forget what no longer holds, then
     begin a generation after ``new``."""
     L = common_prefix(old, new)
     if L < len(old):
         for d in drafters:
-            rewind = getattr(d, "rewind", None)
-            if rewind is not None:
-                rewind(L)
+            d.rewind(L)
     for d in drafters:
         d.begin(new)
 
 
-def close_drafters(drafters: Sequence[Any]) -> None:
-    """Free each drafter that holds native resources (``close``); the others have none."""
+def close_drafters(drafters: Sequence[Drafter]) -> None:
+    """Free each drafter's native resources (``close``)."""
     for d in drafters:
-        close = getattr(d, "close", None)
-        if close is not None:
-            close()
+        d.close()
 
 
 def share_threadpools(target: Any, ctx: Any) -> bool:
@@ -74,10 +71,11 @@ def share_threadpools(target: Any, ctx: Any) -> bool:
     return True
 
 
-def propose(drafters: Sequence[Any], kv: list[int], id_last: int, k_max: int, n_vocab: int) -> tuple[list[int], Any]:
+def propose(drafters: Sequence[Drafter], kv: list[int], id_last: int, k_max: int,
+            n_vocab: int) -> tuple[list[int], Drafter | None]:
     """The first non-empty draft of ``drafters`` (cut to ``k_max`` tokens and to valid ids) and its drafter."""
     for d in drafters:
-        toks = d.draft(kv, id_last, k_max) if getattr(d, "takes_limit", False) else d.draft(kv, id_last)
+        toks = d.draft(kv, id_last, k_max) if d.takes_limit else d.draft(kv, id_last)  # type: ignore[call-arg]
         if toks:
             toks = [int(t) for t in toks[:k_max]]
             for j, t in enumerate(toks):
@@ -141,11 +139,9 @@ def checked_prompt(model: Any, tokens: Sequence[int], n_ctx: int) -> list[int]:
 class DraftDecoder(SpeculativeDecoder):
     """Speculative decoding with token-level drafters over one sequence of one target context.
 
-    ``drafters`` are objects with ``n_max``, ``begin(prompt)``, ``draft(prompt, id_last)``,
-    ``accept(n_accepted)``, ``reset()`` and optionally ``rewind(n_keep)``, ``close()`` and
-    ``observe(tokens, pos0)``, called after every target decode of ``tokens`` at ``pos0..`` (see
-    :mod:`llama_cpp.speculative.ngram`, :mod:`llama_cpp.speculative.draft`, :mod:`llama_cpp.speculative.eagle3`).
-    The decoder owns them.
+    ``drafters`` are :class:`~llama_cpp.speculative.drafter.Drafter` objects (see
+    :mod:`llama_cpp.speculative.ngram`, :mod:`llama_cpp.speculative.draft`, :mod:`llama_cpp.speculative.eagle3`,
+    :mod:`llama_cpp.speculative.dflash`); those that ``observe`` see every target decode. The decoder owns them.
     """
 
     def __init__(self, model: Any, target: Any, config: Any, drafters: Sequence[Any], *,
@@ -176,7 +172,7 @@ class DraftDecoder(SpeculativeDecoder):
         else:
             self.rollback_capacity = _NO_LIMIT
         # drafters that read the target's per-token outputs (EAGLE3) see every target decode
-        observers = [d.observe for d in self._drafters if callable(getattr(d, "observe", None))]
+        observers = [d.observe for d in self._drafters if d.observes]
         self._after = None
         if observers:
             def after(tokens: Sequence[int], pos0: int) -> None:
@@ -254,7 +250,7 @@ class DraftDecoder(SpeculativeDecoder):
         if k_max <= 0:
             return [], None, None
         draft, src = propose(self._drafters, self._kv, self._id_last, k_max, self.n_vocab)  # type: ignore[arg-type]
-        return draft, src, getattr(src, "kind", None)
+        return draft, src, src.kind if src is not None else None
 
     def _verify_decode(self, tokens: list[int], pos0: int) -> None:
         self._decode(tokens, pos0, outputs=True)

@@ -460,7 +460,7 @@ class MTPDecoder(SpeculativeDecoder):
         self._drafted_here = src is None and k_mtp >= max(self.config.draft_n_min, 1)
         if src is None:
             return (self._propose(k_mtp) if self._drafted_here else []), None, "draft-mtp"
-        return draft, src, getattr(src, "kind", None)
+        return draft, src, src.kind
 
     def _verify_decode(self, tokens: list[int], pos0: int) -> None:
         self._rows = self._decode_target(tokens, pos0, outputs=True)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import pytest
 
 from llama_cpp.speculative import SpecConfig, registry
-from llama_cpp.speculative.drafter import Drafter
+from llama_cpp.speculative.drafter import Drafter, DrafterBase
 
 TOY = "toy-bigram"
 KW = {"n_ctx": 512, "n_batch": 128, "n_ubatch": 128, "n_threads": 1, "n_threads_batch": 1, "verbose": False}
@@ -26,7 +26,7 @@ GREEDY = {"temperature": 0.0, "top_k": 40, "top_p": 1.0, "min_p": 0.0, "typical_
           "mirostat_tau": 5.0, "mirostat_eta": 0.1, "seed": None, "logit_bias": None}
 
 
-class BigramDrafter:
+class BigramDrafter(DrafterBase):
     """Drafts the chain of "the token that followed this one last time" from the pending token."""
 
     kind = TOY
