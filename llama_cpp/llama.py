@@ -211,7 +211,7 @@ class Llama:
         self._lora: LlamaLoraAdapter | None = None
         self._step: _gen.TokenStep | None = None
         self._input_ids: list[int] = []
-        self._spec: _spec.MTPDecoder | None = None
+        self._spec: _spec.SpeculativeDecoder | None = None
         self.last_speculative_stats: _spec.SpeculativeStats | None = None
         self._embedding = bool(embedding)
         self.verbose = verbose

@@ -5,8 +5,8 @@ A generation is three layers, each written once:
 
 1. a *token source* yields ``(token, logits row or None)`` until an end-of-generation token
    (yielded last) or the limit: :func:`decode_loop` (one token per ``llama_decode``, after a
-   text or multimodal prompt) or :func:`speculative_loop` (several per verify batch of an
-   :class:`~llama_cpp.speculative.MTPDecoder`). Both draw every token through one
+   text or multimodal prompt) or :func:`speculative_loop` (several per verify batch of a
+   :class:`~llama_cpp.speculative.decoder.SpeculativeDecoder`). Both draw every token through one
    :data:`~llama_cpp._generation.sampling.Pick`, the per-token hook point for logits processors;
 2. :class:`TextStream` turns tokens into text: bytes are held back while they end inside a UTF-8
    sequence or could begin a stop string, and the text is cut where a stop string first appears;
@@ -35,7 +35,7 @@ from .._errors import CallbackError, DecodeError
 from .sampling import Pick
 
 if TYPE_CHECKING:
-    from ..speculative import MTPDecoder
+    from ..speculative.decoder import SpeculativeDecoder
 
 #: what a token source yields: the token and a copy of its logits row (None unless asked for)
 TokenRow = tuple[int, "np.ndarray | None"]
@@ -183,8 +183,8 @@ def _proposal(model: LlamaModel, draft: Callable[[np.ndarray], Any], hist: list[
     return proposal
 
 
-def speculative_loop(decoder: MTPDecoder, pick: Pick, max_tokens: int) -> Iterator[TokenRow]:
-    """:func:`decode_loop` through a prefilled MTP decoder: the same tokens, several per target decode."""
+def speculative_loop(decoder: SpeculativeDecoder, pick: Pick, max_tokens: int) -> Iterator[TokenRow]:
+    """:func:`decode_loop` through a prefilled speculative decoder: the same tokens, several per target decode."""
     rows: collections.deque[np.ndarray | None] = collections.deque()
 
     def sample(ctx: LlamaContext, i: int) -> int:

@@ -18,13 +18,10 @@ from .._core.context import LlamaBatchExtNative, LlamaContext
 from .._core.model import LlamaModel
 from .._errors import ClosedError, ContextOverflowError, MultimodalError, SpeculativeError
 from ..mtmd import Chunk, Chunks, MTMDContext
-from ..speculative import (
-    MTPDecoder,
-    SpecConfig,
-    SpeculativeType,
-    draft_decoder_parts,
-)
+from ..speculative import MTPDecoder, SpecConfig, draft_decoder_parts
+from ..speculative.drafter import DrafterBase
 from ..speculative.engine import DraftDecoder, close_drafters, tell_drafters
+from ..speculative.registry import MEDIA_FEATURES, MEDIA_MIRROR, TypeSpec, find, rows_of, table
 from .decode import decode_media
 
 # --------------------------------------------------------------------------------------------
@@ -33,9 +30,8 @@ from .decode import decode_media
 
 #: token id a decoder's history holds at each media position (never decoded)
 MEDIA_TOKEN = -1
-#: types multimodal chat refuses: an EAGLE3 draft pairs the features of each position with the
-#: token at the next one, which a media position does not have
-MEDIA_REFUSED_TYPES = frozenset((SpeculativeType.DRAFT_EAGLE3,))
+#: the built-in types multimodal chat refuses (the table's ``not_in_media`` rows)
+MEDIA_REFUSED_TYPES = frozenset(r.type for r in table() if r.not_in_media)
 
 log = logging.getLogger("llama_cpp.mtmd_chat")
 
@@ -55,7 +51,7 @@ class MediaSpan:
     positions: np.ndarray
 
 
-class TextHistoryDrafter:
+class TextHistoryDrafter(DrafterBase):
     """A token drafter told the history's text tokens only: media positions are dropped, as
     llama.cpp's server hands its drafters ``server_tokens::get_text_tokens()`` (n-gram matches run
     across a media span as if it were not there)."""
@@ -67,16 +63,16 @@ class TextHistoryDrafter:
         self._media: list[list[int]] = []       # [start, length] runs of media positions
 
     @property
-    def kind(self) -> str | None:
-        return getattr(self.inner, "kind", None)
+    def kind(self) -> str:
+        return self.inner.kind
 
     @property
     def n_max(self) -> int:
         return int(self.inner.n_max)
 
     @property
-    def takes_limit(self) -> bool:
-        return bool(getattr(self.inner, "takes_limit", False))
+    def takes_limit(self) -> bool:  # type: ignore[override]
+        return bool(self.inner.takes_limit)
 
     def _clear(self) -> None:
         self._text, self._seen, self._media = [], 0, []
@@ -109,9 +105,7 @@ class TextHistoryDrafter:
         self.inner.begin(list(self._text))
 
     def rewind(self, n_keep: int) -> None:
-        rewind = getattr(self.inner, "rewind", None)
-        if rewind is not None:
-            rewind(self.text_len(n_keep))
+        self.inner.rewind(self.text_len(n_keep))
 
     def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
         if len(prompt) < self._seen:  # not a continuation of what begin() saw: fold it in again
@@ -126,12 +120,10 @@ class TextHistoryDrafter:
         self.inner.accept(n_accepted)
 
     def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
+        self.inner.close()
 
 
-class MediaDraftModel:
+class MediaDraftModel(DrafterBase):
     """``draft-simple`` over a media prompt: the draft memory holds what the target's holds, at the
     target's positions, as llama.cpp's ``common_speculative_impl_draft_simple::process`` mirrors
     every target batch: text tokens at their position; media rows at the first ``n_pos_per_embd``
@@ -239,7 +231,7 @@ class MediaDraftModel:
             dctx.process(b)
 
 
-class MediaFeatureDrafter:
+class MediaFeatureDrafter(DrafterBase):
     """``draft-dflash``/``draft-dspark`` over a media prompt, as llama.cpp's
     ``common_speculative_impl_draft_dflash::process`` takes the target's batches: the target's
     layer features of media rows go into the draft memory at the rows' positions like a text
@@ -256,6 +248,7 @@ class MediaFeatureDrafter:
         self.inner = inner
         self.kind = inner.kind
         self.takes_limit = True
+        self.observes = True
 
     @property
     def n_max(self) -> int:
@@ -294,21 +287,23 @@ class MediaFeatureDrafter:
         self.inner.close()
 
 
+def media_drafter(row: TypeSpec, drafter: Any, target: LlamaContext) -> Any:
+    """``drafter`` (of type ``row``) as a view of a history with media positions (``row.media``)."""
+    if row.media == MEDIA_MIRROR:
+        return MediaDraftModel(drafter, target)
+    if row.media == MEDIA_FEATURES:
+        return MediaFeatureDrafter(drafter, target)
+    return TextHistoryDrafter(drafter)
+
+
 def media_drafters(drafters: Sequence[Any], target: LlamaContext) -> list[Any]:
     """``drafters`` (from :func:`~llama_cpp.speculative.build_drafters`) wrapped for a history with
-    media positions; on failure every drafter is closed."""
-    from ..speculative.dflash import DFlashDrafter
-    from ..speculative.draft import DraftModel
-
+    media positions (by the row of each one's ``kind``); on failure every drafter is closed."""
     out: list[Any] = []
     try:
         for d in drafters:
-            if isinstance(d, DraftModel):
-                out.append(MediaDraftModel(d, target))
-            elif isinstance(d, DFlashDrafter):
-                out.append(MediaFeatureDrafter(d, target))
-            else:
-                out.append(TextHistoryDrafter(d))
+            row = find(d.kind)
+            out.append(media_drafter(row, d, target) if row is not None else TextHistoryDrafter(d))
     except BaseException:
         close_drafters(drafters)
         raise
@@ -379,11 +374,30 @@ class MediaHistory:
             self.reset()  # type: ignore[attr-defined]
         super().prefill(tokens)  # type: ignore[misc]
 
+    def prefill_chunks(self, mctx: MTMDContext, chunks: Chunks) -> None:
+        """Make the sequence the chunks' contents; the last text token stays pending.
+
+        The memories are cleared first (a media prompt is not matched against the history).
+        """
+        self._live()  # type: ignore[attr-defined]
+        items = list(chunks)
+        excess = check_media_prompt(items, self._n_cells)
+        t0 = time.perf_counter()
+        old = self.history  # type: ignore[attr-defined]
+        self._clear_memories()  # type: ignore[attr-defined]
+        self._reset_state()
+        self._dirty = True  # until the whole prompt is in
+        spans, n_new = self._fill(mctx, items)
+        self._dirty = False
+        self._excess, self._spans = excess, tuple(spans)
+        self._tell_media(self.drafters, old, self._kv)  # type: ignore[attr-defined]
+        self.stats.prefill_tokens += n_new  # type: ignore[attr-defined]
+        self.stats.t_prefill += time.perf_counter() - t0  # type: ignore[attr-defined]
+
     def _tell_media(self, drafters: Sequence[Any], old: Sequence[int], history: list[int]) -> None:
         for d in drafters:
-            set_media = getattr(d, "set_media", None)
-            if set_media is not None:
-                set_media(self._spans, history)
+            if isinstance(d, MediaDraftModel):
+                d.set_media(self._spans, history)
         tell_drafters(drafters, old, history)
 
     def save_state(self) -> Any:
@@ -400,33 +414,7 @@ class MultimodalMTPDecoder(MediaHistory, MTPDecoder):
 
     def __init__(self, model: LlamaModel, ctx_params: dict[str, Any] | None, config: SpecConfig,
                  **kwargs: Any) -> None:
-        super().__init__(model, ctx_params, config, **kwargs)
-        try:
-            self._extra = media_drafters(self._extra, self._live()[0])
-        except BaseException:
-            self._extra = []  # media_drafters closed them
-            self.close()
-            raise
-
-    def prefill_chunks(self, mctx: MTMDContext, chunks: Chunks) -> None:
-        """Make the sequence the chunks' contents; the last text token stays pending.
-
-        Both memories are cleared first (a media prompt is not matched against the history).
-        """
-        tgt, dft = self._live()
-        items = list(chunks)
-        excess = check_media_prompt(items, self._n_cells)
-        t0 = time.perf_counter()
-        old = self.history
-        tgt.memory_clear(True)
-        dft.memory_clear(True)
-        self._reset_state()
-        spans, n_new = self._fill(mctx, items)
-        self._excess, self._spans = excess, tuple(spans)
-        if self._extra:
-            self._tell_media(self._extra, old, self._kv)
-        self.stats.prefill_tokens += n_new
-        self.stats.t_prefill += time.perf_counter() - t0
+        super().__init__(model, ctx_params, config, wrap=media_drafter, **kwargs)
 
     def _add_text(self, tokens: list[int]) -> None:
         self._extend(tokens)
@@ -473,7 +461,7 @@ class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
                  target: LlamaContext | None = None, prompt_lookup: Any = None) -> None:
         self._mbatch: LlamaBatchExtNative | None = None
         target, drafters, owns = draft_decoder_parts(model, config, target=target, ctx_params=ctx_params,
-                                                     prompt_lookup=prompt_lookup, wrap=media_drafters)
+                                                     prompt_lookup=prompt_lookup, wrap=media_drafter)
         super().__init__(model, target, config, drafters, owns_target=owns)
         try:
             self._mbatch = LlamaBatchExtNative(target)
@@ -488,28 +476,6 @@ class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
             self._mbatch = None
         super().close()
 
-    def prefill_chunks(self, mctx: MTMDContext, chunks: Chunks) -> None:
-        """Make the sequence the chunks' contents; the last text token stays pending.
-
-        The target memory is cleared first (a media prompt is not matched against the history).
-        """
-        tgt = self._live()
-        items = list(chunks)
-        excess = check_media_prompt(items, self._n_cells)
-        if self._mbatch is None:
-            raise ClosedError("this speculative decoder is closed; create a new one")
-        t0 = time.perf_counter()
-        old = self.history
-        tgt.memory_clear(True)
-        self._reset_state()
-        self._dirty = True  # until the whole prompt is in
-        spans, n_new = self._fill(mctx, items)
-        self._dirty = False
-        self._excess, self._spans = excess, tuple(spans)
-        self._tell_media(self._drafters, old, self._kv)
-        self.stats.prefill_tokens += n_new
-        self.stats.t_prefill += time.perf_counter() - t0
-
     def _add_text(self, tokens: list[int]) -> None:
         self._decode(tokens, len(self._kv), outputs=False)
         self._kv.extend(tokens)
@@ -517,6 +483,8 @@ class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
     def _add_media(self, mctx: MTMDContext, ch: Chunk) -> MediaSpan:
         """Decode one media chunk on the target at its mtmd positions; the history holds MEDIA_TOKEN there."""
         kv = self._kv
+        if self._mbatch is None:
+            raise ClosedError("this speculative decoder is closed; create a new one")
         rows = mctx.encode(ch)
         pos = mctx.positions(ch, len(kv))
         feature = [d for d in self._drafters if isinstance(d, MediaFeatureDrafter)]
@@ -535,14 +503,14 @@ class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
 
 
 def check_media_types(config: SpecConfig) -> None:
-    """Refuse the speculative types that cannot draft over media positions (``draft-eagle3``)."""
-    refused = [t.value for t in config.types if t in MEDIA_REFUSED_TYPES]
+    """Refuse the speculative types that cannot draft over media positions (the table's ``not_in_media``)."""
+    refused = [r for r in rows_of(config) if r.not_in_media]
     if refused:
+        drafts = [r.name for r in table() if not r.not_in_media and r.needs]
+        tokens = [r.name for r in table() if not r.not_in_media and not r.needs]
         raise MediaSpeculationError(
-            f"multimodal chat does not speculate with {', '.join(refused)} (its draft pairs the target's "
-            "features at each position with the token at the next one, which a media position does not "
-            "have): use draft-mtp, draft-simple, draft-dflash, draft-dspark or an n-gram type "
-            "(ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache), or no speculation")
+            f"multimodal chat does not speculate with {', '.join(r.name for r in refused)} ({refused[0].not_in_media}): "
+            f"use {', '.join(drafts)} or an n-gram type ({', '.join(tokens)}), or no speculation")
 
 
 def make_media_decoder(model: LlamaModel, config: SpecConfig, *, target: LlamaContext | None = None,

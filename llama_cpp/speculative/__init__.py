@@ -79,6 +79,7 @@ from .config import (
     SpecConfig,
     SpeculativeType,
 )
+from .decoder import SpeculativeDecoder
 from .drafters import build_drafters, prompt_lookup_drafter, with_prompt_lookup
 from .engine import (
     GREEDY_ROWS_MIN_VOCAB,

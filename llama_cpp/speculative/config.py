@@ -1,11 +1,11 @@
-"""Configuration of speculative decoding: :class:`SpeculativeType`, llama.cpp's priority order of the
-types (``PRIORITY``), the n-gram parameter classes, :class:`SpecConfig` and :class:`MTPState`.
+"""Configuration of speculative decoding: the n-gram parameter classes, :class:`SpecConfig` (its types
+are rows of :mod:`llama_cpp.speculative.registry`, which also defines :class:`SpeculativeType`) and
+:class:`MTPState`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import os
 from collections.abc import Mapping
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import SpeculativeError
+from .registry import NEEDS_DRAFT_MODEL, NEEDS_NEXTN, SpeculativeType, find, rows_of, spec_of
 
 log = logging.getLogger("llama_cpp.speculative")
 
@@ -38,39 +39,6 @@ NEXTN_H_ALL_ROWS_ARCHS = frozenset(("qwen35", "qwen35moe", "hy-v3"))
 NEXTN_H_OUTPUT_ROWS_ARCHS = frozenset(("step35", "mimo2"))
 
 
-class SpeculativeType(str, enum.Enum):
-    """Kinds of speculative decoding (values are llama.cpp's ``--spec-type`` names)."""
-
-    NONE = "none"
-    DRAFT_SIMPLE = "draft-simple"    # a separate, smaller draft model sharing the vocabulary
-    DRAFT_EAGLE3 = "draft-eagle3"    # an EAGLE3 draft head over target hidden states
-    DRAFT_MTP = "draft-mtp"          # the model's own NextN (MTP) head(s)
-    DRAFT_DFLASH = "draft-dflash"    # a DFlash block-diffusion draft over target hidden states
-    DRAFT_DSPARK = "draft-dspark"    # DFlash with a Markov head
-    NGRAM_SIMPLE = "ngram-simple"    # the continuation of the latest earlier n-gram match
-    NGRAM_MAP_K = "ngram-map-k"      # n-gram keys in a hash map, draft length from past acceptance
-    NGRAM_MAP_K4V = "ngram-map-k4v"  # n-gram keys with up to four counted m-gram continuations
-    NGRAM_MOD = "ngram-mod"          # a hash table from n-grams to the next token, chained
-    NGRAM_CACHE = "ngram-cache"      # 1..4-gram continuation counts (+ static/dynamic cache files)
-    #: upstream llama-cpp-python's LlamaPromptLookupDecoding (not a llama.cpp type): the continuation
-    #: of the earliest earlier match of the longest n-gram (``max_ngram_size`` down to 1)
-    PROMPT_LOOKUP = "prompt-lookup"
-
-
-#: llama.cpp's priority (upstream's prompt lookup first, as the server's slots ask it): the first
-#: type that drafts something in a step is verified.
-PRIORITY = (SpeculativeType.PROMPT_LOOKUP,
-             SpeculativeType.NGRAM_SIMPLE, SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V,
-             SpeculativeType.NGRAM_MOD, SpeculativeType.NGRAM_CACHE, SpeculativeType.DRAFT_SIMPLE,
-             SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_MTP, SpeculativeType.DRAFT_DFLASH,
-             SpeculativeType.DRAFT_DSPARK)
-_NGRAM_TYPES = frozenset(PRIORITY[:6])
-NOT_IMPLEMENTED: frozenset[SpeculativeType] = frozenset()
-DRAFT_MODEL_TYPES = frozenset((SpeculativeType.DRAFT_SIMPLE, SpeculativeType.DRAFT_EAGLE3,
-                                SpeculativeType.DRAFT_DFLASH, SpeculativeType.DRAFT_DSPARK))
-# drafts fed target hidden states
-FEATURE_TYPES = (SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_DFLASH, SpeculativeType.DRAFT_DSPARK)
-IMPLEMENTED = tuple(t for t in SpeculativeType if t not in NOT_IMPLEMENTED)
 _NGRAM_SIZE_LIMIT = 1024  # llama.cpp's bound on --spec-ngram-* sizes
 
 
@@ -84,6 +52,9 @@ def _parse_type(value: Any, given: Any) -> SpeculativeType:
         try:
             return SpeculativeType[key.upper().replace("-", "_")]
         except KeyError:
+            row = find(key.lower().replace("_", "-"))
+            if row is not None:
+                return row.type  # a type registered outside the enum
             names = ", ".join(t.value for t in SpeculativeType)
             raise SpeculativeError(f"unknown spec_type {given!r}: use one of {names}") from None
 
@@ -269,15 +240,15 @@ class SpecConfig:
             raise SpeculativeError(f"draft_model_path must be a path, got {dm!r}")
         # llama.cpp gives every draft-* type of a list the same single draft context (one draft
         # file, or the MTP context over the target): two of them cannot run together there
-        drafts = [t.value for t in PRIORITY if t in types and t not in _NGRAM_TYPES]
+        drafts = [r.name for r in rows_of(self) if r.needs]
         if len(drafts) > 1:
             raise SpeculativeError(
                 f"{' and '.join(drafts)} cannot be combined: llama.cpp runs every draft-* type of a list on its one "
                 "draft context (the draft_model_path model, or the MTP head's context), so a list holds at most one "
                 "of them; combine it with the n-gram types instead")
-        for t in DRAFT_MODEL_TYPES:
-            if t in types and dm is None:
-                raise SpeculativeError(f"spec_type {t.value!r} needs a draft model: give "
+        for r in rows_of(self):
+            if NEEDS_DRAFT_MODEL in r.needs and dm is None:
+                raise SpeculativeError(f"spec_type {r.name!r} needs a draft model: give "
                                        "SpecConfig(draft_model_path='draft.gguf')")
 
     @property
@@ -287,24 +258,12 @@ class SpecConfig:
     @property
     def needs_nextn(self) -> bool:
         """Whether the target model's NextN (MTP) tensors must be loaded."""
-        return SpeculativeType.DRAFT_MTP in self.types
+        return any(NEEDS_NEXTN in r.needs for r in rows_of(self))
 
     @property
     def n_max(self) -> int:
         """The longest draft any of :attr:`types` can propose (llama.cpp's ``common_speculative_n_max``)."""
-        n = 0
-        for t in self.types:
-            if t in (SpeculativeType.NGRAM_SIMPLE, SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V):
-                n = max(n, getattr(self, t.name.lower()).size_m)
-            elif t is SpeculativeType.NGRAM_MOD:
-                n = max(n, self.ngram_mod.n_max)
-            elif t is SpeculativeType.NGRAM_CACHE:
-                n = max(n, self.ngram_cache.n_draft)
-            elif t is SpeculativeType.PROMPT_LOOKUP:
-                n = max(n, self.prompt_lookup.num_pred_tokens)
-            elif t is not SpeculativeType.NONE:
-                n = max(n, self.draft_n_max)
-        return n
+        return max((spec_of(t).longest(self) for t in self.types if t is not SpeculativeType.NONE), default=0)
 
     @property
     def rollback_snapshots(self) -> int:

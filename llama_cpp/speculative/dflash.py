@@ -111,6 +111,7 @@ class DFlashDrafter(FeatureDraftParts):
     context (owned by it)."""
 
     takes_limit = True  # draft() takes the step's token budget
+    observes = True  # reads the target's layer features of every decode
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0,

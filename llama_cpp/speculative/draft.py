@@ -26,6 +26,7 @@ import numpy as np
 from .._errors import SpeculativeError
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import RawBatch, SeqCheckpoint, check_snapshot_ubatch, common_prefix, top_k_share
+from .drafter import DrafterBase
 
 log = logging.getLogger("llama_cpp.speculative")
 
@@ -213,7 +214,7 @@ def load_draft_model(target: Any, path: str | os.PathLike[str], **model_kwargs: 
     return LlamaModel(p, **model_kwargs)
 
 
-class DraftModel:
+class DraftModel(DrafterBase):
     """The ``draft-simple`` drafter over its own model and context (owned by it)."""
 
     kind = "draft-simple"

@@ -1,21 +1,11 @@
-"""The verify loop for drafters that need nothing from the target but its tokens.
+"""The decoder for drafters that need nothing from the target but its tokens (:class:`DraftDecoder`)
+and what every decoder shares with it: telling drafters the history, asking them in order
+(:func:`propose`), warming contexts up, sharing threadpools.
 
-:class:`DraftDecoder` runs the n-gram types, ``draft-simple`` and ``draft-eagle3`` (and any list of them, as
-llama.cpp's ``common_speculative`` does: the drafters are asked in llama.cpp's priority order
-and the first non-empty draft is verified). One step, like ``llama-speculative-simple``:
-
-- ask the drafters for up to ``k`` tokens after the history and the pending token ``id_last``;
-- decode ``[id_last, d_0..d_{k-1}]`` on the target as one batch, every row an output;
-- draw each emitted token with the caller's target sampler from its row and accept draft token
-  ``j`` iff it equals the token drawn at row ``j`` (*sample and match*: the output is exactly
-  plain decoding's, greedy or seeded);
-- remove the rejected positions from the target's memory, or, where it cannot (recurrent state
-  with fewer ``n_rs_seq`` snapshots than the rejected suffix), restore the sequence checkpoint
-  taken before the verify and replay the kept tokens.
-
-The decoder offers the interface ``Llama`` drives (``prefill``, ``generate``, ``reset``,
-``invalidate``, ``kv_tokens``, ``save_state``/``load_state``, ``close``, ``stats``), the same as
-:class:`~llama_cpp.speculative.MTPDecoder`'s.
+:class:`DraftDecoder` runs the n-gram types, ``draft-simple``, ``draft-eagle3``, ``draft-dflash``,
+``draft-dspark`` and prompt lookup (and any list of them, as llama.cpp's ``common_speculative``
+does: the drafters are asked in llama.cpp's priority order and the first non-empty draft is
+verified) through the one verify loop of :class:`~llama_cpp.speculative.decoder.SpeculativeDecoder`.
 """
 
 from __future__ import annotations
@@ -23,44 +13,36 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import ContextOverflowError, SpeculativeError
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-from .batch import GreedyRows, RawBatch, SeqCheckpoint, common_prefix, greedy_chain
-from .stats import SpeculativeStats
+from .batch import RawBatch, SeqCheckpoint, common_prefix
+from .decoder import GREEDY_ROWS_MIN_VOCAB, SpeculativeDecoder, verify_draft
+from .drafter import Drafter
 
 log = logging.getLogger("llama_cpp.speculative")
 
 _NO_LIMIT = 1 << 30
 
-#: The smallest vocabulary on which a greedy chain's verify rows are picked by one numpy argmax
-#: (:class:`~llama_cpp.speculative.batch.GreedyRows`). Numpy's fixed cost, run cold after a decode, is
-#: about 12 us a step; ``llama_sampler_sample`` costs 2.3 us a row on 1.8k tokens (the tiny
-#: fixtures: per row is cheaper) and 285 us a row on 262k (gemma-3: the argmax takes 40).
-GREEDY_ROWS_MIN_VOCAB = 16384
 
 
-def tell_drafters(drafters: Sequence[Any], old: Sequence[int], new: Sequence[int]) -> None:
+def tell_drafters(drafters: Sequence[Drafter], old: Sequence[int], new: Sequence[int]) -> None:
     """The history is now ``new`` (it was ``old``): drafters forget what no longer holds, then
     begin a generation after ``new``."""
     L = common_prefix(old, new)
     if L < len(old):
         for d in drafters:
-            rewind = getattr(d, "rewind", None)
-            if rewind is not None:
-                rewind(L)
+            d.rewind(L)
     for d in drafters:
         d.begin(new)
 
 
-def close_drafters(drafters: Sequence[Any]) -> None:
-    """Free each drafter that holds native resources (``close``); the others have none."""
+def close_drafters(drafters: Sequence[Drafter]) -> None:
+    """Free each drafter's native resources (``close``)."""
     for d in drafters:
-        close = getattr(d, "close", None)
-        if close is not None:
-            close()
+        d.close()
 
 
 def share_threadpools(target: Any, ctx: Any) -> bool:
@@ -89,10 +71,11 @@ def share_threadpools(target: Any, ctx: Any) -> bool:
     return True
 
 
-def propose(drafters: Sequence[Any], kv: list[int], id_last: int, k_max: int, n_vocab: int) -> tuple[list[int], Any]:
+def propose(drafters: Sequence[Drafter], kv: list[int], id_last: int, k_max: int,
+            n_vocab: int) -> tuple[list[int], Drafter | None]:
     """The first non-empty draft of ``drafters`` (cut to ``k_max`` tokens and to valid ids) and its drafter."""
     for d in drafters:
-        toks = d.draft(kv, id_last, k_max) if getattr(d, "takes_limit", False) else d.draft(kv, id_last)
+        toks = d.draft(kv, id_last, k_max) if d.takes_limit else d.draft(kv, id_last)  # type: ignore[call-arg]
         if toks:
             toks = [int(t) for t in toks[:k_max]]
             for j, t in enumerate(toks):
@@ -121,6 +104,18 @@ def warm_up(model: Any, ctx: Any, decode: Callable[[list[int]], None]) -> None:
     ctx.perf_reset()
 
 
+def context_params_of(ctx_params: Any, target: Any) -> dict[str, Any]:
+    """``ctx_params`` (a mapping or None) completed with the sizes of ``target`` (when given): what
+    the checks of a decoder over a borrowed target context read."""
+    params = dict(ctx_params or {})
+    if target is not None:
+        params.setdefault("n_ctx", target.n_ctx())
+        params.setdefault("n_batch", target.n_batch())
+        params.setdefault("n_ubatch", target.n_ubatch())
+        params.setdefault("n_seq_max", target.n_seq_max())
+    return params
+
+
 @dataclasses.dataclass(frozen=True)
 class DraftState:
     """A snapshot of a :class:`DraftDecoder`: the target's sequence state and the pending token."""
@@ -141,34 +136,12 @@ def checked_prompt(model: Any, tokens: Sequence[int], n_ctx: int) -> list[int]:
     return toks
 
 
-def verify_draft(sample: Callable[[int], int], draft: Sequence[int],
-                 is_eog: Callable[[int], bool]) -> tuple[list[int], int]:
-    """The tokens one verify batch yields and how many drafted ones they accept: the sampler picks
-    at each row in turn and the walk stops at the first miss (or an accepted end of generation);
-    the last token is always the target's own."""
-    out: list[int] = []
-    n_acc = 0
-    k = len(draft)
-    for i in range(k + 1):
-        t = sample(i)
-        out.append(t)
-        if i < k and t == draft[i]:
-            n_acc += 1
-            if is_eog(t):
-                break
-            continue
-        break
-    return out, n_acc
-
-
-class DraftDecoder:
+class DraftDecoder(SpeculativeDecoder):
     """Speculative decoding with token-level drafters over one sequence of one target context.
 
-    ``drafters`` are objects with ``n_max``, ``begin(prompt)``, ``draft(prompt, id_last)``,
-    ``accept(n_accepted)``, ``reset()`` and optionally ``rewind(n_keep)``, ``close()`` and
-    ``observe(tokens, pos0)``, called after every target decode of ``tokens`` at ``pos0..`` (see
-    :mod:`llama_cpp.speculative.ngram`, :mod:`llama_cpp.speculative.draft`, :mod:`llama_cpp.speculative.eagle3`).
-    The decoder owns them.
+    ``drafters`` are :class:`~llama_cpp.speculative.drafter.Drafter` objects (see
+    :mod:`llama_cpp.speculative.ngram`, :mod:`llama_cpp.speculative.draft`, :mod:`llama_cpp.speculative.eagle3`,
+    :mod:`llama_cpp.speculative.dflash`); those that ``observe`` see every target decode. The decoder owns them.
     """
 
     def __init__(self, model: Any, target: Any, config: Any, drafters: Sequence[Any], *,
@@ -193,41 +166,26 @@ class DraftDecoder:
         self.n_vocab = int(model.n_vocab)
         # one verify batch must fit one micro-batch (a recurrent rollback spans one decode)
         self.n_max = min(max(int(d.n_max) for d in self._drafters), target.n_ubatch() - 1)
+        self._k_cap = self.n_max
         if model.is_recurrent() or model.is_hybrid():
             self.rollback_capacity = int(self._C.llama_n_rs_seq(target.ptr))
         else:
             self.rollback_capacity = _NO_LIMIT
         # drafters that read the target's per-token outputs (EAGLE3) see every target decode
-        observers = [d.observe for d in self._drafters if callable(getattr(d, "observe", None))]
+        observers = [d.observe for d in self._drafters if d.observes]
         self._after = None
         if observers:
             def after(tokens: Sequence[int], pos0: int) -> None:
                 for f in observers:
                     f(tokens, pos0)
             self._after = after
-        self.stats = SpeculativeStats()
-        self._eog: dict[int, bool] = {}
-        self._reset_state()
-        if owns_target:
-            try:
-                self._warm_up()
-            except BaseException:
-                self.close()
-                raise
+        self._ready(warm=owns_target)
 
     def _warm_up(self) -> None:
         """Warm the fresh target context up (:func:`warm_up`)."""
         warm_up(self.model, self._target, lambda toks: self._raw.decode(toks, 0, "last"))
 
     # -- lifetime ---------------------------------------------------------------------------
-    @property
-    def target(self) -> Any:
-        return self._target
-
-    @property
-    def drafters(self) -> list[Any]:
-        return list(self._drafters)
-
     def close(self) -> None:
         """Free the drafters' resources (and the target context if this decoder created it)."""
         close_drafters(self._drafters)
@@ -239,12 +197,6 @@ class DraftDecoder:
             self._target.close()
         self._target = None
 
-    def __enter__(self) -> DraftDecoder:  # noqa: PYI034 (typing.Self needs 3.11)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def _live(self) -> Any:
         if self._target is None:
             from .._errors import ClosedError
@@ -252,35 +204,8 @@ class DraftDecoder:
             raise ClosedError("this speculative decoder is closed; create a new one")
         return self._target
 
-    def _reset_state(self) -> None:
-        self._kv: list[int] = []          # tokens in the target memory
-        self._id_last: int | None = None  # the pending token, not yet decoded
-        self._seen = 0                    # history length the drafters were told about
-        self._dirty = False
-
-    def reset(self) -> None:
-        """Forget the history (target memory and the drafters' tables)."""
-        tgt = self._live()
-        tgt.memory_clear(True)
-        for d in self._drafters:
-            d.reset()
-        self._reset_state()
-
-    def invalidate(self) -> None:
-        """Someone else decoded into the target context: the next :meth:`prefill` starts over."""
-        self._dirty = True
-
-    @property
-    def kv_tokens(self) -> list[int]:
-        return list(self._kv)
-
-    @property
-    def history(self) -> list[int]:
-        return self._kv + ([self._id_last] if self._id_last is not None else [])
-
-    @property
-    def n_past(self) -> int:
-        return len(self._kv)
+    def _clear_memories(self) -> None:
+        self._target.memory_clear(True)
 
     # -- target ---------------------------------------------------------------------------------
     def _decode(self, tokens: Sequence[int], pos0: int, outputs: bool) -> None:
@@ -320,121 +245,18 @@ class DraftDecoder:
         self.stats.prefill_tokens += len(rest)
         self.stats.t_prefill += time.perf_counter() - t0
 
-    # -- generation -------------------------------------------------------------------------
-    def _is_eog(self, t: int) -> bool:
-        """``llama_vocab_is_eog``, remembered per token (asked for every emitted token)."""
-        v = self._eog.get(t)
-        if v is None:
-            v = self._eog[t] = bool(self._C.llama_vocab_is_eog(self.model.vocab, t))
-        return v
+    # -- the verify loop's hooks ------------------------------------------------------------------
+    def _draft_step(self, k_max: int) -> tuple[list[int], Any, str | None]:
+        if k_max <= 0:
+            return [], None, None
+        draft, src = propose(self._drafters, self._kv, self._id_last, k_max, self.n_vocab)  # type: ignore[arg-type]
+        return draft, src, src.kind if src is not None else None
 
-    def _sample_fn(self, sampler: Any) -> Callable[[int], int]:
-        tgt = self._target
-        if callable(getattr(sampler, "sample", None)):
-            C, chain, ctx_ptr = self._C, sampler.ptr, tgt.ptr
-            return lambda i: int(C.llama_sampler_sample(chain, ctx_ptr, i))
-        if callable(sampler):
-            return lambda i: int(sampler(tgt, i))
-        raise TypeError("sampler must be a LlamaSampler or a callable (context, batch_index) -> token")
+    def _verify_decode(self, tokens: list[int], pos0: int) -> None:
+        self._decode(tokens, pos0, outputs=True)
 
-    def generate(self, sampler: Any, max_tokens: int) -> Iterator[int]:
-        """Yield up to ``max_tokens`` tokens; stops after an end-of-generation token (yielded).
-
-        ``sampler`` is the target sampler chain (a ``LlamaSampler``) or a callable
-        ``(target_context, batch_index) -> token`` that samples and accepts one token from that
-        output row; it is called once per emitted token, in order.
-        """
-        tgt = self._live()
-        if self._id_last is None or self._dirty:
-            raise SpeculativeError("call prefill(tokens) before generate(): the decoder has no (valid) history")
-        max_tokens = int(max_tokens)
-        sample = self._sample_fn(sampler)
-        # a greedy chain's picks for the verify rows come from one argmax over them (GreedyRows)
-        greedy = None
-        if self.n_vocab >= GREEDY_ROWS_MIN_VOCAB and greedy_chain(sampler):
-            greedy = GreedyRows(tgt, self.n_vocab)
-        accept, chain = self._C.llama_sampler_accept, getattr(sampler, "ptr", None)
-        st = self.stats
-        is_eog = self._is_eog
-        clock = time.perf_counter
-        produced = 0
-        t_start: float | None = clock()
-        try:
-            while produced < max_tokens:
-                P = len(self._kv)
-                room = self.n_ctx - 1 - P
-                if room < 0:
-                    return
-                k_max = min(self.n_max, room, max_tokens - produced - 1)
-                t0 = clock()
-                draft, src = propose(self._drafters, self._kv, self._id_last, k_max, self.n_vocab) if k_max > 0 else ([], None)
-                k = len(draft)
-                t1 = clock()
-                st.t_draft += t1 - t0
-
-                ckpt = None
-                if k > self.rollback_capacity:
-                    ckpt = self._ckpt
-                    ckpt.save()
-                    st.checkpoints += 1
-                id_last = self._id_last
-                self._decode([id_last] + draft, P, outputs=True)
-                st.steps += 1
-                picks = greedy.pick(k + 1) if greedy is not None else None
-                if picks is None:
-                    out, n_acc = verify_draft(sample, draft, is_eog)
-                else:
-                    out, n_acc = verify_draft(picks.__getitem__, draft, is_eog)
-                    for t in out:
-                        accept(chain, t)  # as llama_sampler_sample does (the chain counts its tokens)
-                t2 = clock()
-                st.t_verify += t2 - t1
-                st._count_draft(k, n_acc, getattr(src, "kind", None))
-
-                n_keep = len(out)  # the memory keeps [id_last] + out[:-1] at P..P+n_keep-1
-                if n_keep < k + 1:
-                    if ckpt is not None:
-                        ckpt.restore()
-                        if not tgt.seq_rm(0, P, -1):
-                            raise SpeculativeError("could not clear the verify batch after restoring a checkpoint")
-                        st.rollbacks_checkpoint += 1
-                        st.replayed_tokens += n_keep
-                        if not is_eog(out[-1]) and produced + n_keep < max_tokens:
-                            # the replay decodes the token just drawn too, so its row gives the next
-                            # token for free (as llama-speculative-simple's re-verified draft does)
-                            self._raw.decode([id_last] + out, P, "last", self._after)
-                            out.append(sample(-1))
-                        else:
-                            self._decode([id_last] + out[:-1], P, outputs=False)
-                    elif tgt.seq_rm(0, P + n_keep, -1):
-                        st.rollbacks_partial += 1
-                    else:
-                        raise SpeculativeError(
-                            f"the target memory refused to roll back {k + 1 - n_keep} positions and no checkpoint "
-                            "was taken (n_rs_seq too small for this model)")
-                if src is not None:
-                    src.accept(n_acc)
-                self._kv.append(id_last)
-                self._kv.extend(out[:-1])
-                self._id_last = out[-1]
-                st.t_rollback += clock() - t2
-
-                produced += len(out)
-                st.generated += len(out)
-                st.t_generate += clock() - t_start
-                t_start = None
-                yield from out
-                t_start = clock()
-                if is_eog(out[-1]):
-                    return
-        except GeneratorExit:
-            raise
-        except BaseException:
-            self._dirty = True
-            raise
-        finally:
-            if t_start is not None:
-                st.t_generate += clock() - t_start
+    def _replay(self, tokens: list[int], pos0: int, last_output: bool) -> None:
+        self._raw.decode(tokens, pos0, "last" if last_output else "none", self._after)
 
     # -- state ----------------------------------------------------------------------------------
     def save_state(self) -> DraftState:
@@ -462,4 +284,5 @@ class DraftDecoder:
         tell_drafters(self._drafters, old, self._kv)
 
 
-__all__ = ["DraftDecoder", "DraftState", "close_drafters", "propose", "tell_drafters", "warm_up"]
+__all__ = ["GREEDY_ROWS_MIN_VOCAB", "DraftDecoder", "DraftState", "close_drafters", "context_params_of", "propose", "tell_drafters",
+           "verify_draft", "warm_up"]

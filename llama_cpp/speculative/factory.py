@@ -10,11 +10,10 @@ from .._errors import SpeculativeError
 from .batch import check_snapshot_ubatch
 from .config import SpecConfig
 from .drafters import build_drafters
-from .engine import (
-    DraftDecoder,
-)
+from .engine import DraftDecoder, context_params_of
 from .model_files import check_context_params, target_context_params
 from .mtp import MTPDecoder
+from .registry import TypeSpec
 
 
 def make_decoder(model: Any, config: SpecConfig, *, target: Any = None,
@@ -44,27 +43,21 @@ def make_decoder(model: Any, config: SpecConfig, *, target: Any = None,
 
 def draft_decoder_parts(model: Any, config: SpecConfig, *, target: Any = None,
                         ctx_params: Mapping[str, Any] | None = None, prompt_lookup: Any = None,
-                        wrap: Callable[[list[Any], Any], list[Any]] | None = None) -> tuple[Any, list[Any], bool]:
+                        wrap: Callable[[TypeSpec, Any, Any], Any] | None = None) -> tuple[Any, list[Any], bool]:
     """What a :class:`~llama_cpp.speculative.engine.DraftDecoder` is built from: the target context
-    (``target``, or one created from ``ctx_params``), the configured drafters (passed through
-    ``wrap(drafters, target)`` when given) and whether the context was created here. A context
+    (``target``, or one created from ``ctx_params``), the configured drafters (each passed through
+    ``wrap(row, drafter, target)`` when given, see :func:`build_drafters`) and whether the context was created here. A context
     created here is closed if anything after it fails."""
     from .._core.context import LlamaContext
 
-    params = dict(ctx_params or {})
-    if target is not None:
-        params.setdefault("n_ctx", target.n_ctx())
-        params.setdefault("n_batch", target.n_batch())
-        params.setdefault("n_ubatch", target.n_ubatch())
-        params.setdefault("n_seq_max", target.n_seq_max())
+    params = context_params_of(ctx_params, target)
     check_context_params(config, params)
     owns = target is None
     if owns:
         target = LlamaContext(model, **target_context_params(config, params))
     try:
         check_snapshot_ubatch(model, target, "the target context")
-        drafters = build_drafters(model, config, target, prompt_lookup)
-        return target, (wrap(drafters, target) if wrap is not None else drafters), owns
+        return target, build_drafters(model, config, target, prompt_lookup, wrap), owns
     except BaseException:
         if owns:
             target.close()

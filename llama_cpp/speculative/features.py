@@ -20,6 +20,7 @@ import numpy as np
 
 from .._core.ownership import float_view
 from .._errors import OptionalSymbolMissing, SpeculativeError
+from .drafter import DrafterBase
 
 #: Target architectures whose llama.cpp graph exports per-layer inputs (``t_layer_inp``): for
 #: any other, enabling a layer's output aborts inside llama.cpp.
@@ -110,7 +111,7 @@ def open_draft(C: Any, path: str, layers: Sequence[int], target_ctx: Any, ctx_pa
         raise
 
 
-class FeatureDraftParts:
+class FeatureDraftParts(DrafterBase):
     """The native parts an EAGLE3 or DFlash drafter owns, freed in one order by :meth:`close`."""
 
     _tl: Any = None

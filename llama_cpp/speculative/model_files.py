@@ -10,15 +10,8 @@ from typing import Any
 
 from .._core.gguf import open_header
 from .._errors import ModelLoadError, SpeculativeError
-from .config import (
-    CHAINED_NEXTN_ARCHS,
-    DRAFT_MODEL_TYPES,
-    FEATURE_TYPES,
-    IMPLEMENTED,
-    NOT_IMPLEMENTED,
-    SpecConfig,
-    SpeculativeType,
-)
+from .config import CHAINED_NEXTN_ARCHS, SpecConfig, SpeculativeType
+from .registry import NEEDS_DRAFT_MODEL, NEEDS_FEATURES, find, rows_of, table
 
 # --------------------------------------------------------------------------------------------
 # GGUF metadata: does a file have NextN layers? (read without loading the model)
@@ -79,9 +72,7 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig,
             kind = "draft-eagle3" if arch == "eagle3" else "draft-dflash' (or 'draft-dspark' with a Markov head)"
             raise SpeculativeError(f"{dm} is a draft of architecture {arch!r}, not a separate draft model: use "
                                    f"spec_type='{kind}'")
-    for t in FEATURE_TYPES:
-        if t not in config.types:
-            continue
+    for t in [r.type for r in rows_of(config) if NEEDS_FEATURES in r.needs]:
         if t is SpeculativeType.DRAFT_EAGLE3:
             from .eagle3 import check_draft_header
         else:
@@ -99,7 +90,7 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig,
                            target_n_embd=n_embd if isinstance(n_embd, int) else None, target_n_layer=n_layer)
     from .draft import check_vocab_files, overrides_tokenizer
 
-    if any(t in config.types for t in DRAFT_MODEL_TYPES) and not overrides_tokenizer(kv_overrides):
+    if any(NEEDS_DRAFT_MODEL in r.needs for r in rows_of(config)) and not overrides_tokenizer(kv_overrides):
         # llama.cpp's vocabulary rule on both headers (a draft it would refuse loads nothing)
         check_vocab_files(path, config.draft_model_path)  # type: ignore[arg-type]
     if SpeculativeType.NGRAM_CACHE in config.types:
@@ -129,12 +120,12 @@ def check_context_params(config: SpecConfig, ctx_params: Mapping[str, Any]) -> N
     any native call."""
     if not config.enabled:
         return
-    missing = [t.value for t in config.types if t in NOT_IMPLEMENTED]
+    missing = [t.value for t in config.types if find(t.value) is None]
     if missing:
-        done = ", ".join(t.value for t in IMPLEMENTED if t is not SpeculativeType.NONE)
+        done = ", ".join(r.name for r in table())
         raise SpeculativeError(f"speculative type {', '.join(missing)} is not implemented yet: use one of {done} "
                                "or 'none'")
-    if config.needs_nextn or any(t in config.types for t in DRAFT_MODEL_TYPES):
+    if any(r.needs for r in rows_of(config)):  # a draft model or the NextN heads: one verify of draft_n_max
         need = config.draft_n_max + 1
         for name in ("n_batch", "n_ubatch"):
             v = ctx_params.get(name)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
 from ..llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-from .batch import GreedyRows, RawExtBatch, SeqCheckpoint, check_snapshot_ubatch, common_prefix, greedy_chain
+from .batch import RawExtBatch, SeqCheckpoint, check_snapshot_ubatch, common_prefix
 from .config import (
     DRAFT_N_MAX_LIMIT,
     DRAFT_TOP_K,
@@ -22,26 +22,25 @@ from .config import (
     NEXTN_H_OUTPUT_ROWS_ARCHS,
     NEXTN_SYMBOLS,
     MTPState,
-    Sampler,
     SpecConfig,
     log,
 )
+from .decoder import SpeculativeDecoder
 from .drafters import build_drafters
 from .engine import (
-    GREEDY_ROWS_MIN_VOCAB,
     checked_prompt,
     close_drafters,
+    context_params_of,
     propose,
     share_threadpools,
     tell_drafters,
-    verify_draft,
     warm_up,
 )
 from .model_files import check_context_params, check_mtp_loaded, check_nextn_heads, target_context_params
-from .stats import SpeculativeStats
+from .registry import TypeSpec
 
 
-class MTPDecoder:
+class MTPDecoder(SpeculativeDecoder):
     """Greedy-exact MTP speculative decoding over one sequence of one model.
 
     ``MTPDecoder(model, ctx_params, config)`` creates the target context (``ctx_params`` are
@@ -59,23 +58,20 @@ class MTPDecoder:
     """
 
     def __init__(self, model: Any, ctx_params: Mapping[str, Any] | None, config: SpecConfig, *,
-                 target: Any = None, prompt_lookup: Any = None) -> None:
+                 target: Any = None, prompt_lookup: Any = None,
+                 wrap: Callable[[TypeSpec, Any, Any], Any] | None = None) -> None:
         from .._core.context import LlamaContext
         from ..llama_batch import LlamaBatchExt
 
         self._target = self._draft = None
-        self._extra: list[Any] = []
+        self._drafters: list[Any] = []
         if not isinstance(config, SpecConfig):
             raise SpeculativeError(f"config must be a SpecConfig, got {type(config).__name__}")
         if not config.needs_nextn:
             check_context_params(config, {})  # names an unimplemented type as such
             raise SpeculativeError(f"MTPDecoder runs spec_type 'draft-mtp', got {config.spec_type.value!r}")
-        params = dict(ctx_params or {})
+        params = context_params_of(ctx_params, target)
         if target is not None:
-            params.setdefault("n_ctx", target.n_ctx())
-            params.setdefault("n_batch", target.n_batch())
-            params.setdefault("n_ubatch", target.n_ubatch())
-            params.setdefault("n_seq_max", target.n_seq_max())
             # the draft context runs like its target (threads above all: oversubscribed threads
             # spin and make every decode orders of magnitude slower)
             tp = getattr(target, "params", None)
@@ -147,7 +143,7 @@ class MTPDecoder:
             self._ckpt = SeqCheckpoint(target, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
             self._draw = RawExtBatch(self._dbatch, self._draft, n_embd)
             # the other types of a combined configuration, asked before the MTP head (llama.cpp's order)
-            self._extra = build_drafters(model, config, target, prompt_lookup)
+            self._drafters = build_drafters(model, config, target, prompt_lookup, wrap)
         except BaseException:
             self.close()
             raise
@@ -166,14 +162,11 @@ class MTPDecoder:
             self.rollback_capacity = int(C.llama_n_rs_seq(target.ptr))
         else:
             self.rollback_capacity = DRAFT_N_MAX_LIMIT + 1
-        self.stats = SpeculativeStats()
+        self._k_cap = config.draft_n_max
+        self._drafted_here = False  # whether this step's draft came from the MTP head
+        self._rows: np.ndarray = np.zeros((0, self.n_embd), dtype=np.float32)  # h rows of the last verify
         self._topk = min(DRAFT_TOP_K, model.n_vocab)
-        self._reset_state()
-        try:
-            self._warm_up()
-        except BaseException:
-            self.close()
-            raise
+        self._ready(warm=True)
 
     def _warm_up(self) -> None:
         """Warm up the contexts this decoder created (:func:`~llama_cpp.speculative.engine.warm_up`): the
@@ -185,18 +178,13 @@ class MTPDecoder:
 
     # -- lifetime ---------------------------------------------------------------------------
     @property
-    def target(self) -> Any:
-        """The target (trunk) context; its logits are those of the last verify batch."""
-        return self._target
-
-    @property
     def draft(self) -> Any:
         return self._draft
 
     def close(self) -> None:
         """Free the draft context (and the target context if this decoder created it)."""
-        close_drafters(getattr(self, "_extra", []))
-        self._extra = []
+        close_drafters(getattr(self, "_drafters", []))
+        self._drafters = []
         for name in ("_tbatch", "_dbatch"):
             b = getattr(self, name, None)
             if b is not None:
@@ -209,12 +197,6 @@ class MTPDecoder:
             self._target.close()
         self._target = None
 
-    def __enter__(self) -> MTPDecoder:  # noqa: PYI034 (typing.Self needs 3.11)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def _live(self) -> tuple[Any, Any]:
         if self._target is None or self._draft is None:
             from .._errors import ClosedError
@@ -223,43 +205,17 @@ class MTPDecoder:
         return self._target, self._draft
 
     def _reset_state(self) -> None:
-        self._kv: list[int] = []          # tokens in the target memory, positions 0..n_past-1
-        self._id_last: int | None = None  # the pending token (position n_past), not yet decoded
+        super()._reset_state()
         self._pending_h = np.zeros(self.n_embd, dtype=np.float32)  # h_{n_past-1}
         self._n_dft = 0                   # positions the draft memory holds (0..n_dft-1)
         # the catch-up pairs (x_p, h_{p-1}) at n_dft.. not yet decoded: the next draft decodes them
         # in its own batch, which saves one draft decode per step (per head when chained)
         self._pend_tok: list[int] = []
         self._pend_rows: list[np.ndarray] = []
-        self._dirty = False               # the target memory was changed behind our back
 
-    def reset(self) -> None:
-        """Forget the history: clear both contexts' memory."""
-        tgt, dft = self._live()
-        tgt.memory_clear(True)
-        dft.memory_clear(True)
-        for d in self._extra:
-            d.reset()
-        self._reset_state()
-
-    def invalidate(self) -> None:
-        """Note that someone else decoded into the target context: the next :meth:`prefill`
-        starts from empty memories (the draft context never saw those tokens)."""
-        self._dirty = True
-
-    @property
-    def kv_tokens(self) -> list[int]:
-        """The tokens held in the target's memory (the history without the pending token)."""
-        return list(self._kv)
-
-    @property
-    def history(self) -> list[int]:
-        """Every token of the sequence so far: :attr:`kv_tokens` plus the pending last token."""
-        return self._kv + ([self._id_last] if self._id_last is not None else [])
-
-    @property
-    def n_past(self) -> int:
-        return len(self._kv)
+    def _clear_memories(self) -> None:
+        self._target.memory_clear(True)
+        self._draft.memory_clear(True)
 
     # -- native helpers -----------------------------------------------------------------------
     def _target_rows(self, n: int) -> np.ndarray:
@@ -382,20 +338,10 @@ class MTPDecoder:
         if rest:
             self._extend(rest)
         self._id_last = toks[-1]
-        if self._extra:
-            tell_drafters(self._extra, old_hist, body)
+        if self._drafters:
+            tell_drafters(self._drafters, old_hist, body)
         self.stats.prefill_tokens += len(rest)
         self.stats.t_prefill += time.perf_counter() - t0
-
-    def _sample_fn(self, sampler: Sampler) -> Callable[[int], int]:
-        tgt = self._target
-        if callable(getattr(sampler, "sample", None)):
-            C, chain = self._C, sampler.ptr
-            ctx_ptr = tgt.ptr
-            return lambda i: int(C.llama_sampler_sample(chain, ctx_ptr, i))
-        if callable(sampler):
-            return lambda i: int(sampler(tgt, i))
-        raise TypeError("sampler must be a LlamaSampler or a callable (context, batch_index) -> token")
 
     def _confident(self, logits: np.ndarray, best: int) -> bool:
         """Whether the draft's top token clears ``draft_p_min`` (its share of the top-k softmax)."""
@@ -500,135 +446,52 @@ class MTPDecoder:
             out = []
         return out
 
-    def generate(self, sampler: Sampler, max_tokens: int) -> Iterator[int]:
-        """Yield up to ``max_tokens`` tokens; stops after an end-of-generation token (yielded).
+    # -- the verify loop's hooks ------------------------------------------------------------------
+    _advance_is_catchup = True
 
-        ``sampler`` is the target sampler chain (a :class:`~llama_cpp._internals.LlamaSampler`:
-        ``llama_sampler_sample`` draws and accepts) or a callable ``(target_context, batch_index)
-        -> token`` that samples and accepts one token from that output row. It is called once per
-        emitted token, in order. Tokens of one step are yielded after the step's bookkeeping, so
-        the history stays consistent however far the caller iterates. Generation also ends when
-        the context is full.
-        """
-        tgt, dft = self._live()
-        if self._id_last is None or self._dirty:
-            raise SpeculativeError("call prefill(tokens) before generate(): the decoder has no (valid) history")
-        max_tokens = int(max_tokens)
-        sample = self._sample_fn(sampler)
-        st, cfg, model = self.stats, self.config, self.model
-        is_eog = model.is_eog
-        # a greedy chain's picks for the verify rows come from one argmax over them (GreedyRows)
-        greedy = None
-        if model.n_vocab >= GREEDY_ROWS_MIN_VOCAB and greedy_chain(sampler):
-            greedy = GreedyRows(tgt, model.n_vocab)
-        accept, chain = self._C.llama_sampler_accept, getattr(sampler, "ptr", None)
-        produced = 0
-        clock = time.perf_counter
-        t_start: float | None = clock()  # None while suspended at a yield
-        try:
-            while produced < max_tokens:
-                P = len(self._kv)
-                room = self.n_ctx - 1 - P  # the verify batch fills positions P..P+k
-                if room < 0:
-                    return
-                k_max = min(cfg.draft_n_max, room, max_tokens - produced - 1)
-                t0 = clock()
-                src = None
-                if self._extra and k_max > 0:
-                    draft, src = propose(self._extra, self._kv, self._id_last, k_max, model.n_vocab)
-                # the MTP head drafts (and decodes (id_last, h_prev) at P) only when no other type did
-                k_mtp = min(k_max, self.draft_n_max)
-                drafted_here = src is None and k_mtp >= max(cfg.draft_n_min, 1)
-                if src is None:
-                    draft = self._propose(k_mtp) if drafted_here else []
-                k = len(draft)
-                t1 = clock()
-                st.t_draft += t1 - t0
+    def _draft_step(self, k_max: int) -> tuple[list[int], Any, str | None]:
+        """The other types first (llama.cpp's order); the MTP head drafts (and decodes
+        ``(id_last, h_prev)`` at ``P``) only when none of them did."""
+        draft: list[int] = []
+        src = None
+        if self._drafters and k_max > 0:
+            draft, src = propose(self._drafters, self._kv, self._id_last, k_max, self.model.n_vocab)  # type: ignore[arg-type]
+        k_mtp = min(k_max, self.draft_n_max)
+        self._drafted_here = src is None and k_mtp >= max(self.config.draft_n_min, 1)
+        if src is None:
+            return (self._propose(k_mtp) if self._drafted_here else []), None, "draft-mtp"
+        return draft, src, src.kind
 
-                ckpt = None
-                if k > self.rollback_capacity:
-                    ckpt = self._ckpt
-                    ckpt.save()
-                    st.checkpoints += 1
-                h_prev = self._pending_h
-                id_last = self._id_last
-                rows = self._decode_target([id_last] + draft, P, outputs=True)
-                st.steps += 1
-                picks = greedy.pick(k + 1) if greedy is not None else None
-                if picks is None:
-                    out, n_acc = verify_draft(sample, draft, is_eog)
-                else:
-                    out, n_acc = verify_draft(picks.__getitem__, draft, is_eog)
-                    for t in out:
-                        accept(chain, t)  # as llama_sampler_sample does (the chain counts its tokens)
-                t2 = clock()
-                st.t_verify += t2 - t1
-                st._count_draft(k, n_acc, getattr(src, "kind", None) if src is not None else "draft-mtp")
+    def _verify_decode(self, tokens: list[int], pos0: int) -> None:
+        self._rows = self._decode_target(tokens, pos0, outputs=True)
 
-                # target memory keeps [id_last] + out[:-1] (positions P..P+len(out)-1)
-                n_keep = len(out)
-                if n_keep < k + 1:
-                    if ckpt is not None:
-                        ckpt.restore()
-                        if not tgt.seq_rm(0, P, -1):
-                            raise SpeculativeError("could not clear the verify batch after restoring a checkpoint")
-                        st.rollbacks_checkpoint += 1
-                        st.replayed_tokens += n_keep
-                        if not is_eog(out[-1]) and produced + n_keep < max_tokens:
-                            # replay the token just drawn too: its row gives the next token for free
-                            self._traw.decode([id_last] + out, P, "last")
-                            rows = self._target_rows(n_keep + 1)
-                            out.append(sample(-1))
-                            n_keep += 1
-                        else:
-                            rows = self._decode_target([id_last] + out[:-1], P, outputs=False)
-                    elif tgt.seq_rm(0, P + n_keep, -1):
-                        st.rollbacks_partial += 1
-                    else:
-                        raise SpeculativeError(
-                            f"the target memory refused to roll back {k + 1 - n_keep} positions and no checkpoint "
-                            "was taken (n_rs_seq too small for this model)")
-                if src is not None:
-                    src.accept(n_acc)
-                t3 = clock()
-                st.t_rollback += t3 - t2
+    def _replay(self, tokens: list[int], pos0: int, last_output: bool) -> None:
+        if last_output:
+            self._traw.decode(tokens, pos0, "last")
+            self._rows = self._target_rows(len(tokens))
+        else:
+            self._rows = self._decode_target(tokens, pos0, outputs=False)
 
-                # draft memory: keep < P (+ P itself if drafting decoded (id_last, h_prev) there;
-                # chained heads decode P again under every head, as llama.cpp's process() does)
-                pair_tok = [id_last] + out[:-1]
-                pair_h = [h_prev] + [rows[j] for j in range(n_keep - 1)]
-                if self._pend_tok:  # the MTP head did not draft: these pairs wait with the earlier ones
-                    self._pend_tok += pair_tok
-                    self._pend_rows += pair_h
-                else:
-                    keep_dft = P + 1 if drafted_here and not self._chain else P
-                    if self._n_dft > keep_dft and not dft.seq_rm(0, keep_dft, -1):
-                        raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
-                    self._n_dft = min(self._n_dft, keep_dft)
-                    first = self._n_dft - P
-                    # decoded by the next draft, in its first batch
-                    self._pend_tok, self._pend_rows = pair_tok[first:], pair_h[first:]
-                self._pending_h = rows[n_keep - 1]
-                self._kv.extend(pair_tok)
-                self._id_last = out[-1]
-                st.t_catchup += clock() - t3
-
-                produced += n_keep
-                st.generated += n_keep
-                st.t_generate += clock() - t_start
-                t_start = None
-                yield from out
-                t_start = clock()
-                if is_eog(out[-1]):
-                    return
-        except GeneratorExit:  # the consumer stopped at a yield: the bookkeeping is complete
-            raise
-        except BaseException:
-            self._dirty = True  # failed mid-step: the next prefill starts over
-            raise
-        finally:
-            if t_start is not None:
-                st.t_generate += clock() - t_start
+    def _advance(self, pos0: int, id_last: int, out: list[int]) -> None:
+        """Also catch the draft memory up: it keeps ``< pos0`` (+ ``pos0`` itself if drafting decoded
+        ``(id_last, h_prev)`` there; chained heads decode ``pos0`` again under every head, as
+        llama.cpp's ``process()`` does); the accepted pairs wait for the next draft's first batch."""
+        P, n_keep, rows, dft = pos0, len(out), self._rows, self._draft
+        pair_tok = [id_last] + out[:-1]
+        pair_h = [self._pending_h] + [rows[j] for j in range(n_keep - 1)]
+        if self._pend_tok:  # the MTP head did not draft: these pairs wait with the earlier ones
+            self._pend_tok += pair_tok
+            self._pend_rows += pair_h
+        else:
+            keep_dft = P + 1 if self._drafted_here and not self._chain else P
+            if self._n_dft > keep_dft and not dft.seq_rm(0, keep_dft, -1):
+                raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
+            self._n_dft = min(self._n_dft, keep_dft)
+            first = self._n_dft - P
+            self._pend_tok, self._pend_rows = pair_tok[first:], pair_h[first:]
+        self._pending_h = rows[n_keep - 1]
+        self._kv.extend(pair_tok)
+        self._id_last = out[-1]
 
     # -- state ----------------------------------------------------------------------------------
     def save_state(self) -> MTPState:
@@ -672,8 +535,8 @@ class MTPDecoder:
         self._id_last = state.id_last
         self._pending_h = h.copy()
         self._n_dft = int(state.n_draft_past)
-        if self._extra:
-            tell_drafters(self._extra, old_hist, self._kv)
+        if self._drafters:
+            tell_drafters(self._drafters, old_hist, self._kv)
 
 
 # the package's path, as before the split (reprs, pickles): llama_cpp.speculative re-exports them

@@ -41,6 +41,7 @@ import numpy as np
 
 from .._errors import SpeculativeError
 from .._safety.cache_files import read_regular_file
+from .drafter import DrafterBase
 
 _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
@@ -57,7 +58,7 @@ def _find_backwards(tokens: Sequence[int], key: Sequence[int], hi: int, lo: int)
     return 0
 
 
-class NgramSimple:
+class NgramSimple(DrafterBase):
     """``ngram-simple``: copy what followed the latest earlier occurrence of the current n-gram."""
 
     kind = "ngram-simple"
@@ -125,7 +126,7 @@ class _MapKey:
         self.values = [_MapValue(0, 0, m) for _ in range(_MAP_VALUES)]
 
 
-class NgramMap:
+class NgramMap(DrafterBase):
     """``ngram-map-k`` (``key_only=True``) and ``ngram-map-k4v`` (``key_only=False``)."""
 
     def __init__(self, size_n: int, size_m: int, min_hits: int, key_only: bool) -> None:
@@ -270,7 +271,7 @@ _MOD_MUL = 6364136223846793005
 _MOD_FILL_RESET = 0.25
 
 
-class NgramMod:
+class NgramMod(DrafterBase):
     """``ngram-mod``: a hash table (collisions overwrite) from ``n_match``-grams to the next token."""
 
     kind = "ngram-mod"
@@ -530,7 +531,7 @@ def _pick_static(cache: NgramCounts, gram: tuple[int, ...]) -> int | None:
     return _first_best(part, best_c, lambda tok, cnt: cnt)
 
 
-class NgramCache:
+class NgramCache(DrafterBase):
     """``ngram-cache``: continuation counts of the context's 1..4-grams (plus optional file caches)."""
 
     kind = "ngram-cache"
@@ -590,7 +591,7 @@ class NgramCache:
         pass
 
 
-class PromptLookup:
+class PromptLookup(DrafterBase):
     """A prompt-lookup callable (``LlamaPromptLookupDecoding``, or anything with its call
     signature) as a drafter: its proposals are exactly what the object returns for the history
     including the pending token, cut to ``n_max`` tokens."""

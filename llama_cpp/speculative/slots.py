@@ -37,8 +37,10 @@ import numpy as np
 from .._errors import DecodeError, SpeculativeError
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import SeqCheckpoint, common_prefix, top_k_share
+from .decoder import verify_draft
 from .engine import propose, share_threadpools
 from .ngram import PromptLookup
+from .registry import PER_SLOT, DrafterArgs, SpeculativeType, rows_of
 from .stats import SpeculativeStats
 
 log = logging.getLogger("llama_cpp.speculative")
@@ -50,14 +52,11 @@ def slot_unsupported(config: Any, model_path: Any = None) -> str | None:
     """Why ``config`` (a :class:`~llama_cpp.speculative.SpecConfig`) cannot speculate in slots; None if it can.
 
     ``model_path`` (the served file) lets ``draft-mtp`` on a model with several chained NextN heads be named."""
-    from .config import SpeculativeType
     from .model_files import gguf_nextn_layers
 
-    serial = [t.value for t in config.types if t in (SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_DFLASH,
-                                                     SpeculativeType.DRAFT_DSPARK)]
-    if serial:
-        return (f"{', '.join(serial)} drafts from the target's extracted layer features of every position, which "
-                "the slot engine does not carry per slot: served one request at a time")
+    refused = [r for r in rows_of(config) if r.not_in_slots]
+    if refused:
+        return f"{', '.join(r.name for r in refused)} {refused[0].not_in_slots}"
     if SpeculativeType.DRAFT_MTP in config.types and model_path is not None:
         try:
             n = gguf_nextn_layers(model_path)
@@ -535,38 +534,26 @@ class SlotSpeculation:
             self.mtp.close()
             self.mtp = None
 
-    def _ngram_drafters(self) -> list[Any]:
-        from .config import PRIORITY, SpeculativeType
-        from .drafters import prompt_lookup_drafter
-        from .ngram import NgramCache, NgramMap, NgramMod, NgramSimple
-
+    def _slot_drafters(self) -> list[Any]:
+        """One request's own drafters: upstream's prompt-lookup object first, then every per-slot row."""
         cfg = self.config
         out: list[Any] = []
         if self.prompt_lookup is not None:
             out.append(PromptLookup(self.prompt_lookup, self.prompt_lookup.num_pred_tokens))
         if cfg is None:
             return out
-        for t in PRIORITY:
-            if t not in cfg.types:
+        args = DrafterArgs(self.model, cfg, ngram_caches=(self._static, self._dynamic))
+        for row in rows_of(cfg):
+            if row.slots != PER_SLOT or row.build is None:
                 continue
-            if t is SpeculativeType.PROMPT_LOOKUP:
-                if self.prompt_lookup is None:
-                    out.append(prompt_lookup_drafter(cfg.prompt_lookup))
-            elif t is SpeculativeType.NGRAM_SIMPLE:
-                out.append(NgramSimple(cfg.ngram_simple.size_n, cfg.ngram_simple.size_m))
-            elif t in (SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V):
-                p = cfg.ngram_map_k if t is SpeculativeType.NGRAM_MAP_K else cfg.ngram_map_k4v
-                out.append(NgramMap(p.size_n, p.size_m, p.min_hits, key_only=t is SpeculativeType.NGRAM_MAP_K))
-            elif t is SpeculativeType.NGRAM_MOD:
-                q = cfg.ngram_mod
-                out.append(NgramMod(q.n_match, q.n_max, q.n_min))
-            elif t is SpeculativeType.NGRAM_CACHE:
-                out.append(NgramCache(cfg.ngram_cache.n_draft, static=self._static, dynamic=self._dynamic))
+            if row.type is SpeculativeType.PROMPT_LOOKUP and self.prompt_lookup is not None:
+                continue  # that object drafts for it (first)
+            out.append(row.build(args))
         return out
 
     def start(self, prompt: Sequence[int]) -> SlotDrafts:
         """A new request's drafters, told its prompt."""
-        sd = SlotDrafts(self._ngram_drafters(), self.draft_model is not None)
+        sd = SlotDrafts(self._slot_drafters(), self.draft_model is not None)
         for d in sd.drafters:
             d.begin(prompt)
         return sd
@@ -620,20 +607,14 @@ def verify_rows(pick: Callable[[Any, int], tuple[int, Any]], ctx: Any, first: in
     """Pick at rows ``first..first+len(draft)`` until the first pick that is not the draft's (or an
     accepted end of generation): the tokens, copies of their rows (None where not asked) and how many
     drafted tokens they accept."""
-    toks: list[int] = []
     rows: list[Any] = []
-    n_acc = 0
-    k = len(draft)
-    for j in range(k + 1):
+
+    def sample(j: int) -> int:
         tok, row = pick(ctx, first + j)
-        toks.append(tok)
         rows.append(None if row is None else np.array(row))
-        if j < k and tok == draft[j]:
-            n_acc += 1
-            if is_eog(tok):
-                break
-            continue
-        break
+        return tok
+
+    toks, n_acc = verify_draft(sample, draft, is_eog)
     return toks, rows, n_acc
 
 

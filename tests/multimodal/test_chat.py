@@ -216,6 +216,6 @@ def test_eagle3_is_refused_before_loading(spec_type, tmp_path):
     from llama_cpp import SpeculativeError
 
     spec = SpecConfig(spec_type=spec_type, draft_model_path=tmp_path / "draft.gguf")
-    with pytest.raises(SpeculativeError, match="use draft-mtp, draft-simple, draft-dflash, draft-dspark or an n-gram") as e:
+    with pytest.raises(SpeculativeError, match="use draft-simple, draft-mtp, draft-dflash, draft-dspark or an n-gram") as e:
         MultimodalChat(tmp_path / "model.gguf", tmp_path / "mmproj.gguf", n_threads=1, speculative=spec)
     assert spec_type.split(",")[-1] in str(e.value)

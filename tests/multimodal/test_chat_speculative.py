@@ -27,6 +27,7 @@ from llama_cpp.mtmd_chat import (
     check_media_prompt,
 )
 from llama_cpp.speculative import NgramCacheParams, NgramMapParams, NgramModParams, SpecConfig
+from llama_cpp.speculative.drafter import DrafterBase
 
 NGRAM_TYPES = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
 SERVED = [*NGRAM_TYPES, "draft-simple", "ngram-simple,ngram-map-k4v,ngram-cache", "ngram-mod,draft-simple"]
@@ -170,7 +171,7 @@ def test_drafters_see_the_text_tokens(models, prompts, mmproj_vision):
     """The n-gram drafters get the text history, media positions dropped (llama.cpp's
     ``get_text_tokens()``), in begin() and in every draft."""
 
-    class Recorder:
+    class Recorder(DrafterBase):
         kind, n_max = "recorder", 4
 
         def __init__(self) -> None:
@@ -211,7 +212,7 @@ def test_drafters_see_the_text_tokens(models, prompts, mmproj_vision):
 def test_text_history_positions():
     """Media runs map history positions to text positions (rewind) and are folded in as they come."""
 
-    class Inner:
+    class Inner(DrafterBase):
         kind, n_max = "inner", 2
 
         def __init__(self) -> None:

@@ -158,7 +158,7 @@ def test_greedy_rows_verify_drafts_as_per_row_sampling(models, monkeypatch, name
     """The verify rows picked by one argmax (GreedyRows, used from 16k tokens on; forced here on the
     tiny vocabulary): the same tokens and drafts as sampling row by row."""
     from llama_cpp.speculative import batch as _spec_batch
-    from llama_cpp.speculative import mtp
+    from llama_cpp.speculative import decoder
 
     m = models(name)
     prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
@@ -171,7 +171,7 @@ def test_greedy_rows_verify_drafts_as_per_row_sampling(models, monkeypatch, name
         picked.append(r is not None)
         return r
 
-    monkeypatch.setattr(mtp, "GREEDY_ROWS_MIN_VOCAB", 0)  # MTPDecoder reads it there
+    monkeypatch.setattr(decoder, "GREEDY_ROWS_MIN_VOCAB", 0)  # the verify loop reads it there
     monkeypatch.setattr(_spec_batch.GreedyRows, "pick", pick)
     got, st, _ = _run(m, prompt, 3, separate=False)
     assert picked and all(picked)

@@ -204,12 +204,12 @@ def test_generation_through_greedy_rows_equals_plain(targets, references, monkey
     (full, partial and no acceptance; rollbacks by memory removal and by checkpoint) and the
     sampler chain is told every emitted token, as llama_sampler_sample tells it."""
     import llama_cpp.llama_cpp as C
-    import llama_cpp.speculative.engine as engine
+    import llama_cpp.speculative.decoder as decoder
     from llama_cpp.speculative import make_decoder
 
     from .util import PROMPTS, greedy_sampler
 
-    monkeypatch.setattr(engine, "GREEDY_ROWS_MIN_VOCAB", 0)
+    monkeypatch.setattr(decoder, "GREEDY_ROWS_MIN_VOCAB", 0)
     model = targets[target]
     drafted = 0
     for p in PROMPTS[:2]:

@@ -68,9 +68,9 @@ def warmed(monkeypatch):
 
 
 def _draft_ctxs(dec) -> list[int]:
-    if hasattr(dec, "drafters"):
-        return [d.ctx.ptr for d in dec.drafters if getattr(d, "ctx", None) is not None]
-    return [dec.draft.ptr]
+    out = [d.ctx.ptr for d in dec.drafters if getattr(d, "ctx", None) is not None]
+    mtp = getattr(dec, "draft", None)  # an MTPDecoder's own draft context
+    return out + ([mtp.ptr] if mtp is not None else [])
 
 
 def test_warm_up_leaves_an_empty_context(echo_models):

@@ -1,0 +1,66 @@
+"""What a token drafter is (:class:`Drafter`): the interface the verify loop
+(:class:`~llama_cpp.speculative.decoder.SpeculativeDecoder`), the server's slots and the media decoders
+call. The n-gram types, prompt lookup, ``draft-simple``, ``draft-eagle3``, ``draft-dflash`` and
+``draft-dspark`` are drafters; ``draft-mtp``'s NextN head drafts inside its decoder, over the target's
+NextN rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """A drafter for one sequence (one per decoder, or one per server slot for the per-slot types).
+
+    The verify loop calls ``begin`` with the history after a prefill, ``draft`` once per step (the
+    first non-empty draft of the drafters, in priority order, is verified; with ``takes_limit`` it
+    gets the step's budget as a third argument) and ``accept`` with how many of that draft's tokens
+    the target took; ``rewind(n_keep)`` when the history was cut back to ``n_keep`` tokens;
+    ``observe(tokens, pos0)`` after every target decode of ``tokens`` at ``pos0..`` when
+    ``observes`` (drafters that read the target's layer features); ``close()`` frees native
+    resources. :class:`DrafterBase` gives the defaults most drafters keep.
+    """
+
+    #: the type name counted in :class:`~llama_cpp.speculative.SpeculativeStats` (``drafted_by``)
+    kind: str
+    #: the longest draft it proposes
+    n_max: int
+    takes_limit: bool
+    observes: bool
+
+    def begin(self, prompt: Sequence[int]) -> None: ...
+
+    def draft(self, prompt: list[int], id_last: int) -> list[int]: ...
+
+    def accept(self, n_accepted: int) -> None: ...
+
+    def reset(self) -> None: ...
+
+    def rewind(self, n_keep: int) -> None: ...
+
+    def observe(self, tokens: Sequence[int], pos0: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class DrafterBase:
+    """The defaults of :class:`Drafter`: no step budget, no target features, nothing to keep on a
+    rewind beyond what ``begin`` is told next, nothing to free."""
+
+    takes_limit = False
+    observes = False
+
+    def rewind(self, n_keep: int) -> None:
+        """The history was cut back to ``n_keep`` tokens (``begin`` follows with the new one)."""
+
+    def observe(self, tokens: Sequence[int], pos0: int) -> None:
+        """The target decoded ``tokens`` at ``pos0..`` (read only when ``observes``)."""
+
+    def close(self) -> None:
+        """Free native resources."""
+
+
+__all__ = ["Drafter", "DrafterBase"]

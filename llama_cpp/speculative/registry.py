@@ -1,0 +1,248 @@
+"""The one table of speculative types (:data:`TYPES`): each row's priority (its place), how its
+drafter is built, what it needs, its longest draft, whether the server's slots and multimodal chat
+run it and why not. :class:`~llama_cpp.speculative.SpecConfig`'s checks, :func:`build_drafters`
+(``Llama``, the media decoders), the server's per-slot drafters and every refusal read it.
+
+Adding a type is a drafter module plus one row here (:func:`register` adds one at run time: a
+:class:`CustomType` name that ``SpecConfig(spec_type=...)`` then accepts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+class SpeculativeType(str, enum.Enum):
+    """Kinds of speculative decoding (values are llama.cpp's ``--spec-type`` names)."""
+
+    NONE = "none"
+    DRAFT_SIMPLE = "draft-simple"    # a separate, smaller draft model sharing the vocabulary
+    DRAFT_EAGLE3 = "draft-eagle3"    # an EAGLE3 draft head over target hidden states
+    DRAFT_MTP = "draft-mtp"          # the model's own NextN (MTP) head(s)
+    DRAFT_DFLASH = "draft-dflash"    # a DFlash block-diffusion draft over target hidden states
+    DRAFT_DSPARK = "draft-dspark"    # DFlash with a Markov head
+    NGRAM_SIMPLE = "ngram-simple"    # the continuation of the latest earlier n-gram match
+    NGRAM_MAP_K = "ngram-map-k"      # n-gram keys in a hash map, draft length from past acceptance
+    NGRAM_MAP_K4V = "ngram-map-k4v"  # n-gram keys with up to four counted m-gram continuations
+    NGRAM_MOD = "ngram-mod"          # a hash table from n-grams to the next token, chained
+    NGRAM_CACHE = "ngram-cache"      # 1..4-gram continuation counts (+ static/dynamic cache files)
+    #: upstream llama-cpp-python's LlamaPromptLookupDecoding (not a llama.cpp type): the continuation
+    #: of the earliest earlier match of the longest n-gram (``max_ngram_size`` down to 1)
+    PROMPT_LOOKUP = "prompt-lookup"
+
+
+class CustomType(str):
+    """The name of a type added with :func:`register` (``value`` and ``name`` as an enum member's)."""
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+    @property
+    def name(self) -> str:
+        return self.upper().replace("-", "_")
+
+
+#: what a row needs besides the target's tokens
+NEEDS_DRAFT_MODEL = "draft model"      # ``SpecConfig.draft_model_path``
+NEEDS_FEATURES = "target features"     # the target's extracted layers at every position
+NEEDS_NEXTN = "NextN heads"            # the target model's own MTP layers
+
+#: how the server's slots run a row: a drafter per slot, or one object for every slot (built by
+#: :class:`~llama_cpp.speculative.slots.SlotSpeculation`)
+PER_SLOT, BATCHED = "per-slot", "batched"
+#: how a media decoder tells a row's drafter about media positions: the text tokens only, the draft
+#: model mirroring the target's memory, the target's layer features of media rows, or the decoder's
+#: own head (MTP)
+MEDIA_TEXT, MEDIA_MIRROR, MEDIA_FEATURES, MEDIA_OWN = "text", "mirror", "features", "own"
+
+
+@dataclasses.dataclass(frozen=True)
+class DrafterArgs:
+    """What a row's constructor gets: the target model and ``config``, the target context (None in
+    the server's slots, whose per-slot types need none), upstream's prompt-lookup object, the
+    parameters a draft context inherits from the target's, and loaded n-gram cache files."""
+
+    model: Any
+    config: Any
+    target: Any = None
+    prompt_lookup: Any = None
+    ctx_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    ngram_caches: tuple[Any, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TypeSpec:
+    """One speculative type. ``build`` makes its drafter (None: the decoder's own head, ``draft-mtp``);
+    ``n_max(config)`` is its longest draft (None: ``config.draft_n_max``); ``not_in_slots`` /
+    ``not_in_media`` say why the server's slots / multimodal chat refuse it (None: they run it)."""
+
+    type: Any  # a SpeculativeType, or a CustomType
+    build: Callable[[DrafterArgs], Any] | None
+    needs: frozenset[str] = frozenset()
+    n_max: Callable[[Any], int] | None = None
+    slots: str = PER_SLOT
+    not_in_slots: str | None = None
+    media: str = MEDIA_TEXT
+    not_in_media: str | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.type.value)
+
+    def longest(self, config: Any) -> int:
+        return int(self.n_max(config)) if self.n_max is not None else int(config.draft_n_max)
+
+
+# -- constructors (their modules are imported when a type is used) -----------------------------------
+def prompt_lookup_drafter(params: Any, fn: Any = None) -> Any:
+    """The ``prompt-lookup`` drafter: ``fn`` (a ``LlamaPromptLookupDecoding`` or its call signature),
+    by default upstream's lookup with ``params`` (a ``PromptLookupParams``), cut to
+    ``params.num_pred_tokens`` tokens."""
+    from .ngram import PromptLookup
+
+    if fn is None:
+        from ..llama_speculative import LlamaPromptLookupDecoding
+
+        fn = LlamaPromptLookupDecoding(params.max_ngram_size, params.num_pred_tokens)
+    return PromptLookup(fn, params.num_pred_tokens)
+
+
+def _prompt_lookup(a: DrafterArgs) -> Any:
+    return prompt_lookup_drafter(a.config.prompt_lookup, a.prompt_lookup)
+
+
+def _ngram_simple(a: DrafterArgs) -> Any:
+    from .ngram import NgramSimple
+
+    return NgramSimple(a.config.ngram_simple.size_n, a.config.ngram_simple.size_m)
+
+
+def _ngram_map(key_only: bool) -> Callable[[DrafterArgs], Any]:
+    def build(a: DrafterArgs) -> Any:
+        from .ngram import NgramMap
+
+        p = a.config.ngram_map_k if key_only else a.config.ngram_map_k4v
+        return NgramMap(p.size_n, p.size_m, p.min_hits, key_only=key_only)
+    return build
+
+
+def _ngram_mod(a: DrafterArgs) -> Any:
+    from .ngram import NgramMod
+
+    q = a.config.ngram_mod
+    return NgramMod(q.n_match, q.n_max, q.n_min)
+
+
+def _ngram_cache(a: DrafterArgs) -> Any:
+    from .ngram import NgramCache, load_ngram_cache
+
+    c = a.config.ngram_cache
+    if a.ngram_caches is not None:
+        static, dynamic = a.ngram_caches
+    else:
+        static = load_ngram_cache(c.lookup_cache_static) if c.lookup_cache_static is not None else None
+        dynamic = load_ngram_cache(c.lookup_cache_dynamic) if c.lookup_cache_dynamic is not None else None
+    return NgramCache(c.n_draft, static=static, dynamic=dynamic)
+
+
+def _draft_kwargs(a: DrafterArgs) -> dict[str, Any]:
+    c = a.config
+    return dict(n_max=c.draft_n_max, n_min=c.draft_n_min, p_min=c.draft_p_min, ctx_params=dict(a.ctx_params),
+                n_gpu_layers=c.draft_n_gpu_layers)
+
+
+def _draft_simple(a: DrafterArgs) -> Any:
+    from .draft import DraftModel
+
+    return DraftModel(a.model, a.target, a.config.draft_model_path, **_draft_kwargs(a))
+
+
+def _eagle3(a: DrafterArgs) -> Any:
+    from .eagle3 import Eagle3Drafter
+
+    return Eagle3Drafter(a.model, a.target, a.config.draft_model_path, **_draft_kwargs(a))
+
+
+def _dflash(dspark: bool) -> Callable[[DrafterArgs], Any]:
+    def build(a: DrafterArgs) -> Any:
+        from .dflash import DFlashDrafter
+
+        return DFlashDrafter(a.model, a.target, a.config.draft_model_path, dspark=dspark, **_draft_kwargs(a))
+    return build
+
+
+_FEATURES_NOT_IN_SLOTS = ("drafts from the target's extracted layer features of every position, which the slot "
+                          "engine does not carry per slot: served one request at a time")
+_T = SpeculativeType
+_DRAFT = frozenset((NEEDS_DRAFT_MODEL,))
+_FEAT = frozenset((NEEDS_DRAFT_MODEL, NEEDS_FEATURES))
+
+#: Every type, in llama.cpp's priority order (upstream's prompt lookup first, as the server's slots
+#: ask it): each step verifies the first non-empty draft.
+TYPES: tuple[TypeSpec, ...] = (
+    TypeSpec(_T.PROMPT_LOOKUP, _prompt_lookup, n_max=lambda c: c.prompt_lookup.num_pred_tokens),
+    TypeSpec(_T.NGRAM_SIMPLE, _ngram_simple, n_max=lambda c: c.ngram_simple.size_m),
+    TypeSpec(_T.NGRAM_MAP_K, _ngram_map(True), n_max=lambda c: c.ngram_map_k.size_m),
+    TypeSpec(_T.NGRAM_MAP_K4V, _ngram_map(False), n_max=lambda c: c.ngram_map_k4v.size_m),
+    TypeSpec(_T.NGRAM_MOD, _ngram_mod, n_max=lambda c: c.ngram_mod.n_max),
+    TypeSpec(_T.NGRAM_CACHE, _ngram_cache, n_max=lambda c: c.ngram_cache.n_draft),
+    TypeSpec(_T.DRAFT_SIMPLE, _draft_simple, _DRAFT, slots=BATCHED, media=MEDIA_MIRROR),
+    TypeSpec(_T.DRAFT_EAGLE3, _eagle3, _FEAT, not_in_slots=_FEATURES_NOT_IN_SLOTS,
+             not_in_media="its draft pairs the target's features at each position with the token at the next one, "
+                          "which a media position does not have"),
+    TypeSpec(_T.DRAFT_MTP, None, frozenset((NEEDS_NEXTN,)), slots=BATCHED, media=MEDIA_OWN),
+    TypeSpec(_T.DRAFT_DFLASH, _dflash(False), _FEAT, not_in_slots=_FEATURES_NOT_IN_SLOTS, media=MEDIA_FEATURES),
+    TypeSpec(_T.DRAFT_DSPARK, _dflash(True), _FEAT, not_in_slots=_FEATURES_NOT_IN_SLOTS, media=MEDIA_FEATURES),
+)
+
+
+def table() -> tuple[TypeSpec, ...]:
+    """The rows, in priority order (read at call time: :func:`register` may have added some)."""
+    return TYPES
+
+
+def find(name: str) -> TypeSpec | None:
+    """The row named ``name`` (a type's value), or None."""
+    for s in TYPES:
+        if s.name == name:
+            return s
+    return None
+
+
+def spec_of(t: Any) -> TypeSpec:
+    """The row of type ``t`` (a SpeculativeType or CustomType)."""
+    s = find(str(t.value))
+    if s is None:
+        raise KeyError(f"no speculative type {t.value!r} in the table")
+    return s
+
+
+def rows_of(config: Any) -> list[TypeSpec]:
+    """The rows of ``config``'s types, in priority order."""
+    return [s for s in TYPES if s.type in config.types]
+
+
+def register(spec: TypeSpec, before: str | None = None) -> None:
+    """Add a row (before the row named ``before``, else last); its type is then a ``spec_type`` name."""
+    global TYPES
+    if find(spec.name) is not None:
+        raise ValueError(f"speculative type {spec.name!r} is already in the table")
+    rows = list(TYPES)
+    at = next((i for i, s in enumerate(rows) if s.name == before), len(rows)) if before is not None else len(rows)
+    rows.insert(at, spec)
+    TYPES = tuple(rows)
+
+
+def unregister(name: str) -> None:
+    """Remove the row named ``name`` (one :func:`register` added)."""
+    global TYPES
+    TYPES = tuple(s for s in TYPES if s.name != name or isinstance(s.type, SpeculativeType))
+
+
+__all__ = ["BATCHED", "MEDIA_FEATURES", "MEDIA_MIRROR", "MEDIA_OWN", "MEDIA_TEXT", "NEEDS_DRAFT_MODEL",
+           "NEEDS_FEATURES", "NEEDS_NEXTN", "PER_SLOT", "TYPES", "CustomType", "DrafterArgs", "SpeculativeType",
+           "TypeSpec", "find", "prompt_lookup_drafter", "register", "rows_of", "spec_of", "table", "unregister"]
