@@ -52,6 +52,8 @@ REFERENCE_TOOLS = (
 )
 _LIB_PATTERN = re.compile(r"^lib.+\.so(\.\d+)*$|^.+\.(dylib|dll)$")
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+# libraries only llama.cpp's programs load (tools/*/CMakeLists.txt: llama-<tool>-impl), never packaged
+_TOOLS_ONLY = re.compile(r"^(lib)?llama-.+-impl[.-]")
 
 
 @dataclass(frozen=True)
@@ -358,12 +360,11 @@ def _stage_libraries(bin_dir: Path, lib_dir: Path) -> list[str]:
 
     lib_dir.mkdir(parents=True)
     staged: list[str] = []
-    wanted = _packaged_closure(bin_dir)
     for entry in sorted(bin_dir.iterdir()):
         if entry.is_symlink() or not entry.is_file() or not _LIB_PATTERN.match(entry.name):
             continue
-        if entry.name not in wanted:
-            continue  # a tools-only library (libllama-*-impl) of a tree shared with the reference tools
+        if _TOOLS_ONLY.match(entry.name):
+            continue  # built by the reference tools in a CMake tree several keys share
         name = entry.name
         if is_elf(entry):
             name = read_dynamic(entry).soname or entry.name
@@ -377,45 +378,6 @@ def _stage_libraries(bin_dir: Path, lib_dir: Path) -> list[str]:
     if not staged:
         raise NativeBuildError(f"the build produced no libraries in {bin_dir}")
     return staged
-
-
-def _target_file(bin_dir: Path, target: str) -> Path | None:
-    for name in (f"lib{target}.so", f"lib{target}.dylib", f"{target}.dll", f"lib{target}.dll"):
-        if (bin_dir / name).exists():
-            return (bin_dir / name).resolve()
-    return None
-
-
-def _needed(path: Path) -> tuple[str, ...]:
-    from ...common.elf import is_elf, read_dynamic
-
-    if is_elf(path):
-        return read_dynamic(path).needed
-    from llama_cpp._binfmt import read_dependencies
-
-    try:
-        deps = read_dependencies(path)
-    except ValueError:
-        return ()
-    return tuple(n.rsplit("/", 1)[-1] for n in deps.needed + deps.weak)
-
-
-def _packaged_closure(bin_dir: Path) -> set[str]:
-    """The real file names in ``bin_dir`` a wheel carries: the library targets, every backend
-    module, and the libraries of this tree they load (by NEEDED/import tables)."""
-    todo = [f for f in (_target_file(bin_dir, t) for t in LIBRARY_TARGETS) if f is not None]
-    todo += [e.resolve() for e in bin_dir.iterdir()
-             if re.match(r"^(lib)?ggml-.+\.(so|dll|dylib)$", e.name) and e.is_file()]
-    seen: set[str] = set()
-    while todo:
-        f = todo.pop()
-        if f.name in seen or not f.is_file():
-            continue
-        seen.add(f.name)
-        for dep in _needed(f):
-            if (bin_dir / dep).exists():
-                todo.append((bin_dir / dep).resolve())
-    return seen
 
 
 def _install_name(path: Path) -> str | None:

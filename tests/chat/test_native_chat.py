@@ -1,0 +1,185 @@
+"""The binding of libllama-cpp-ext (``llama_cpp._chat.native_chat``): errors, options, streaming."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from pathlib import Path
+
+import pytest
+
+from llama_cpp._errors import ClosedError, LlamaError, TemplateError
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATES = REPO / "vendor" / "llama.cpp" / "models" / "templates"
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The time in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def nc():
+    from llama_cpp._chat import native_chat
+
+    if not native_chat.available():
+        pytest.skip("libllama-cpp-ext is not in this native build")
+    return native_chat
+
+
+def _template(name: str) -> str:
+    path = TEMPLATES / name
+    if not path.is_file():
+        pytest.skip(f"{path} is not vendored")
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def qwen3(nc):
+    with nc.ChatTemplates(_template("Qwen-Qwen3-0.6B.jinja")) as t:
+        yield t
+
+
+def test_library_api_version(nc):
+    lib = nc.load_library()
+    assert lib.api_version() == nc.API_VERSION
+    assert lib.path.name.startswith(("libllama-cpp-ext", "llama-cpp-ext"))
+
+
+@pytest.mark.parametrize("source", ["{% for %}", "{{ unclosed", "{% if x %}no endif"])
+def test_a_broken_template_raises_instead_of_aborting(nc, source):
+    with pytest.raises(TemplateError) as exc:
+        nc.ChatTemplates(source).apply(ASK)
+    assert isinstance(exc.value, (ValueError, LlamaError))
+
+
+def test_no_template_and_no_model_is_refused(nc):
+    with pytest.raises(TemplateError, match="chat_template text or a model"):
+        nc.ChatTemplates()
+
+
+def test_bad_json_and_bad_inputs_come_back_as_errors(nc, qwen3):
+    lib = nc.load_library()
+    doc = lib.take_json(lib.apply(qwen3._handle, b"{not json"))
+    assert doc["kind"] == "json" and "error" in doc
+    doc = lib.take_json(lib.apply(qwen3._handle, b"[1, 2]"))
+    assert doc["kind"] == "invalid_argument"
+    doc = lib.take_json(lib.apply(None, b"{}"))
+    assert "NULL" in doc["error"]
+    with pytest.raises(TemplateError, match="messages"):
+        qwen3.apply([{"content": "no role"}])
+    with pytest.raises(TemplateError, match="tool_choice"):
+        qwen3.apply(ASK, tools=[WEATHER], tool_choice="sometimes")
+    with pytest.raises(TemplateError, match="reasoning_format"):
+        qwen3.apply(ASK, reasoning_format="verbose")
+    with pytest.raises(TemplateError, match="enable_thinking must be a boolean"):
+        qwen3.apply(ASK, chat_template_kwargs={"enable_thinking": "no"})
+
+
+def test_bad_parser_params_raise(nc):
+    with pytest.raises(nc.ChatParseError):
+        nc.parse_chat({"format": 999}, "x")
+    with pytest.raises(nc.ChatParseError):
+        nc.parse_chat({"format": 1, "parser": "not a parser"}, "x")
+
+
+def test_apply_renders_tools_and_the_generation_prompt(qwen3):
+    p = qwen3.apply(ASK, tools=[WEATHER], now=0)
+    assert "get_weather" in p.prompt and p.prompt.endswith("<|im_start|>assistant\n")
+    assert p.format_name.startswith("peg") and p.parser
+    assert p.grammar and p.grammar_lazy and p.grammar_triggers
+    assert p.supports_thinking and p.thinking_start_tag == "<think>" and p.thinking_end_tags == ("</think>",)
+
+
+def test_chat_template_kwargs_reach_the_template(qwen3):
+    thinking = qwen3.apply(ASK)
+    quiet = qwen3.apply(ASK, chat_template_kwargs={"enable_thinking": False})
+    assert not thinking.prompt.endswith("</think>\n\n")
+    assert quiet.prompt.endswith("<think>\n\n</think>\n\n") and not quiet.enable_thinking
+    assert qwen3.apply(ASK, reasoning_effort="none").prompt == quiet.prompt
+
+
+def test_tool_choice_none_required_and_named(qwen3):
+    auto = qwen3.apply(ASK, tools=[WEATHER, TIME])
+    none = qwen3.apply(ASK, tools=[WEATHER, TIME], tool_choice="none")
+    required = qwen3.apply(ASK, tools=[WEATHER, TIME], tool_choice="required")
+    named = qwen3.apply(ASK, tools=[WEATHER, TIME], tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert auto.grammar_lazy and not required.grammar_lazy and not none.grammar
+    assert "get_weather" not in named.grammar and "get-time" in named.grammar.replace("_", "-")
+    assert not named.grammar_lazy and named.tools_applied == 1
+    with pytest.raises(TemplateError, match="not among the tools"):
+        qwen3.apply(ASK, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}})
+
+
+def test_parse_tool_calls_and_reasoning(nc, qwen3):
+    p = qwen3.apply(ASK, tools=[WEATHER])
+    msg = nc.parse_chat(p, "<think>\nLet me check.\n</think>\n\n" + QWEN_CALL)
+    assert msg.reasoning_content.strip() == "Let me check."
+    assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == [("get_weather", {"city": "Paris"})]
+    oai = msg.to_openai()
+    assert oai["content"] is None and oai["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert oai["reasoning_content"].strip() == "Let me check."
+    # reasoning_format none (in the prompt, which builds the parser): thinking stays in the content
+    raw = nc.parse_chat(qwen3.apply(ASK, reasoning_format="none"), "<think>\nhm\n</think>\n\nHi!")
+    assert raw.content.startswith("<think>") and not raw.reasoning_content
+
+
+def test_tool_messages_round_trip_through_the_template(qwen3):
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    p = qwen3.apply(history, tools=[WEATHER])
+    assert '"city": "Paris"' in p.prompt and "<tool_response>\nsunny\n</tool_response>" in p.prompt
+
+
+def test_stream_deltas_name_first_then_arguments(nc, qwen3):
+    p = qwen3.apply(ASK, tools=[WEATHER])
+    ids = iter(["call_0", "call_1"])
+    stream = nc.ChatStreamParser(p, id_factory=lambda: next(ids))
+    text = "<think>\nLet me check.\n</think>\n\nSure.\n" + QWEN_CALL
+    deltas = []
+    for ch in text:
+        deltas += stream.feed(ch)
+    deltas += stream.finish()
+    reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
+    content = "".join(d.get("content", "") for d in deltas)
+    calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+    assert reasoning.strip() == "Let me check." and content.strip() == "Sure."
+    head = calls[0]
+    assert head == {"index": 0, "id": "call_0", "type": "function", "function": {"name": "get_weather"}}
+    assert all(set(c) == {"index", "function"} and set(c["function"]) == {"arguments"} for c in calls[1:])
+    assert json.loads("".join(c["function"]["arguments"] for c in calls[1:])) == {"city": "Paris"}
+    assert stream.message.tool_calls[0].id == "call_0"
+    stream.close()
+    with pytest.raises(ClosedError):
+        stream.feed("x")
+
+
+def test_compute_diffs_matches_llama_cpp_rules(nc):
+    a = nc.ChatMessage(content="Hel")
+    b = nc.ChatMessage(content="Hello", tool_calls=(nc.ToolCall("f", '{"x"', "1"),))
+    diffs = nc.compute_diffs(a, b)
+    assert [(d.content, d.index, d.name, d.arguments) for d in diffs] == [("lo", None, "", ""), ("", 0, "f", '{"x"')]
+    with pytest.raises(nc.ChatParseError):
+        nc.compute_diffs(b, a)
+
+
+def test_closed_templates_refuse(nc):
+    t = nc.ChatTemplates("{{ messages[0].content }}")
+    assert t.apply(ASK).prompt == "Weather in Paris?"
+    t.close()
+    t.close()
+    with pytest.raises(ClosedError):
+        t.apply(ASK)
+
+
+def test_a_model_pointer_is_required_to_be_non_null(nc):
+    with pytest.raises(TemplateError, match="NULL"):
+        nc.ChatTemplates(model=ctypes.c_void_p(None))
