@@ -201,6 +201,7 @@ def test_case(case: Case, templates, native_chat) -> None:
         if case.expect_reconstruction and not case.is_partial:
             parsed = parser.parse(data, is_partial=False)
             msg = case.expect.copy()
+            msg.role = msg.role or "assistant"
             msg.tool_calls = [(n, parsed.tool_calls[k].arguments if k < len(parsed.tool_calls) else a, i)
                               for k, (n, a, i) in enumerate(msg.tool_calls)]
             again = t.apply(messages + [msg.to_openai()], **{**opts, "add_generation_prompt": False})
@@ -227,18 +228,21 @@ CONVERSATION = [
 ]
 TOOL_CONVERSATION = CONVERSATION + [
     {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"id": "call00001", "type": "function",  # Mistral's templates want 9 alphanumerics
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "call00001", "content": "sunny"},
 ]
 
 
 @pytest.mark.skipif(not TEMPLATE_FILES, reason="vendor/llama.cpp/models/templates is not vendored")
 @pytest.mark.parametrize("path", TEMPLATE_FILES, ids=[p.stem for p in TEMPLATE_FILES])
 def test_every_template_applies(path: Path, native_chat) -> None:
+    """With and without tools; a tool call and its result rendered back where the template supports them."""
     with native_chat.ChatTemplates(path.read_text(encoding="utf-8"), bos_token="<s>", eos_token="</s>") as t:
         plain = t.apply(CONVERSATION, now=0)
         assert "Paris" in plain.prompt
         tools = t.apply(CONVERSATION, tools=[WEATHER], now=0)
         assert "Paris" in tools.prompt
-        history = t.apply(TOOL_CONVERSATION, tools=[WEATHER], now=0)
-        assert "sunny" in history.prompt
+        if t.caps.get("supports_tool_calls"):  # the others drop or refuse tool turns, as with llama-server
+            history = t.apply(TOOL_CONVERSATION, tools=[WEATHER], now=0)
+            assert "sunny" in history.prompt
