@@ -392,6 +392,20 @@ def extract(path: Path) -> list[Case]:
                     continue
                 except (Unsupported, IndexError, AssertionError):
                     ev.env.pop(name, None)
+        # common_chat_msg m;  m.role = "user";  (a message built field by field)
+        if tok.value == "common_chat_msg" and toks[i + 1].kind == "id" and toks[i + 2].value == ";":
+            ev.env[toks[i + 1].value] = Msg()
+            i += 3
+            continue
+        if tok.kind == "id" and isinstance(ev.env.get(tok.value), Msg) and toks[i + 1].value == "." \
+                and toks[i + 3].value == "=" and toks[i + 2].value in Msg.__dataclass_fields__:
+            try:
+                value, k = ev.expr(i + 4, (";",))
+                setattr(ev.env[tok.value], toks[i + 2].value, value)
+                i = k
+                continue
+            except Unsupported:
+                ev.env.pop(tok.value, None)
         # static std::vector<common_chat_tool> tools{ a, b };
         if tok.value == "std::vector" and toks[i + 1].value == "<" and toks[i + 2].value in (
                 "common_chat_tool", "common_chat_msg") and toks[i + 3].value == ">" and toks[i + 4].kind == "id" \
@@ -459,9 +473,13 @@ def _apply(case: Case, method: str, args: list[Any]) -> None:
             raise Unsupported(f"{method}({one!r})")
         case.params[method] = one[1]
     elif method == "tools":
-        if not isinstance(one, list) or not all(isinstance(t, Tool) for t in one):
+        if not isinstance(one, list):
+            raise Unsupported("tools() of a non-list")
+        # a tool is a named constant or written in place as {name, description, parameters}
+        tools = [t if isinstance(t, Tool) else _Eval.to_tool(t) if isinstance(t, list) else None for t in one]
+        if not all(tools):
             raise Unsupported("tools() of non-tools")
-        case.params["tools"] = one
+        case.params["tools"] = tools
     elif method == "messages":
         if not isinstance(one, list) or not all(isinstance(m, Msg) for m in one):
             raise Unsupported("messages() of non-messages")
