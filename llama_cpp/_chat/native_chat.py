@@ -271,7 +271,42 @@ class ChatMessage:
 
 # ----------------------------------------------------------------------------- templates
 
-class ChatTemplates:
+class _Owned:
+    """An object that owns one handle of the library, freed by ``close()`` (or when collected)."""
+
+    _lib: _Lib
+    _handle: int | None = None
+    _what = "object"
+
+    def _free(self, handle: int) -> None:
+        raise NotImplementedError
+
+    def _require(self) -> int:
+        if not self._handle:
+            from .._errors import ClosedError
+
+            raise ClosedError(f"the {self._what} was closed")
+        return self._handle
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle:
+            self._free(handle)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown
+            pass
+
+
+class ChatTemplates(_Owned):
     """A loaded chat template (``common_chat_templates``): from its text, or a model's own.
 
     ``model`` is a ``llama_model *`` (an int address or ctypes pointer, e.g. ``Llama.model``):
@@ -328,29 +363,10 @@ class ChatTemplates:
         doc = self._lib.take_json(self._lib.apply(handle, _dumps(inputs)))
         return ChatPrompt.from_json(_check(doc, TemplateError, "cannot apply the chat template"))
 
-    def _require(self) -> int:
-        if not self._handle:
-            from .._errors import ClosedError
+    _what = "chat templates"
 
-            raise ClosedError("ChatTemplates was closed")
-        return self._handle
-
-    def close(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle:
-            self._lib.templates_free(handle)
-
-    def __enter__(self) -> ChatTemplates:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001, S110 - interpreter shutdown
-            pass
+    def _free(self, handle: int) -> None:
+        self._lib.templates_free(handle)
 
 
 def _address(model: Any) -> int | None:
@@ -411,7 +427,7 @@ def _string_diff(last: str, current: str) -> str:
     return current[len(last):]
 
 
-class ChatParser:
+class ChatParser(_Owned):
     """A parser loaded once for many parses (``common_chat_parse`` with fixed parameters)."""
 
     def __init__(self, prompt: ChatPrompt | Mapping[str, Any], *, reasoning_format: str | None = None) -> None:
@@ -423,30 +439,15 @@ class ChatParser:
 
     def parse(self, text: str | bytes, *, is_partial: bool = False) -> ChatMessage:
         """Parse ``text`` (the output so far when ``is_partial``)."""
-        if not self._handle:
-            from .._errors import ClosedError
-
-            raise ClosedError("the chat parser was closed")
+        handle = self._require()
         data = text.encode("utf-8") if isinstance(text, str) else text
-        doc = self._lib.take_json(self._lib.parser_parse(self._handle, data, len(data), is_partial))
+        doc = self._lib.take_json(self._lib.parser_parse(handle, data, len(data), is_partial))
         return ChatMessage.from_json(_check(doc, ChatParseError, "cannot parse the model output"))
 
-    def close(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle:
-            self._lib.parser_free(handle)
+    _what = "chat parser"
 
-    def __enter__(self) -> ChatParser:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001, S110 - interpreter shutdown
-            pass
+    def _free(self, handle: int) -> None:
+        self._lib.parser_free(handle)
 
 
 class ChatStreamParser:
