@@ -183,3 +183,19 @@ def test_closed_templates_refuse(nc):
 def test_a_model_pointer_is_required_to_be_non_null(nc):
     with pytest.raises(TemplateError, match="NULL"):
         nc.ChatTemplates(model=ctypes.c_void_p(None))
+
+
+def test_the_smoke_stage_passes_on_this_build(nc, native_build, tmp_path):
+    """The release smoke's ``chat`` stage, on an installed-package layout over this native build."""
+    import argparse
+
+    from build_tools.stages.smoke import workload
+
+    pkg = tmp_path / "llama_cpp"
+    pkg.mkdir()
+    (pkg / "lib").symlink_to(Path(nc.load_library().path).parent, target_is_directory=True)
+    (pkg / "native-manifest.json").write_text((native_build.root / "native-manifest.json").read_text())
+    ctx = workload.Context(argparse.Namespace())
+    ctx.pkg = pkg
+    detail = workload.stage_chat(ctx)
+    assert "tool call and reasoning parsed" in detail and "libllama-cpp-ext" in detail

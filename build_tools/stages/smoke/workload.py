@@ -587,7 +587,7 @@ def stage_chat(ctx: Context) -> str:
             raise AssertionError(f"{mapped} is not the wheel's libllama-common")
     messages = [{"role": "user", "content": "Weather in Paris?"}]
     prompt = native_chat.apply_chat(messages, chat_template=CHAT_TEMPLATE, tools=[CHAT_TOOL], now=0)
-    if "get_weather" not in prompt.prompt or not prompt.prompt.endswith("<|im_start|>assistant\n<think>\n"):
+    if "get_weather" not in prompt.prompt or not prompt.prompt.endswith("<|im_start|>assistant\n<think>"):
         raise AssertionError(f"unexpected prompt {prompt.prompt!r}")
     raw = 'Paris, then.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     msg = native_chat.parse_chat(prompt, raw)
