@@ -253,6 +253,13 @@ class ChatMessage:
             tool_calls=tuple(ToolCall(t["name"], t["arguments"], t.get("id", "")) for t in d.get("tool_calls", ())),
         )
 
+    def with_ids(self, id_factory: Any = None) -> ChatMessage:
+        """The message with an id on every tool call (``id_factory()``, random by default, where the
+        format gave none), as llama-server returns it."""
+        make = id_factory or _random_id
+        calls = tuple(tc if tc.id else ToolCall(tc.name, tc.arguments, make()) for tc in self.tool_calls)
+        return ChatMessage(self.role, self.content, self.reasoning_content, calls)
+
     def is_empty(self) -> bool:
         return not (self.content or self.reasoning_content or self.tool_calls)
 

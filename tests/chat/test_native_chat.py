@@ -199,3 +199,58 @@ def test_the_smoke_stage_passes_on_this_build(nc, native_build, tmp_path):
     ctx.pkg = pkg
     detail = workload.stage_chat(ctx)
     assert "tool call and reasoning parsed" in detail and "libllama-cpp-ext" in detail
+
+
+def _completion(text: str, finish: str = "stop") -> dict:
+    return {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}}
+
+
+def _chunks(text: str, size: int = 3):
+    pieces = [text[i:i + size] for i in range(0, len(text), size)]
+    for k, piece in enumerate(pieces):
+        c = _completion(piece, "stop" if k == len(pieces) - 1 else None)
+        if k != len(pieces) - 1:
+            del c["usage"]
+        yield c
+
+
+def test_chat_response_parses_tool_calls_and_reasoning(nc, qwen3):
+    from llama_cpp._chat import native_completion as ncomp
+
+    p = qwen3.apply(ASK, tools=[WEATHER])
+    r = ncomp.chat_response(_completion("<think>\nhm\n</think>\n\n" + QWEN_CALL), p)
+    choice = r["choices"][0]
+    assert r["object"] == "chat.completion" and choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] is None and choice["message"]["reasoning_content"].strip() == "hm"
+    call = choice["message"]["tool_calls"][0]
+    assert call["type"] == "function" and call["id"] and json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    plain = ncomp.chat_response(_completion("<think>\nhm\n</think>\n\nIt is sunny.", "length"), p)
+    assert plain["choices"][0]["finish_reason"] == "length"
+    assert plain["choices"][0]["message"]["content"].strip() == "It is sunny."
+
+
+def test_chat_stream_yields_role_deltas_and_the_finish_reason(nc, qwen3):
+    from llama_cpp._chat import native_completion as ncomp
+
+    p = qwen3.apply(ASK, tools=[WEATHER])
+    out = list(ncomp.chat_stream(_chunks("<think>\nhm\n</think>\n\nOk. " + QWEN_CALL), p, id_factory=lambda: "c0"))
+    assert out[0]["choices"][0]["delta"] == {"role": "assistant"}
+    assert out[-1]["choices"][0]["finish_reason"] == "tool_calls" and out[-1]["usage"]["total_tokens"] == 8
+    deltas = [c["choices"][0]["delta"] for c in out[1:-1]]
+    calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+    assert calls[0]["id"] == "c0" and calls[0]["function"]["name"] == "get_weather"
+    assert json.loads("".join(c["function"].get("arguments", "") for c in calls)) == {"city": "Paris"}
+    assert "".join(d.get("content", "") for d in deltas).strip() == "Ok."
+
+
+def test_response_format_schema_reads_like_llama_server():
+    from llama_cpp._chat.native_completion import response_format_schema
+
+    assert response_format_schema(None) is None and response_format_schema({"type": "text"}) is None
+    assert response_format_schema({"type": "json_object"}) == {"type": "object"}
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert response_format_schema({"type": "json_schema", "json_schema": {"schema": schema}}) == schema
+    with pytest.raises(ValueError):
+        response_format_schema({"type": "xml"})

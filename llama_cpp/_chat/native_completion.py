@@ -1,0 +1,136 @@
+"""Chat completions through llama.cpp's own chat layer (:mod:`.native_chat`), as llama-server makes them.
+
+The model's template renders the conversation with its tools; the model's raw output is parsed by
+the template's parser into ``content``, ``reasoning_content`` and ``tool_calls`` (finish reason
+``"tool_calls"`` when it called one); streamed, each chunk carries the OpenAI ``delta`` of what the
+output so far adds (a call's index, id and name first, then its arguments in pieces).
+
+:func:`chat_response` and :func:`chat_stream` turn completions (``create_completion`` results) into
+chat completions; :func:`create_chat_completion` runs the whole request on a ``Llama``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from .native_chat import ChatParseError, ChatPrompt, ChatStreamParser, ChatTemplates, parse_chat
+
+log = logging.getLogger("llama_cpp.chat")
+
+
+def _base(c: Mapping[str, Any], obj: str) -> dict[str, Any]:
+    return {"id": "chat" + c["id"], "object": obj, "created": c["created"], "model": c["model"]}
+
+
+def chat_response(completion: Mapping[str, Any], prompt: ChatPrompt, *, reasoning_format: str | None = None,
+                  id_factory: Any = None) -> dict[str, Any]:
+    """A ``chat.completion`` from a finished completion of ``prompt``: the output parsed. Output
+    that does not match the format (a cut-off call, say) is parsed as a partial output instead."""
+    choice = completion["choices"][0]
+    text = choice["text"]
+    try:
+        msg = parse_chat(prompt, text, reasoning_format=reasoning_format)
+    except ChatParseError as exc:
+        log.warning("model output does not match the %s chat format (%s): parsed as partial output",
+                    prompt.format_name, exc)
+        msg = parse_chat(prompt, text, is_partial=True, reasoning_format=reasoning_format)
+    msg = msg.with_ids(id_factory)
+    finish = "tool_calls" if msg.tool_calls else choice["finish_reason"]
+    return {**_base(completion, "chat.completion"),
+            "choices": [{"index": 0, "message": msg.to_openai(), "logprobs": None, "finish_reason": finish}],
+            "usage": completion.get("usage")}
+
+
+def chat_stream(chunks: Iterator[Mapping[str, Any]], prompt: ChatPrompt, *, reasoning_format: str | None = None,
+                id_factory: Any = None) -> Iterator[dict[str, Any]]:
+    """``chat.completion.chunk`` objects for a streamed completion of ``prompt``: the role, the
+    deltas of each step, then the finish reason (``"tool_calls"`` after a call) with the usage."""
+    parser = ChatStreamParser(prompt, reasoning_format=reasoning_format, id_factory=id_factory)
+    first = True
+    try:
+        for c in chunks:
+            choice = c["choices"][0]
+            base = _base(c, "chat.completion.chunk")
+            if first:
+                yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None,
+                                            "logprobs": None}]}
+                first = False
+            deltas = parser.feed(choice["text"]) if choice["text"] else []
+            if choice["finish_reason"] is not None:
+                try:
+                    deltas += parser.finish()
+                except ChatParseError as exc:
+                    log.warning("model output does not match the %s chat format (%s)", prompt.format_name, exc)
+            for delta in deltas:
+                yield {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}]}
+            if choice["finish_reason"] is not None:
+                reason = "tool_calls" if parser.message.tool_calls else choice["finish_reason"]
+                last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
+                if "usage" in c:
+                    last["usage"] = c["usage"]
+                yield last
+    finally:
+        parser.close()
+
+
+def response_format_schema(response_format: Mapping[str, Any] | None) -> Any:
+    """The JSON schema an OpenAI ``response_format`` asks for (None for text), as llama-server reads it."""
+    if not response_format:
+        return None
+    kind = response_format.get("type")
+    if kind == "json_object":
+        return response_format.get("schema") or {"type": "object"}
+    if kind == "json_schema":
+        wrapper = response_format.get("json_schema") or {}
+        return wrapper.get("schema", {"type": "object"}) if isinstance(wrapper, Mapping) else wrapper
+    if kind not in (None, "text"):
+        raise ValueError(f"unsupported response_format type {kind!r}")
+    return None
+
+
+def create_chat_completion(llama: Any, templates: ChatTemplates, messages: Sequence[Mapping[str, Any]], *,
+                           tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: Any = None,
+                           parallel_tool_calls: bool | None = None, response_format: Mapping[str, Any] | None = None,
+                           chat_template_kwargs: Mapping[str, Any] | None = None, reasoning_format: str = "auto",
+                           reasoning_effort: str | None = None, stream: bool = False, stop: str | list[str] | None = None,
+                           grammar: Any = None, **completion_kwargs: Any) -> Any:
+    """Render with the model's template, generate with ``llama.create_completion`` and parse.
+
+    A tool choice of ``"required"`` or a named tool, and a ``response_format``, constrain the output
+    with the template's grammar; with ``"auto"`` the grammar would be lazy (triggered by the
+    format's call marker), which this path leaves to the parser (phase 1: the output is parsed, not
+    constrained).
+    """
+    prompt = templates.apply(
+        messages, tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+        json_schema=response_format_schema(response_format), grammar=grammar if isinstance(grammar, str) else None,
+        chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
+        reasoning_effort=reasoning_effort)
+    stops = list(prompt.additional_stops)
+    if stop:
+        stops += [stop] if isinstance(stop, str) else list(stop)
+    use_grammar = grammar if grammar is not None and not isinstance(grammar, str) else None
+    if prompt.grammar and not prompt.grammar_lazy:
+        use_grammar = prompt.grammar
+    elif prompt.grammar_lazy:
+        log.debug("%s: lazy tool-call grammar not applied (triggers %s); the output is parsed",
+                  prompt.format_name, [t.value for t in prompt.grammar_triggers])
+    tokens = llama.tokenize(prompt.prompt.encode("utf-8"), add_bos=not _starts_with_bos(llama, prompt.prompt),
+                            special=True)
+    completion = llama.create_completion(tokens, stream=stream, stop=stops, grammar=use_grammar, **completion_kwargs)
+    if stream:
+        return chat_stream(completion, prompt)
+    return chat_response(completion, prompt)
+
+
+def _starts_with_bos(llama: Any, text: str) -> bool:
+    try:
+        bos = llama.detokenize([llama.token_bos()], special=True).decode("utf-8", "replace")
+    except Exception:  # noqa: BLE001 - a vocabulary without BOS
+        return False
+    return bool(bos) and text.startswith(bos)
+
+
+__all__ = ["chat_response", "chat_stream", "create_chat_completion", "response_format_schema"]
