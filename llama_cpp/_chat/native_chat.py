@@ -53,7 +53,7 @@ class _Lib:
         try:
             self.cdll = ctypes.CDLL(str(path))
         except OSError as exc:
-            from .. import _loader
+            from .._native import loader as _loader
 
             raise LibraryLoadError(f"cannot load {path}: {_loader.explain_dlerror(str(exc), path)}") from exc
         vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
@@ -106,7 +106,7 @@ def _candidate_names() -> list[str]:
 def library_path() -> Path:
     """Where ``libllama-cpp-ext`` is: beside the other native libraries (``llama_cpp/lib`` or
     ``$LLAMA_CPP_LIB_PATH``)."""
-    from .. import _loader
+    from .._native import loader as _loader
 
     directory = _loader.lib_dir()
     for name in _candidate_names():
@@ -125,7 +125,7 @@ def load_library() -> _Lib:
         return _lib
     with _lib_lock:
         if _lib is None:
-            from .. import _loader
+            from .._native import loader as _loader
 
             _loader.load()  # libllama and the DLL search path first; the library finds them beside itself
             _lib = _Lib(library_path())
