@@ -73,7 +73,7 @@ LLAMA3_INSTRUCT_CHAT_TEMPLATE = (
 
 
 def _register_builtins() -> None:
-    from ._chat import tools
+    from ._chat import native_completion, tools
 
     reg = LlamaChatCompletionHandlerRegistry()
     for name, fn in _formats.FORMATS.items():
@@ -82,6 +82,8 @@ def _register_builtins() -> None:
     reg.register_chat_completion_handler("functionary-v1", tools.functionary_v1_v2_chat_handler, overwrite=True)
     reg.register_chat_completion_handler("functionary-v2", tools.functionary_v1_v2_chat_handler, overwrite=True)
     reg.register_chat_completion_handler("chatml-function-calling", tools.chatml_function_calling, overwrite=True)
+    # llama.cpp's own chat layer (libllama-cpp-ext): the model's template, tool calls and reasoning parsed
+    reg.register_chat_completion_handler("llama-cpp", native_completion.NativeChatHandler(), overwrite=True)
 
 
 _register_builtins()

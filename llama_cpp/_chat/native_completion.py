@@ -95,7 +95,7 @@ def create_chat_completion(llama: Any, templates: ChatTemplates, messages: Seque
                            parallel_tool_calls: bool | None = None, response_format: Mapping[str, Any] | None = None,
                            chat_template_kwargs: Mapping[str, Any] | None = None, reasoning_format: str = "auto",
                            reasoning_effort: str | None = None, stream: bool = False, stop: str | list[str] | None = None,
-                           grammar: Any = None, **completion_kwargs: Any) -> Any:
+                           grammar: Any = None, special_in_content: bool = False, **completion_kwargs: Any) -> Any:
     """Render with the model's template, generate with ``llama.create_completion`` and parse.
 
     A tool choice of ``"required"`` or a named tool, and a ``response_format``, constrain the output
@@ -113,24 +113,79 @@ def create_chat_completion(llama: Any, templates: ChatTemplates, messages: Seque
         stops += [stop] if isinstance(stop, str) else list(stop)
     use_grammar = grammar if grammar is not None and not isinstance(grammar, str) else None
     if prompt.grammar and not prompt.grammar_lazy:
-        use_grammar = prompt.grammar
+        from ..llama_grammar import LlamaGrammar
+
+        use_grammar = LlamaGrammar.from_string(prompt.grammar)
+        use_grammar.prefill = prompt.generation_prompt  # the grammar starts with it; the prompt ends with it
     elif prompt.grammar_lazy:
         log.debug("%s: lazy tool-call grammar not applied (triggers %s); the output is parsed",
                   prompt.format_name, [t.value for t in prompt.grammar_triggers])
-    tokens = llama.tokenize(prompt.prompt.encode("utf-8"), add_bos=not _starts_with_bos(llama, prompt.prompt),
-                            special=True)
+    from .handler import prompt_tokens
+
+    # llama.cpp leaves BOS out of the prompt where the vocabulary adds it; message content stays text
+    render_opts = {"tools": tools, "tool_choice": tool_choice, "parallel_tool_calls": parallel_tool_calls,
+                   "chat_template_kwargs": chat_template_kwargs, "reasoning_effort": reasoning_effort}
+    tokens = prompt_tokens(llama, prompt.prompt, messages, added_special=False, special_in_content=special_in_content,
+                           render=lambda ms: templates.apply(ms, **render_opts).prompt)
     completion = llama.create_completion(tokens, stream=stream, stop=stops, grammar=use_grammar, **completion_kwargs)
     if stream:
-        return chat_stream(completion, prompt)
-    return chat_response(completion, prompt)
+        return chat_stream(completion, prompt, reasoning_format=reasoning_format)
+    return chat_response(completion, prompt, reasoning_format=reasoning_format)
 
 
-def _starts_with_bos(llama: Any, text: str) -> bool:
-    try:
-        bos = llama.detokenize([llama.token_bos()], special=True).decode("utf-8", "replace")
-    except Exception:  # noqa: BLE001 - a vocabulary without BOS
-        return False
-    return bool(bos) and text.startswith(bos)
+_COMPLETION_KEYS = frozenset({
+    "max_tokens", "temperature", "top_p", "min_p", "typical_p", "frequency_penalty", "presence_penalty",
+    "repeat_penalty", "top_k", "seed", "tfs_z", "mirostat_mode", "mirostat_tau", "mirostat_eta", "model",
+    "stopping_criteria", "logits_processor", "logit_bias"})
 
 
-__all__ = ["chat_response", "chat_stream", "create_chat_completion", "response_format_schema"]
+class NativeChatHandler:
+    """A chat handler (``Llama(chat_handler=NativeChatHandler())``, or ``chat_format="llama-cpp"``)
+    that chats through llama.cpp's own chat layer: the model's template renders tools and tool
+    results, and the output comes back with ``message.tool_calls`` and ``reasoning_content``.
+
+    ``chat_template_kwargs`` (e.g. ``{"enable_thinking": False}``) and ``reasoning_format`` apply to
+    every request; a template text replaces the model's own.
+    """
+
+    def __init__(self, chat_template: str | None = None, *, chat_template_kwargs: Mapping[str, Any] | None = None,
+                 reasoning_format: str = "auto", parallel_tool_calls: bool | None = None) -> None:
+        self.chat_template = chat_template
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.reasoning_format = reasoning_format
+        self.parallel_tool_calls = parallel_tool_calls
+        self._templates: dict[int, ChatTemplates] = {}
+
+    def templates_for(self, llama: Any) -> ChatTemplates:
+        """The templates of ``llama``'s model (loaded once per model)."""
+        model = llama.model
+        key = id(model)
+        t = self._templates.get(key)
+        if t is None:
+            bos = model.token_text(model.token_bos()) if model.token_bos() >= 0 else ""
+            eos = model.token_text(model.token_eos()) if model.token_eos() >= 0 else ""
+            t = ChatTemplates(self.chat_template, model=model, bos_token=bos, eos_token=eos)
+            self._templates = {key: t}  # one model at a time: a handler moved to another Llama reloads
+        return t
+
+    def __call__(self, *, llama: Any, messages: Sequence[Mapping[str, Any]], functions: Any = None,
+                 function_call: Any = None, tools: Any = None, tool_choice: Any = None, stream: bool = False,
+                 stop: str | list[str] | None = None, response_format: Any = None, grammar: Any = None,
+                 special_in_content: bool = False, chat_template_kwargs: Mapping[str, Any] | None = None,
+                 **kwargs: Any) -> Any:
+        if functions and not tools:
+            tools = [{"type": "function", "function": f} for f in functions]
+            if isinstance(function_call, dict):
+                tool_choice = {"type": "function", "function": {"name": function_call["name"]}}
+        if isinstance(tool_choice, str) and tool_choice not in ("auto", "none", "required"):
+            tool_choice = {"type": "function", "function": {"name": tool_choice}}  # a bare tool name
+        kwargs_ = {k: v for k, v in kwargs.items() if k in _COMPLETION_KEYS}
+        return create_chat_completion(
+            llama, self.templates_for(llama), messages, tools=tools or None, tool_choice=tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls, response_format=response_format,
+            chat_template_kwargs={**self.chat_template_kwargs, **(chat_template_kwargs or {})} or None,
+            reasoning_format=self.reasoning_format, stream=stream, stop=stop, grammar=grammar,
+            special_in_content=special_in_content, **kwargs_)
+
+
+__all__ = ["NativeChatHandler", "chat_response", "chat_stream", "create_chat_completion", "response_format_schema"]

@@ -254,3 +254,82 @@ def test_response_format_schema_reads_like_llama_server():
     assert response_format_schema({"type": "json_schema", "json_schema": {"schema": schema}}) == schema
     with pytest.raises(ValueError):
         response_format_schema({"type": "xml"})
+
+
+UNIT = {"type": "function", "function": {
+    "name": "get_unit", "description": "Pick a unit",
+    "parameters": {"type": "object", "properties": {"unit": {"type": "string", "enum": ["c", "f"]}},
+                   "required": ["unit"]}}}
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(nc):
+    from build_tools.fixtures import fixture_path
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(fixture_path("llama_bpe")), n_ctx=1024, verbose=False, chat_format="llama-cpp")
+    yield llm
+    llm.close()
+
+
+def test_a_llama_chats_through_the_native_layer_with_a_named_tool(nc, tiny_llama, monkeypatch):
+    """The handler's request to the model: its template's prompt, the tool grammar advanced past the
+    generation prompt, and the output parsed (the tiny model's own output is random: it is stood in
+    for by a canned one, after the real generation ran under the grammar)."""
+    from llama_cpp._chat.native_completion import NativeChatHandler
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+    # the fixture's ChatML template has no tools: a Qwen 3 template text replaces it
+    handler = NativeChatHandler(_template("Qwen-Qwen3-0.6B.jinja"), chat_template_kwargs={"enable_thinking": False})
+    monkeypatch.setattr(tiny_llama, "chat_handler", handler)
+    seen = {}
+    real = tiny_llama.create_completion
+    canned = '<tool_call>\n{"name": "get_unit", "arguments": {"unit": "c"}}\n</tool_call>'
+
+    def create_completion(prompt, **kw):
+        seen.update(kw, prompt=prompt)
+        out = real(prompt, **{**kw, "stream": False})  # generation under the grammar runs for real
+        assert out["choices"][0]["finish_reason"] in ("stop", "length")
+        if kw.get("stream"):
+            return iter([{**out, "choices": [{**out["choices"][0], "text": canned, "finish_reason": "stop"}]}])
+        out["choices"][0]["text"] = canned
+        return out
+
+    monkeypatch.setattr(tiny_llama, "create_completion", create_completion)
+    r = tiny_llama.create_chat_completion(ASK, tools=[WEATHER, UNIT], tool_choice="get_unit", max_tokens=8, seed=1)
+    grammar = seen["grammar"]
+    assert isinstance(grammar, LlamaGrammar) and "get-unit" in grammar.grammar.replace("_", "-")
+    assert grammar.prefill == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert tiny_llama.detokenize(seen["prompt"][-8:], special=True).decode().endswith("</think>\n\n")
+    choice = r["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    call = choice["message"]["tool_calls"][0]
+    assert call["function"]["name"] == "get_unit" and json.loads(call["function"]["arguments"]) == {"unit": "c"}
+    chunks = list(tiny_llama.create_chat_completion(ASK, tools=[UNIT], tool_choice="required", max_tokens=8,
+                                                    seed=1, stream=True))
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks if "tool_calls" in c["choices"][0]["delta"]]
+    assert calls[0]["function"]["name"] == "get_unit" and calls[0]["id"]
+    assert json.loads("".join(c["function"].get("arguments", "") for c in calls)) == {"unit": "c"}
+    # without tools the template's plain chat comes back as content
+    monkeypatch.setattr(tiny_llama, "create_completion", real)
+    plain = tiny_llama.create_chat_completion(ASK, max_tokens=4, seed=1)["choices"][0]
+    assert plain["message"]["role"] == "assistant" and "tool_calls" not in plain["message"]
+
+
+def test_chat_format_llama_cpp_selects_the_native_handler(tiny_llama):
+    from llama_cpp._chat.native_completion import NativeChatHandler
+
+    assert isinstance(tiny_llama.chat_handler, NativeChatHandler)
+    r = tiny_llama.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=4, seed=1)
+    assert r["choices"][0]["message"]["role"] == "assistant" and "tool_calls" not in r["choices"][0]["message"]
+
+
+def test_a_grammar_prefill_advances_it_past_text_already_in_the_prompt(tiny_llama):
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+    g = LlamaGrammar.from_string('root ::= "<|im_start|>assistant\\n" "yes"')
+    g.prefill = "<|im_start|>assistant\n"
+    out = tiny_llama.create_completion("hi", grammar=g, max_tokens=4)["choices"][0]["text"]
+    assert out == "yes"
