@@ -12,10 +12,12 @@ chat completions; :func:`create_chat_completion` runs the whole request on a ``L
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from .native_chat import ChatParseError, ChatPrompt, ChatStreamParser, ChatTemplates, parse_chat
+from .._errors import LlamaError
+from .native_chat import ChatParseError, ChatPrompt, ChatStreamParser, ChatTemplates, available, parse_chat
 
 log = logging.getLogger("llama_cpp.chat")
 
@@ -188,4 +190,30 @@ class NativeChatHandler:
             special_in_content=special_in_content, **kwargs_)
 
 
-__all__ = ["NativeChatHandler", "chat_response", "chat_stream", "create_chat_completion", "response_format_schema"]
+_FOR_TOOLS: weakref.WeakKeyDictionary[Any, NativeChatHandler | None] = weakref.WeakKeyDictionary()
+
+
+def native_tools_handler(llama: Any) -> NativeChatHandler | None:
+    """The handler ``Llama.create_chat_completion`` sends a request with tools to: llama.cpp's chat
+    layer when no ``chat_format`` is named, the library is here and the model's own template knows
+    tools (as llama-server serves it); None keeps the Python path. Decided once per ``Llama``."""
+    if getattr(llama, "chat_format", None) is not None:
+        return None
+    try:
+        return _FOR_TOOLS[llama]
+    except KeyError:
+        pass
+    handler = None
+    if available() and llama.model.chat_template():
+        candidate = NativeChatHandler()
+        try:
+            if candidate.templates_for(llama).caps.get("supports_tool_calls"):
+                handler = candidate
+        except LlamaError as exc:
+            log.info("llama.cpp's chat layer cannot load this model's template (%s): tools use the Python path", exc)
+    _FOR_TOOLS[llama] = handler
+    return handler
+
+
+__all__ = ["NativeChatHandler", "chat_response", "chat_stream", "create_chat_completion", "native_tools_handler",
+           "response_format_schema"]

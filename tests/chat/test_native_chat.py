@@ -333,3 +333,34 @@ def test_a_grammar_prefill_advances_it_past_text_already_in_the_prompt(tiny_llam
     g.prefill = "<|im_start|>assistant\n"
     out = tiny_llama.create_completion("hi", grammar=g, max_tokens=4)["choices"][0]["text"]
     assert out == "yes"
+
+
+def test_tools_go_to_the_native_layer_only_where_the_model_s_template_knows_tools(nc, monkeypatch):
+    from build_tools.fixtures import fixture_path
+    from llama_cpp import Llama
+    from llama_cpp._chat import native_completion as ncomp
+
+    llm = Llama(model_path=str(fixture_path("llama_bpe")), n_ctx=512, verbose=False)
+    try:
+        assert ncomp.native_tools_handler(llm) is None  # its ChatML template has no tools: the Python path
+        r = llm.create_chat_completion(ASK, tools=[UNIT], tool_choice="get_unit", max_tokens=16, seed=1)
+        assert r["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_unit"
+        # a model whose template knows tools (a Qwen 3 template standing in for the GGUF's) goes native
+        qwen = nc.ChatTemplates(_template("Qwen-Qwen3-0.6B.jinja"))
+        monkeypatch.setattr(ncomp.NativeChatHandler, "templates_for", lambda self, llama: qwen)
+        monkeypatch.setattr(ncomp, "_FOR_TOOLS", type(ncomp._FOR_TOOLS)())
+        assert isinstance(ncomp.native_tools_handler(llm), ncomp.NativeChatHandler)
+        seen = {}
+        real = ncomp.create_chat_completion
+        monkeypatch.setattr(ncomp, "create_chat_completion", lambda *a, **k: seen.update(k) or real(*a, **k))
+        r = llm.create_chat_completion(ASK, tools=[UNIT], max_tokens=4, seed=1)
+        assert seen["tools"] == [UNIT] and r["object"] == "chat.completion"
+        plain = llm.create_chat_completion(ASK, max_tokens=2, seed=1)  # no tools: the Python path, as before
+        assert plain["object"] == "chat.completion" and len(seen) and "tool_calls" not in plain["choices"][0]["message"]
+        named = Llama(model_path=str(fixture_path("llama_bpe")), n_ctx=256, verbose=False, chat_format="chatml")
+        try:
+            assert ncomp.native_tools_handler(named) is None  # a named chat_format keeps its own path
+        finally:
+            named.close()
+    finally:
+        llm.close()
