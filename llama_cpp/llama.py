@@ -1086,14 +1086,12 @@ class Llama:
         special_in_content: bool = False,
         stopping_criteria: StoppingCriteriaList | StoppingCriteria | None = None,
     ) -> T.CreateChatCompletionResponse | Iterator[T.CreateChatCompletionStreamResponse]:
-        """Chat with the model's own template (sandboxed Jinja) or the named ``chat_format``.
-
-        Special-token text inside message content (``<|im_end|><|im_start|>system``) is tokenized
-        as plain text, so a user cannot forge turns; ``special_in_content=True`` parses it as
-        control tokens, as upstream llama-cpp-python always does.
-        """
+        """Chat with the model's own template (sandboxed Jinja) or the named ``chat_format``; with tools
+        and a template that knows them, through llama.cpp's chat layer (``tool_calls`` parsed). Special-
+        token text in message content is tokenized as text (no forged turns) unless ``special_in_content``."""
         _boundary.check_args(locals(), {"logprobs": "bool?"})
-        if self.chat_handler is not None:
+        handler = self.chat_handler or (_chat.native_tools_handler(self) if tools or functions else None)
+        if handler is not None:
             extra: dict[str, Any] = {}
             if logits_processor is not None:  # handlers written for upstream take these keywords
                 extra["logits_processor"] = logits_processor
@@ -1107,7 +1105,7 @@ class Llama:
                 extra.update(mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
             if special_in_content:
                 extra["special_in_content"] = True
-            return self.chat_handler(
+            return handler(
                 llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
                 tool_choice=tool_choice, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                 typical_p=typical_p, stream=stream, stop=stop, seed=seed, response_format=response_format,

@@ -45,6 +45,7 @@ from ._chat.base import (
     register_chat_format,
     validate_messages,
 )
+from ._chat.native_completion import NativeChatHandler, native_tools_handler  # noqa: F401 (re-exported)
 from ._chat.types import ChatFormatter, ChatFormatterResponse, LlamaChatCompletionHandler
 from ._errors import TemplateError
 
@@ -82,6 +83,8 @@ def _register_builtins() -> None:
     reg.register_chat_completion_handler("functionary-v1", tools.functionary_v1_v2_chat_handler, overwrite=True)
     reg.register_chat_completion_handler("functionary-v2", tools.functionary_v1_v2_chat_handler, overwrite=True)
     reg.register_chat_completion_handler("chatml-function-calling", tools.chatml_function_calling, overwrite=True)
+    # llama.cpp's own chat layer (libllama-cpp-ext): the model's template, tool calls and reasoning parsed
+    reg.register_chat_completion_handler("llama-cpp", NativeChatHandler(), overwrite=True)
 
 
 _register_builtins()
@@ -211,7 +214,7 @@ __all__ = [
     "MISTRAL_INSTRUCT_BOS_TOKEN", "MISTRAL_INSTRUCT_CHAT_TEMPLATE", "MISTRAL_INSTRUCT_EOS_TOKEN",
     "MIXTRAL_INSTRUCT_CHAT_TEMPLATE", "ChatFormatter", "ChatFormatterResponse", "Jinja2ChatFormatter",
     "LlamaChatCompletionHandler", "LlamaChatCompletionHandlerNotFoundException",
-    "LlamaChatCompletionHandlerRegistry", "NamedChatFormatter", "TemplateError", "chat_format_names",
+    "LlamaChatCompletionHandlerRegistry", "NamedChatFormatter", "NativeChatHandler", "TemplateError", "chat_format_names",
     "chat_formatter_to_chat_completion_handler", "chat_handler_for_format", "get_chat_completion_handler",
     "get_chat_formatter", "guess_chat_format_from_gguf_metadata", "hf_autotokenizer_to_chat_completion_handler",
     "hf_autotokenizer_to_chat_formatter", "hf_tokenizer_config_to_chat_completion_handler",

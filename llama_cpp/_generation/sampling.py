@@ -178,6 +178,10 @@ def grammar_sampler(model: LlamaModel, grammar: None | str | LlamaGrammar) -> Ll
     s = LlamaSampler()
     try:
         s.add_grammar(model, g.grammar, g.root)
+        # a chat format's grammar spans its generation prompt, already in the prompt: advance past it
+        # (llama.cpp's common_sampler prefills output-format grammars the same way)
+        for tok in model.tokenize(getattr(g, "prefill", "").encode("utf-8"), add_special=False, parse_special=True):
+            s.accept(tok)
     except BaseException:
         s.close()
         raise

@@ -26,6 +26,12 @@ endif()
 add_library(mtmd SHARED mtmd.c)
 set_target_properties(mtmd PROPERTIES VERSION 0.5.0 SOVERSION 0)
 target_link_libraries(mtmd PRIVATE llama)
+add_library(llama-common SHARED common.c)
+set_target_properties(llama-common PROPERTIES VERSION 0.5.0 SOVERSION 0)
+target_link_libraries(llama-common PRIVATE llama)
+add_library(llama-cpp-ext SHARED ext.c)
+target_link_libraries(llama-cpp-ext PRIVATE llama-common)
+add_library(llama-completion-impl SHARED impl.c)
 """
 
 
@@ -41,4 +47,7 @@ def make_fake_tree(root: Path, flavour: str = "a") -> VendoredTree:
         "const char *ggml_base_flavour(void);\nint llama_fake(void) { return ggml_base_flavour()[0]; }\n"
     )
     (root / "mtmd.c").write_text("int llama_fake(void);\nint mtmd_fake(void) { return llama_fake(); }\n")
+    (root / "common.c").write_text("int llama_fake(void);\nint common_fake(void) { return llama_fake(); }\n")
+    (root / "ext.c").write_text("int common_fake(void);\nint llama_cpp_ext_api_version(void) { return common_fake(); }\n")
+    (root / "impl.c").write_text("int tool_impl(void) { return 0; }\n")  # a tools-only library
     return VendoredTree(root, tree_hash(root), f"path:{root}", "0" * 40, 1)

@@ -66,7 +66,8 @@ def test_build_then_cache_hit_without_compiler(empty_cache, tmp_path, toolchain,
     first = native.build(p)
     assert not first.reused
     names = sorted(lib.name for lib in first.manifest.libraries)
-    assert names == ["libggml-base.so.0", "libggml-cpu.so", "libllama.so.0", "libmtmd.so.0"]
+    assert names == ["libggml-base.so.0", "libggml-cpu.so", "libllama-common.so.0", "libllama-cpp-ext.so",
+                     "libllama.so.0", "libmtmd.so.0"]
     assert first.manifest.backends == ("cpu",)
     llama = first.manifest.library("libllama.so.0")
     assert llama.soname == "libllama.so.0" and llama.runpath == ("$ORIGIN",) and "libggml-base.so.0" in llama.needed
@@ -181,3 +182,34 @@ def test_same_key_gives_same_bytes_in_any_location(tmp_path, toolchain, monkeypa
     assert [(lib.name, lib.sha256) for lib in a.manifest.libraries] == \
         [(lib.name, lib.sha256) for lib in b.manifest.libraries]
     assert str(tmp_path).encode() not in (a.lib_dir / "libggml-base.so.0").read_bytes()
+
+
+def test_the_chat_extension_is_in_the_key_but_not_in_the_cmake_tree(tmp_path, toolchain, monkeypatch):
+    p = _plan(make_fake_tree(tmp_path / "a"), toolchain)
+    assert p.key_inputs["extensions"] == {native.EXT_NAME: native.ext_sources_sha256()}
+    changed = dataclasses.replace(p, ext_sha256="0" * 64)
+    assert changed.key != p.key and changed.build_dir == p.build_dir  # only the shim recompiles
+    assert p.extra_defines["CMAKE_PROJECT_llama.cpp_INCLUDE"].endswith("cmake/chat_shim/inject.cmake")
+    other = _plan(make_fake_tree(tmp_path / "b", flavour="b"), toolchain)
+    assert other.build_dir != p.build_dir  # llama.cpp's sources are in both
+    # the sources' hash covers every file of the folder
+    src = tmp_path / "shim"
+    src.mkdir()
+    (src / "x.cpp").write_text("a")
+    before = native.ext_sources_sha256(src)
+    (src / "x.cpp").write_text("b")
+    assert native.ext_sources_sha256(src) != before
+
+
+def test_a_new_extension_key_reuses_the_tree_without_reconfiguring(empty_cache, tmp_path, toolchain):
+    p = _plan(make_fake_tree(tmp_path / "src"), toolchain)
+    first = native.build(p)
+    # the reference tools' libraries land in the shared tree; a later key must not package them
+    subprocess.run(["cmake", "--build", str(p.build_dir), "--target", "llama-completion-impl"], check=True,
+                   capture_output=True)
+    second = native.build(dataclasses.replace(p, ext_sha256="1" * 64))
+    assert second.root != first.root and not second.reused and second.build_dir == first.build_dir
+    log = (second.root / "build.log").read_text()
+    assert " -S " not in log  # configured once, by the first key
+    assert sorted(x.name for x in second.manifest.libraries) == sorted(x.name for x in first.manifest.libraries)
+    assert not any("impl" in x.name for x in second.manifest.libraries)

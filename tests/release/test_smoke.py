@@ -122,8 +122,8 @@ def test_gpu_bundle_runs_on_the_cpu(built, smoke_interpreter, models, tmp_path, 
                           env=env, check=False)
     assert result.is_file(), proc.stdout + proc.stderr
     stages = json.loads(result.read_text())["stages"]
-    assert list(stages) == ["import", "libraries", "backends", "generation", "embedding", "mtp"]
-    for name in ("import", "libraries", "backends", "generation", "embedding"):
+    assert list(stages) == ["import", "libraries", "chat", "backends", "generation", "embedding", "mtp"]
+    for name in ("import", "libraries", "chat", "backends", "generation", "embedding"):
         assert stages[name]["status"] == "pass", f"{name}: {stages[name]}\n{proc.stdout}"
     assert "allowed by --allow-cpu" in stages["backends"]["detail"]
     why = _mtp_ready()

@@ -22,7 +22,7 @@ from build_tools.stages.smoke.workload import (
 
 
 def test_stage_lists_come_from_the_registry():
-    assert STAGES == workload.RELEASE_STAGES == ("import", "libraries", "embedding", "mtp")
+    assert STAGES == workload.RELEASE_STAGES == ("import", "libraries", "chat", "embedding", "mtp")
     assert set(workload.RELEASE_STAGES) | set(workload.GPU_STAGES) == set(workload.REGISTRY)
     assert [n for n, s in workload.REGISTRY.items() if s.gate] == ["import", "backends"]
     # the GPU stages compare a real model too; a GPU bundle (fixtures only) runs the others

@@ -27,7 +27,7 @@ from ... import RECIPE_VERSION
 from ...common import proc
 from ...common.compilers import Toolchain, detect
 from ...common.fsutil import staging_dir
-from ...common.hashing import sha256_json
+from ...common.hashing import sha256_file, sha256_json
 from ...common.locks import exclusive
 from ...common.paths import native_cache_dir
 from ...errors import ManifestError, MissingInputError, NativeBuildError, ToolNotFoundError
@@ -38,13 +38,22 @@ from .manifest import MANIFEST_NAME, LibraryRecord, NativeManifest, describe_lib
 
 log = logging.getLogger(__name__)
 
-LIBRARY_TARGETS = ("llama", "mtmd")  # ggml, ggml-base and every backend module are their dependencies
+# ggml, ggml-base and every backend module are their dependencies; llama-cpp-ext brings llama-common
+LIBRARY_TARGETS = ("llama", "mtmd", "llama-cpp-ext")
+EXT_NAME = "llama-cpp-ext"
+#: the C API over llama.cpp's common library (chat templates and parsers), added to llama.cpp's own
+#: configure through EXT_INJECT (llama.cpp stays the top-level project, its defaults unchanged)
+EXT_SOURCE_DIR = Path(__file__).resolve().parents[3] / "cmake" / "chat_shim"
+EXT_INJECT = "inject.cmake"
+_ANY_EXT = "*"  # the extension's hash in the build-tree key: one CMake tree serves every version of it
 REFERENCE_TOOLS = (
     "llama-completion", "llama-embedding", "llama-bench", "llama-tokenize", "llama-simple",
     "llama-speculative-simple", "llama-mtmd-cli",
 )
 _LIB_PATTERN = re.compile(r"^lib.+\.so(\.\d+)*$|^.+\.(dylib|dll)$")
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+# libraries only llama.cpp's programs load (tools/*/CMakeLists.txt: llama-<tool>-impl), never packaged
+_TOOLS_ONLY = re.compile(r"^(lib)?llama-.+-impl[.-]")
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,24 @@ class NativeBuild:
 
     @property
     def build_dir(self) -> Path:
-        return native_cache_dir() / "build" / self.root.name
+        return native_cache_dir() / "build" / build_dir_name(self.config.name, self.manifest.key_inputs)
+
+
+def ext_sources_sha256(directory: Path = EXT_SOURCE_DIR) -> str:
+    """The content hash of the extension library's sources (``cmake/chat_shim/``): part of the key."""
+    files = sorted(f for f in directory.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+    if not files:
+        raise MissingInputError(f"{directory} holds no sources of {EXT_NAME}")
+    return sha256_json({f.relative_to(directory).as_posix(): sha256_file(f) for f in files})
+
+
+def build_dir_name(config_name: str, key_inputs: dict[str, object]) -> str:
+    """The CMake tree of a key: the key without the extension's hash, so that a change to the
+    extension recompiles only the extension, never llama.cpp (ninja is incremental)."""
+    inputs = dict(key_inputs)
+    if "extensions" in inputs:
+        inputs["extensions"] = {name: _ANY_EXT for name in inputs["extensions"]}  # type: ignore[union-attr]
+    return f"{config_name}-{sha256_json(inputs)[:16]}"
 
 
 @dataclass(frozen=True)
@@ -86,6 +112,7 @@ class BuildPlan:
     toolchain_versions: dict[str, str]
     extra_defines: dict[str, str]
     env: dict[str, str]
+    ext_sha256: str = ""
 
     @property
     def key_inputs(self) -> dict[str, object]:
@@ -97,6 +124,7 @@ class BuildPlan:
             "toolchain": self.toolchain_versions,
             # only where it is set: the Linux configurations' keys stay as they were
             **({"platform": self.config.platform} if self.config.platform else {}),
+            "extensions": {EXT_NAME: self.ext_sha256},
         }
 
     @property
@@ -106,6 +134,10 @@ class BuildPlan:
     @property
     def dir_name(self) -> str:
         return f"{self.config.name}-{self.key[:16]}"
+
+    @property
+    def build_dir(self) -> Path:
+        return native_cache_dir() / "build" / build_dir_name(self.config.name, self.key_inputs)
 
 
 # Metal, its shader library compiled into libggml-metal (no .metallib file beside it to lose or
@@ -171,7 +203,8 @@ def plan(config: BuildConfig, lock: SourceLock, tree: VendoredTree, toolchain: T
     ``install=False`` refuses to install missing system packages, for probes of the cache)."""
     toolchain = toolchain or detect()
     versions = dict(toolchain.versions)
-    extra = {"CMAKE_C_COMPILER": str(toolchain.cc), "CMAKE_CXX_COMPILER": str(toolchain.cxx)}
+    extra = {"CMAKE_C_COMPILER": str(toolchain.cc), "CMAKE_CXX_COMPILER": str(toolchain.cxx),
+             "CMAKE_PROJECT_llama.cpp_INCLUDE": (EXT_SOURCE_DIR / EXT_INJECT).as_posix()}
     env: dict[str, str] = {}
     if config.cuda is not None:
         from .cuda_toolkit import provision  # imported lazily: CPU builds never need it
@@ -193,7 +226,7 @@ def plan(config: BuildConfig, lock: SourceLock, tree: VendoredTree, toolchain: T
         vk = provision_vulkan(config.vulkan, install=install)
         versions.update(vk.versions)
         extra.update(vk.cmake_defines())
-    return BuildPlan(config, tree, cmake_defines(config, lock), toolchain, versions, extra, env)
+    return BuildPlan(config, tree, cmake_defines(config, lock), toolchain, versions, extra, env, ext_sources_sha256())
 
 
 def result_dir(p: BuildPlan) -> Path:
@@ -207,7 +240,8 @@ def _prefix_map_flags(p: BuildPlan, build_dir: Path) -> dict[str, str]:
     """
     if os.name == "nt":
         return {}
-    maps = f"-ffile-prefix-map={p.tree.path}=/llama.cpp -ffile-prefix-map={build_dir}=/build"
+    maps = (f"-ffile-prefix-map={p.tree.path}=/llama.cpp -ffile-prefix-map={build_dir}=/build "
+            f"-ffile-prefix-map={EXT_SOURCE_DIR}=/{EXT_NAME}")
     return {"CMAKE_C_FLAGS": maps, "CMAKE_CXX_FLAGS": maps}
 
 
@@ -329,6 +363,8 @@ def _stage_libraries(bin_dir: Path, lib_dir: Path) -> list[str]:
     for entry in sorted(bin_dir.iterdir()):
         if entry.is_symlink() or not entry.is_file() or not _LIB_PATTERN.match(entry.name):
             continue
+        if _TOOLS_ONLY.match(entry.name):
+            continue  # built by the reference tools in a CMake tree several keys share
         name = entry.name
         if is_elf(entry):
             name = read_dynamic(entry).soname or entry.name
@@ -391,13 +427,12 @@ def build(p: BuildPlan, *, jobs: int | None = None, force: bool = False) -> Nati
                 return cached
         _remove_stale_staging(final)
         started = time.monotonic()
-        build_dir = native_cache_dir() / "build" / p.dir_name
+        build_dir = p.build_dir
         build_dir.mkdir(parents=True, exist_ok=True)
         log.info("[%s] building key %s in %s", p.config.name, p.key[:16], build_dir)
-        with staging_dir(final) as stage:
+        with staging_dir(final) as stage, exclusive(_build_dir_lock(build_dir)):
             log_file = stage / "build.log"
-            if not (build_dir / "build.ninja").exists():
-                _run_logged(_configure_cmd(p, build_dir), log_file, f"{p.config.name} configure", p.env)
+            _configure_if_changed(p, build_dir, log_file)
             _run_logged(_build_cmd(p, build_dir, LIBRARY_TARGETS, jobs), log_file, p.config.name, p.env)
             staged = _stage_libraries(build_dir / "bin", stage / "lib")
             libs = tuple(describe_library(stage, f"lib/{name}") for name in staged)
@@ -419,6 +454,31 @@ def build(p: BuildPlan, *, jobs: int | None = None, force: bool = False) -> Nati
         seconds = time.monotonic() - started
         log.info("[%s] built %d libraries in %.0f s -> %s", p.config.name, len(libs), seconds, final)
         return NativeBuild(p.config, p.key, final, manifest, reused=False, seconds=seconds)
+
+
+def _build_dir_lock(build_dir: Path) -> Path:
+    """Held while ninja runs in a CMake tree: results of several keys can share one tree."""
+    return build_dir.with_name(build_dir.name + ".lock")
+
+
+_CONFIGURED = ".llama-cpp-python-configure.json"
+
+
+def _configure_if_changed(p: BuildPlan, build_dir: Path, log_file: Path) -> None:
+    """Configure the tree unless it was configured with this very command (a tree shared by several
+    keys is reconfigured in place: the extension's path or sources changed, llama.cpp's did not)."""
+    import json
+
+    cmd = _configure_cmd(p, build_dir)
+    stamp = build_dir / _CONFIGURED
+    if (build_dir / "build.ninja").exists() and stamp.is_file():
+        try:
+            if json.loads(stamp.read_text(encoding="utf-8")) == cmd:
+                return
+        except ValueError:
+            pass
+    _run_logged(cmd, log_file, f"{p.config.name} configure", p.env)
+    stamp.write_text(json.dumps(cmd), encoding="utf-8")
 
 
 def _remove_stale_staging(final: Path) -> None:
@@ -504,11 +564,10 @@ def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] 
                 and set(recorded.get("tools", ())).issuperset(tools):
             return tools_dir
     build_dir = nb.build_dir
-    with exclusive(nb.root.with_name(nb.root.name + ".lock")):
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with exclusive(nb.root.with_name(nb.root.name + ".lock")), exclusive(_build_dir_lock(build_dir)):
         log_file = nb.root / "tools.log"
-        if not (build_dir / "build.ninja").exists():
-            build_dir.mkdir(parents=True, exist_ok=True)
-            _run_logged(_configure_cmd(p, build_dir), log_file, f"{nb.config.name} configure", p.env)
+        _configure_if_changed(p, build_dir, log_file)
         _run_logged(_build_cmd(p, build_dir, tools, jobs), log_file, f"{nb.config.name} tools", p.env)
         packaged = {lib.name for lib in nb.manifest.libraries}
         with staging_dir(tools_dir) as stage:

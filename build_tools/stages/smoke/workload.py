@@ -19,6 +19,9 @@ with a reason in the JSON written to ``--out``:
                     layers offloaded and the GPU's rows within cosine 0.999 of the CPU's)
     mtp             greedy completion with MTP speculative decoding equals plain greedy completion
                     (after ``backends``: on the GPU, all layers offloaded)
+    chat            libllama-cpp-ext (llama.cpp's chat layer) loads from the wheel, matches the
+                    manifest, renders a conversation with a tool, parses a tool call and reasoning
+                    out of raw output, and turns a broken template into an exception
 
 The CPU side of a comparison runs in a child process of this script in which no GPU backend has a
 device (``CPU_ONLY_ENV``): with ``n_gpu_layers=0`` alone, llama.cpp still offloads big batches'
@@ -49,8 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RELEASE_STAGES = ("import", "libraries", "embedding", "mtp")
-GPU_STAGES = ("import", "libraries", "backends", "generation", "real-generation", "embedding", "mtp")
+RELEASE_STAGES = ("import", "libraries", "chat", "embedding", "mtp")
+GPU_STAGES = ("import", "libraries", "chat", "backends", "generation", "real-generation", "embedding", "mtp")
 # The GPU stages on the generated fixtures alone (a GPU bundle carries no real model).
 FIXTURE_GPU_STAGES = tuple(s for s in GPU_STAGES if s != "real-generation")
 # The model role each stage reads (``--ROLE-model``).
@@ -542,9 +545,69 @@ def stage_mtp(ctx: Context) -> str:
             f"plain {plain_s * 1e3:.0f} ms, MTP {mtp_s * 1e3:.0f} ms")
 
 
+# A Hermes-style template (tools in the system turn, calls as <tool_call> JSON): enough for
+# llama.cpp's automatic parser to derive a tool-call and reasoning parser from it.
+CHAT_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n# Tools\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>\n"
+    "Call a tool as <tool_call>\n{\"name\": <name>, \"arguments\": <args>}\n</tool_call><|im_end|>\n{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}<|im_start|>assistant\n"
+    "{%- if m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{%- endif %}"
+    "{{ m.content or '' }}"
+    "{%- for tc in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ tc.function.name }}\", "
+    "\"arguments\": {{ tc.function.arguments | tojson }}}\n</tool_call>{%- endfor %}<|im_end|>\n"
+    "{%- elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+    "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{%- endif %}"
+)
+CHAT_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def stage_chat(ctx: Context) -> str:
+    import llama_cpp
+
+    try:
+        from llama_cpp._chat import native_chat
+    except ImportError as exc:
+        raise AssertionError(f"llama_cpp._chat.native_chat is not available ({exc})") from None
+    pkg = ctx.pkg or Path(llama_cpp.__file__).resolve().parent
+    manifest = json.loads((pkg / "native-manifest.json").read_text(encoding="utf-8"))
+    expected = {rec["path"].rsplit("/", 1)[-1]: rec["sha256"] for rec in manifest["libraries"]}
+    lib = native_chat.load_library()
+    path = Path(lib.path).resolve()
+    if path.parent != (pkg / "lib").resolve():
+        raise AssertionError(f"{path} is loaded from outside the wheel's {pkg / 'lib'}")
+    if expected.get(path.name) != _sha256(path):
+        raise AssertionError(f"{path.name} is not in the embedded native manifest, or its sha256 differs")
+    for mapped in _mapped_files():  # libllama-common, loaded with it
+        if mapped.name.startswith("libllama-common") and expected.get(mapped.name) != _sha256(mapped):
+            raise AssertionError(f"{mapped} is not the wheel's libllama-common")
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    prompt = native_chat.apply_chat(messages, chat_template=CHAT_TEMPLATE, tools=[CHAT_TOOL], now=0)
+    if "get_weather" not in prompt.prompt or not prompt.prompt.endswith("<|im_start|>assistant\n<think>"):
+        raise AssertionError(f"unexpected prompt {prompt.prompt!r}")
+    raw = 'Paris, then.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    msg = native_chat.parse_chat(prompt, raw)
+    calls = [(c.name, json.loads(c.arguments)) for c in msg.tool_calls]
+    if calls != [("get_weather", {"city": "Paris"})] or msg.reasoning_content.strip() != "Paris, then.":
+        raise AssertionError(f"{prompt.format_name}: parsed {msg!r} from {raw!r}")
+    try:
+        native_chat.apply_chat(messages, chat_template="{% for %}")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a broken template did not raise")
+    return (f"{path.name} from the wheel; format {prompt.format_name}, grammar "
+            f"{'lazy' if prompt.grammar_lazy else 'eager'} ({len(prompt.grammar)} chars); tool call and reasoning parsed")
+
+
 REGISTRY: dict[str, Stage] = {
     "import": Stage(stage_import, gate=True),
     "libraries": Stage(stage_libraries),
+    "chat": Stage(stage_chat),
     "backends": Stage(stage_backends, gate=True),
     "generation": Stage(stage_generation),
     "real-generation": Stage(stage_real_generation),

@@ -1,0 +1,368 @@
+// The C API of llama-cpp-ext.h over llama.cpp's common/chat.h. JSON in, JSON out; every exception is
+// caught here and returned as {"error": ...}.
+
+#include "llama-cpp-ext.h"
+
+#include "chat.h"
+#include "common.h"
+#include "log.h"
+#include "peg-parser.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+using ojson = nlohmann::ordered_json;
+
+struct llama_cpp_ext_chat_templates {
+    common_chat_templates_ptr ptr;
+};
+
+struct llama_cpp_ext_chat_parser {
+    common_chat_parser_params params;
+};
+
+namespace {
+
+char * dup_string(const std::string & s) {
+    char * out = static_cast<char *>(std::malloc(s.size() + 1));
+    if (out != nullptr) {
+        std::memcpy(out, s.data(), s.size());
+        out[s.size()] = '\0';
+    }
+    return out;
+}
+
+char * error_json(const char * kind, const std::string & message) {
+    ojson err = {{"error", message}, {"kind", kind}};
+    return dup_string(err.dump(-1, ' ', false, ojson::error_handler_t::replace));
+}
+
+char * to_c(const ojson & j) {
+    return dup_string(j.dump(-1, ' ', false, ojson::error_handler_t::replace));
+}
+
+// Run `fn` (returning ojson), turning every exception into an error document.
+template <typename F> char * guarded(F && fn) {
+    try {
+        return to_c(fn());
+    } catch (const ojson::exception & e) {
+        return error_json("json", e.what());
+    } catch (const std::invalid_argument & e) {
+        return error_json("invalid_argument", e.what());
+    } catch (const std::exception & e) {
+        return error_json("runtime_error", e.what());
+    } catch (...) {
+        return error_json("exception", "unknown C++ exception");
+    }
+}
+
+// common's own logger writes to stderr from a thread of its own: silence it (errors come back as
+// exceptions, which the binding raises).
+void quiet_common_log() {
+    static std::once_flag once;
+    std::call_once(once, [] { common_log_set_verbosity_thold(-1); });
+}
+
+ojson parse_object(const char * text, const char * what) {
+    if (text == nullptr || *text == '\0') {
+        return ojson::object();
+    }
+    ojson j = ojson::parse(text);
+    if (!j.is_object()) {
+        throw std::invalid_argument(std::string(what) + " must be a JSON object");
+    }
+    return j;
+}
+
+template <typename T> T get_or(const ojson & j, const char * key, const T & dflt) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+        return dflt;
+    }
+    return it->get<T>();
+}
+
+common_json to_common(const ojson & j) { return common_json::parse(j.dump()); }
+
+ojson from_common(const common_json & j) { return ojson::parse(j.dump()); }
+
+const char * trigger_type_name(common_grammar_trigger_type t) {
+    switch (t) {
+        case COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN:        return "token";
+        case COMMON_GRAMMAR_TRIGGER_TYPE_WORD:         return "word";
+        case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN:      return "pattern";
+        case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL: return "pattern_full";
+    }
+    return "unknown";
+}
+
+ojson msg_to_json(const common_chat_msg & msg) {
+    ojson calls = ojson::array();
+    for (const auto & tc : msg.tool_calls) {
+        calls.push_back({{"name", tc.name}, {"arguments", tc.arguments}, {"id", tc.id}});
+    }
+    return {
+        {"role", msg.role.empty() ? std::string("assistant") : msg.role},
+        {"content", msg.content},
+        {"reasoning_content", msg.reasoning_content},
+        {"tool_calls", calls},
+    };
+}
+
+// {"type": "function", "function": {"name": N}}: only that tool, and a call is required.
+void apply_tool_choice(const ojson & in, ojson & tools, common_chat_templates_inputs & inputs) {
+    auto it = in.find("tool_choice");
+    if (it == in.end() || it->is_null()) {
+        return;
+    }
+    if (it->is_string()) {
+        inputs.tool_choice = common_chat_tool_choice_parse_oaicompat(it->get<std::string>());
+        return;
+    }
+    if (!it->is_object()) {
+        throw std::invalid_argument("tool_choice must be \"auto\", \"none\", \"required\" or a named function");
+    }
+    std::string name;
+    if (it->contains("function") && (*it)["function"].is_object()) {
+        name = get_or<std::string>((*it)["function"], "name", "");
+    }
+    if (name.empty()) {
+        name = get_or<std::string>(*it, "name", "");
+    }
+    if (name.empty()) {
+        throw std::invalid_argument("a named tool_choice needs function.name: " + it->dump());
+    }
+    ojson kept = ojson::array();
+    for (const auto & tool : tools) {
+        if (tool.contains("function") && tool["function"].is_object() &&
+            get_or<std::string>(tool["function"], "name", "") == name) {
+            kept.push_back(tool);
+        }
+    }
+    if (kept.empty()) {
+        throw std::invalid_argument("tool_choice names \"" + name + "\", which is not among the tools");
+    }
+    tools                   = kept;
+    inputs.tool_choice      = COMMON_CHAT_TOOL_CHOICE_REQUIRED;
+    inputs.parallel_tool_calls = false;
+}
+
+ojson apply_inputs(const common_chat_templates * tmpls, const ojson & in) {
+    common_chat_templates_inputs inputs;
+    auto caps = common_chat_templates_get_caps(tmpls);
+
+    if (!in.contains("messages") || !in["messages"].is_array()) {
+        throw std::invalid_argument("inputs.messages must be an array of messages");
+    }
+    inputs.messages = common_chat_msgs_parse_oaicompat(to_common(in["messages"]));
+
+    ojson tools = in.contains("tools") && in["tools"].is_array() ? in["tools"] : ojson::array();
+    inputs.parallel_tool_calls = get_or<bool>(in, "parallel_tool_calls", caps["supports_parallel_tool_calls"]);
+    apply_tool_choice(in, tools, inputs);
+    inputs.tools = common_chat_tools_parse_oaicompat(to_common(tools));
+
+    if (in.contains("json_schema") && !in["json_schema"].is_null()) {
+        const auto & schema = in["json_schema"];
+        inputs.json_schema  = schema.is_string() ? schema.get<std::string>() : schema.dump();
+    }
+    inputs.grammar = get_or<std::string>(in, "grammar", "");
+    if (!inputs.json_schema.empty() && !inputs.grammar.empty()) {
+        throw std::invalid_argument("cannot use both json_schema and grammar");
+    }
+    inputs.use_jinja             = get_or<bool>(in, "use_jinja", true);
+    inputs.add_generation_prompt = get_or<bool>(in, "add_generation_prompt", true);
+    if (in.contains("continue_final_message") && !in["continue_final_message"].is_null()) {
+        inputs.continue_final_message = common_chat_continuation_parse(to_common(in["continue_final_message"]));
+    }
+    if (inputs.continue_final_message != COMMON_CHAT_CONTINUATION_NONE && inputs.add_generation_prompt) {
+        throw std::invalid_argument("cannot set both add_generation_prompt and continue_final_message");
+    }
+    inputs.reasoning_format   = common_reasoning_format_from_name(get_or<std::string>(in, "reasoning_format", "auto"));
+    inputs.enable_thinking    = get_or<bool>(in, "enable_thinking", true);
+    inputs.add_bos            = get_or<bool>(in, "add_bos", false);
+    inputs.add_eos            = get_or<bool>(in, "add_eos", false);
+    inputs.force_pure_content = get_or<bool>(in, "force_pure_content", false);
+    if (in.contains("now") && in["now"].is_number()) {
+        auto secs  = std::chrono::duration<double>(in["now"].get<double>());
+        inputs.now = std::chrono::system_clock::time_point(
+            std::chrono::duration_cast<std::chrono::system_clock::duration>(secs));
+    }
+
+    if (in.contains("chat_template_kwargs") && in["chat_template_kwargs"].is_object()) {
+        for (const auto & item : in["chat_template_kwargs"].items()) {
+            inputs.chat_template_kwargs[item.key()] = item.value().dump();
+        }
+    }
+    // as llama-server: the enable_thinking kwarg overrides enable_thinking
+    auto kw = inputs.chat_template_kwargs.find("enable_thinking");
+    if (kw != inputs.chat_template_kwargs.end()) {
+        if (kw->second == "true") {
+            inputs.enable_thinking = true;
+        } else if (kw->second == "false") {
+            inputs.enable_thinking = false;
+        } else {
+            throw std::invalid_argument("chat_template_kwargs.enable_thinking must be a boolean, got " + kw->second);
+        }
+    }
+    auto effort = get_or<std::string>(in, "reasoning_effort", "");
+    if (effort == "none") {
+        inputs.enable_thinking = false;
+        inputs.chat_template_kwargs.erase("reasoning_effort");
+    } else if (!effort.empty()) {
+        inputs.chat_template_kwargs["reasoning_effort"] = ojson(effort).dump();
+    }
+
+    common_chat_params p = common_chat_templates_apply(tmpls, inputs);
+
+    ojson triggers = ojson::array();
+    for (const auto & t : p.grammar_triggers) {
+        ojson tj = {{"type", trigger_type_name(t.type)}, {"value", t.value}};
+        if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN) {
+            tj["token"] = t.token;
+        }
+        triggers.push_back(tj);
+    }
+    return {
+        {"prompt", p.prompt},
+        {"format", static_cast<int>(p.format)},
+        {"format_name", common_chat_format_name(p.format)},
+        {"grammar", p.grammar},
+        {"grammar_lazy", p.grammar_lazy},
+        {"grammar_triggers", triggers},
+        {"preserved_tokens", p.preserved_tokens},
+        {"additional_stops", p.additional_stops},
+        {"generation_prompt", p.generation_prompt},
+        {"supports_thinking", p.supports_thinking},
+        {"thinking_start_tag", p.thinking_start_tag},
+        {"thinking_end_tags", p.thinking_end_tags},
+        {"parser", p.parser},
+        {"tools_applied", inputs.tools.size()},
+        {"parallel_tool_calls", inputs.parallel_tool_calls},
+        {"enable_thinking", inputs.enable_thinking},
+        {"reasoning_format", common_reasoning_format_name(inputs.reasoning_format)},
+    };
+}
+
+common_chat_parser_params parser_params(const ojson & in) {
+    common_chat_parser_params pp;
+    int format = get_or<int>(in, "format", 0);
+    if (format < 0 || format >= COMMON_CHAT_FORMAT_COUNT) {
+        throw std::invalid_argument("unknown chat format " + std::to_string(format));
+    }
+    pp.format               = static_cast<common_chat_format>(format);
+    pp.reasoning_format     = common_reasoning_format_from_name(get_or<std::string>(in, "reasoning_format", "auto"));
+    pp.reasoning_in_content = get_or<bool>(in, "reasoning_in_content", false);
+    pp.generation_prompt    = get_or<std::string>(in, "generation_prompt", "");
+    pp.parse_tool_calls     = get_or<bool>(in, "parse_tool_calls", true);
+    pp.is_continuation      = get_or<bool>(in, "is_continuation", false);
+    pp.echo                 = get_or<bool>(in, "echo", false);
+    auto parser             = get_or<std::string>(in, "parser", "");
+    if (!parser.empty()) {
+        pp.parser.load(parser);
+    }
+    return pp;
+}
+
+}  // namespace
+
+extern "C" {
+
+int llama_cpp_ext_api_version(void) { return LLAMA_CPP_EXT_API_VERSION; }
+
+void llama_cpp_ext_free_string(char * str) { std::free(str); }
+
+char * llama_cpp_ext_chat_templates_init(const struct llama_model * model, const char * params_json,
+                                         struct llama_cpp_ext_chat_templates ** out) {
+    if (out == nullptr) {
+        return error_json("invalid_argument", "out must not be NULL");
+    }
+    *out = nullptr;
+    quiet_common_log();
+    return guarded([&]() -> ojson {
+        ojson in     = parse_object(params_json, "params");
+        auto  source = get_or<std::string>(in, "chat_template", "");
+        if (source.empty() && model == nullptr) {
+            throw std::invalid_argument("give a model or a chat_template");
+        }
+        auto holder = std::make_unique<llama_cpp_ext_chat_templates>();
+        holder->ptr = common_chat_templates_init(model, source, get_or<std::string>(in, "bos_token", ""),
+                                                 get_or<std::string>(in, "eos_token", ""));
+        if (!holder->ptr) {
+            throw std::runtime_error("the chat template could not be loaded");
+        }
+        const auto * t   = holder->ptr.get();
+        ojson        res = {
+            {"caps", common_chat_templates_get_caps(t)},
+            {"source", common_chat_templates_source(t)},
+            {"tool_use_source", nullptr},
+            {"was_explicit", common_chat_templates_was_explicit(t)},
+            {"supports_enable_thinking", common_chat_templates_support_enable_thinking(t)},
+        };
+        auto tool_use = common_chat_templates_source(t, "tool_use");
+        if (!tool_use.empty()) {
+            res["tool_use_source"] = tool_use;
+        }
+        *out = holder.release();
+        return res;
+    });
+}
+
+void llama_cpp_ext_chat_templates_free(struct llama_cpp_ext_chat_templates * tmpls) { delete tmpls; }
+
+char * llama_cpp_ext_chat_apply(const struct llama_cpp_ext_chat_templates * tmpls, const char * inputs_json) {
+    if (tmpls == nullptr || !tmpls->ptr) {
+        return error_json("invalid_argument", "tmpls must not be NULL");
+    }
+    return guarded([&]() -> ojson { return apply_inputs(tmpls->ptr.get(), parse_object(inputs_json, "inputs")); });
+}
+
+char * llama_cpp_ext_chat_parser_init(const char * params_json, struct llama_cpp_ext_chat_parser ** out) {
+    if (out == nullptr) {
+        return error_json("invalid_argument", "out must not be NULL");
+    }
+    *out = nullptr;
+    quiet_common_log();
+    return guarded([&]() -> ojson {
+        auto holder    = std::make_unique<llama_cpp_ext_chat_parser>();
+        holder->params = parser_params(parse_object(params_json, "params"));
+        *out           = holder.release();
+        return ojson::object();
+    });
+}
+
+char * llama_cpp_ext_chat_parser_parse(const struct llama_cpp_ext_chat_parser * parser, const char * text, size_t len,
+                                       bool is_partial) {
+    if (parser == nullptr) {
+        return error_json("invalid_argument", "parser must not be NULL");
+    }
+    if (text == nullptr && len != 0) {
+        return error_json("invalid_argument", "text must not be NULL");
+    }
+    return guarded([&]() -> ojson {
+        std::string input(text == nullptr ? "" : std::string(text, len));
+        return msg_to_json(common_chat_parse(input, is_partial, parser->params));
+    });
+}
+
+void llama_cpp_ext_chat_parser_free(struct llama_cpp_ext_chat_parser * parser) { delete parser; }
+
+char * llama_cpp_ext_chat_parse(const char * params_json, const char * text, size_t len, bool is_partial) {
+    llama_cpp_ext_chat_parser * parser = nullptr;
+    char *                      err    = llama_cpp_ext_chat_parser_init(params_json, &parser);
+    if (parser == nullptr) {
+        return err;
+    }
+    llama_cpp_ext_free_string(err);
+    char * res = llama_cpp_ext_chat_parser_parse(parser, text, len, is_partial);
+    llama_cpp_ext_chat_parser_free(parser);
+    return res;
+}
+
+}  // extern "C"
