@@ -54,7 +54,8 @@ def test_native_manifest_records_pe_dlls(real_native):
     m = real_native.manifest
     names = {lib.name for lib in m.libraries}
     cpu = {n for n in names if n.startswith("ggml-cpu")}
-    assert names - cpu == {"ggml-base.dll", "ggml.dll", "libllama.dll", "libmtmd.dll"}
+    assert names - cpu == {"ggml-base.dll", "ggml.dll", "libllama.dll", "libmtmd.dll",
+                          "libllama-common.dll", "libllama-cpp-ext.dll"}  # llama.cpp's chat layer and its C API
     if real_native.config.cpu_variants == "single":
         assert cpu == {"ggml-cpu.dll"} and m.backends == ("cpu",)
     else:  # one DLL per x86-64 variant, the best loaded at run time (ggml-cpu-haswell.dll, ...)
