@@ -85,12 +85,12 @@ def test_every_tier_runs_then_the_table(tmp_path):
     done, calls = _run(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     ran = [c[len("ran: "):] for c in calls if c.startswith("ran: ")]
-    assert ran[0].startswith("-m pip install") and ran[-2:] == ["-m nox -s tests", "-m nox -s compat"]
-    assert ran[1:-2] == ["-m nox -s windows"]
+    assert ran[0].startswith("-m pip install") and ran[-3:] == ["-m nox -s tests", "-m nox -s compat", "-m nox -s downstream"]
+    assert ran[1:-3] == ["-m nox -s windows"]
     assert any("--junitxml=" in c and "-rs" in c for c in calls)
     out = done.stdout
     table = out[out.index("CI tiers"):]
-    for tier in ("windows", "tests", "compat"):
+    for tier in ("windows", "tests", "compat", "downstream"):
         assert re.search(rf"\n  {tier} +ran ", table), tier
     assert re.search(r"\n  vulkan +skipped +- +.*LLAMA_CPP_CI_TIERS", table)
     assert re.search(r"\n  aarch64 +skipped +- +.*release.yml .* every pull request", table)
