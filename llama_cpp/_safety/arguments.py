@@ -52,7 +52,7 @@ def _ok(kind: str, v: Any) -> bool:
     if base == "stop":
         return v is None or isinstance(v, str) or (isinstance(v, list | tuple) and all(isinstance(s, str) for s in v))
     if base == "bias":
-        return v is None or isinstance(v, Mapping)  # keys and values: llama_cpp._sampling checks them
+        return v is None or isinstance(v, Mapping)  # keys and values: _generation.sampling checks them
     raise AssertionError(kind)
 
 
