@@ -22,6 +22,7 @@ from .errors import as_api_error, install
 from .http import AccessLog, BodyLimit, SSEResponse, authenticate
 from .metrics import KeyCounters
 from .models import ModelRegistry
+from .quotas import QuotaGate, Quotas, keys_of
 from .routes import ROUTERS
 from .settings import ConfigFileSettings, ModelSettings, ServerSettings, Settings
 
@@ -73,11 +74,15 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     app.state.server_settings = server_settings
     app.state.registry = registry
     app.state.keys = KeyCounters()
-    app.state.api_keys = [server_settings.api_key.encode()] if server_settings.api_key is not None else []
+    limits = keys_of(server_settings)
+    app.state.api_keys = [k.encode() for k in limits]
+    app.state.quotas = Quotas(limits)
     install(app)
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(BodyLimit, limit=server_settings.max_body_bytes)
+    if app.state.quotas.limits:
+        app.add_middleware(QuotaGate, quotas=app.state.quotas)
     app.add_middleware(AccessLog, keys=app.state.keys)  # outermost but CORS: a 413 or 429 is logged too
     if server_settings.allow_origins:
         from fastapi.middleware.cors import CORSMiddleware

@@ -130,7 +130,7 @@ class AccessLog:
 
 
 async def authenticate(request: Request) -> None:
-    """The API key, when one is set (compared in constant time)."""
+    """One of the API keys (``api_key``, ``api_key_file``), when any is set (compared in constant time)."""
     keys: list[bytes] = request.app.state.api_keys
     if not keys:
         return

@@ -205,7 +205,10 @@ def count_tokens(request: Request, value: Any) -> None:
     if isinstance(value, dict) and value.get("usage"):
         label = getattr(request.state, "key_label", None)
         if label is not None:
-            request.app.state.keys.tokens(label, value["usage"])
+            usage = value["usage"]
+            request.app.state.keys.tokens(label, usage)
+            request.app.state.quotas.spent(label, int(usage.get("prompt_tokens", 0) or 0)
+                                           + int(usage.get("completion_tokens", 0) or 0))
 
 
 def ping_interval(request: Request) -> float | None:
