@@ -288,9 +288,13 @@ def agent_main(args: argparse.Namespace, model: Path, tools: Path, env: dict[str
     try:
         for srv in servers:
             srv.wait_ready()
-        for srv in servers:  # one after another: each owns the machine while it runs
-            runs = [agent_round(srv.url, n, args.turns, args.n_gen) for _ in range(args.reps)]
-            results[srv.name] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+        runs: dict[str, list[tuple[float, float]]] = {srv.name: [] for srv in servers}
+        for _ in range(args.reps):  # rounds alternate between the servers, so load from elsewhere hits all alike
+            for srv in servers:
+                runs[srv.name].append(agent_round(srv.url, n, args.turns, args.n_gen))
+        for srv in servers:
+            r = runs[srv.name]
+            results[srv.name] = (statistics.median(x[0] for x in r), statistics.median(x[1] for x in r))
             print(f"  {srv.name:>12}: last-turn TTFT {results[srv.name][0] * 1000:8.1f} ms, "
                   f"total {results[srv.name][1]:7.2f} s", flush=True)
     finally:
