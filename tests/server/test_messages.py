@@ -129,6 +129,8 @@ def test_keys_and_errors_in_anthropic_shape(agent):
          "tool_use_id"),
         ({"messages": [{"role": "user", "content": [{"type": "video"}]}]}, "video"),
         ({"messages": HELLO, "tools": [UNIT], "tool_choice": {"type": "tool", "name": "nope"}}, "nope"),
+        ({"messages": [{"role": "user", "content": [{"type": "image", "source": {
+            "type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}, "no projector"),
     ]
     for body, needle in bad:
         with pytest.raises(anthropic.BadRequestError) as e:
