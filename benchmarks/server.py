@@ -233,19 +233,27 @@ def conversation(url: str, k: int, turns: int, n_gen: int, barrier: threading.Ba
         for turn in range(turns):
             history.append({"role": "user", "content": PROMPTS[(k + turn) % len(PROMPTS)]})
             body = {"model": "m", "messages": history, "max_tokens": n_gen, "temperature": 0, "stream": True}
-            t0 = time.perf_counter()
-            first = None
-            reply = []
-            with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
-                r.raise_for_status()
-                for line in r.iter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    for choice in json.loads(line[6:]).get("choices") or []:
-                        text = (choice.get("delta") or {}).get("content")
-                        if text:
-                            first = first or time.perf_counter()
-                            reply.append(text)
+            for attempt in (1, 2):
+                t0 = time.perf_counter()
+                first = None
+                reply = []
+                try:
+                    with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
+                        r.raise_for_status()
+                        for line in r.iter_lines():
+                            if not line.startswith("data: ") or line == "data: [DONE]":
+                                continue
+                            for choice in json.loads(line[6:]).get("choices") or []:
+                                text = (choice.get("delta") or {}).get("content")
+                                if text:
+                                    first = first or time.perf_counter()
+                                    reply.append(text)
+                    break
+                except httpx.RemoteProtocolError:
+                    # a disconnect before any response (seen from llama-server, see round_trip): retried once
+                    if attempt == 2 or reply:
+                        raise
+                    RETRIES[url] = RETRIES.get(url, 0) + 1
             ttft.append((first or time.perf_counter()) - t0)
             history.append({"role": "assistant", "content": "".join(reply)})
     return ttft
@@ -301,6 +309,9 @@ def agent_main(args: argparse.Namespace, model: Path, tools: Path, env: dict[str
         for srv in servers:
             srv.stop()
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    for srv in servers:
+        if RETRIES.get(srv.url):
+            print(f"{srv.name}: {RETRIES[srv.url]} stream(s) retried after a disconnect before any response")
     for ref in ("llama-server", "cache-off"):
         if ref in results:
             print(f"slots vs {ref}: TTFT {results[ref][0] / results['slots'][0]:.2f}x faster, "
