@@ -9,6 +9,12 @@ Three servers on loopback, the same model, threads, batch sizes and per-request 
 - ``serial``: the same with ``--n_parallel 0``, one request at a time (upstream's server);
 - ``llama-server``: llama.cpp's own server built from the same tree (``-np 8 --kv-unified``).
 
+``--agent`` runs the agent workload instead: ``--conversations`` chats (8) of ``--turns`` turns (8) at once,
+each turn resending the whole history plus a new user message to ``/v1/chat/completions`` (streaming,
+greedy, ``G`` tokens), as agent clients do; it reports the median time to first token at the last turn and
+the total time, for this server (``slots``), the same with ``--cache_prompt false`` (``cache-off``) and
+llama-server with its defaults.
+
 Each client streams ``R`` greedy completions of ``G`` tokens back to back (``--no-stream``: whole
 responses); the score is the sum of ``usage.completion_tokens`` (the last streamed chunk's, with
 ``stream_options.include_usage``) over the wall time of the whole round (tokens/s), median over
@@ -127,13 +133,14 @@ class Server:
             self.proc.wait()
 
 
-def ours(name: str, model: Path, args: argparse.Namespace, n_parallel: int, lib_dir: Path) -> Server:
+def ours(name: str, model: Path, args: argparse.Namespace, n_parallel: int, lib_dir: Path,
+         extra: tuple[str, ...] = ()) -> Server:
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "m", "--port", str(port),
            "--n_parallel", str(n_parallel), "--n_ctx", str(args.n_ctx), "--n_batch", str(args.n_batch),
            "--n_ubatch", str(args.n_batch), "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
            "--max_queue", "64", "--flash_attn", "false",
-           "--interrupt_requests", "false"]  # upstream's default would cut the serial server's streams
+           "--interrupt_requests", "false", *extra]  # upstream's default would cut the serial server's streams
     env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(lib_dir)}
     return Server(name, cmd, env, port)
 
@@ -214,6 +221,107 @@ def round_trip(url: str, clients: int, requests: int, n_gen: int, stream: bool) 
     return sum(total) / dt, sum(total)
 
 
+def conversation(url: str, k: int, turns: int, n_gen: int, barrier: threading.Barrier) -> list[float]:
+    """One agent conversation: each turn resends the history plus a new user message; the time to the
+    first streamed content of each turn."""
+    import httpx
+
+    history: list[dict[str, str]] = [{"role": "system", "content": "You are a helpful assistant."}]
+    ttft = []
+    with httpx.Client(timeout=600) as http:
+        barrier.wait()
+        for turn in range(turns):
+            history.append({"role": "user", "content": PROMPTS[(k + turn) % len(PROMPTS)]})
+            body = {"model": "m", "messages": history, "max_tokens": n_gen, "temperature": 0, "stream": True}
+            for attempt in (1, 2):
+                t0 = time.perf_counter()
+                first = None
+                reply = []
+                try:
+                    with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
+                        r.raise_for_status()
+                        for line in r.iter_lines():
+                            if not line.startswith("data: ") or line == "data: [DONE]":
+                                continue
+                            for choice in json.loads(line[6:]).get("choices") or []:
+                                text = (choice.get("delta") or {}).get("content")
+                                if text:
+                                    first = first or time.perf_counter()
+                                    reply.append(text)
+                    break
+                except httpx.RemoteProtocolError:
+                    # a disconnect before any response (seen from llama-server, see round_trip): retried once
+                    if attempt == 2 or reply:
+                        raise
+                    RETRIES[url] = RETRIES.get(url, 0) + 1
+            ttft.append((first or time.perf_counter()) - t0)
+            history.append({"role": "assistant", "content": "".join(reply)})
+    return ttft
+
+
+def agent_round(url: str, conversations: int, turns: int, n_gen: int) -> tuple[float, float]:
+    """(median time to first token at the last turn, total seconds) of ``conversations`` at once."""
+    out: list[list[float]] = [[] for _ in range(conversations)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(conversations + 1)
+
+    def run(k: int) -> None:
+        try:
+            out[k] = conversation(url, k, turns, n_gen, barrier)
+        except BaseException as exc:  # noqa: BLE001 (reported by the caller)
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(conversations)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return statistics.median(c[-1] for c in out), time.perf_counter() - t0
+
+
+def agent_main(args: argparse.Namespace, model: Path, tools: Path, env: dict[str, str], lib_dir: Path,
+               have_server: bool) -> None:
+    n = args.conversations
+    makers = [lambda: ours("slots", model, args, n, lib_dir),
+              lambda: ours("cache-off", model, args, n, lib_dir, ("--cache_prompt", "false"))]
+    if have_server:
+        makers.append(lambda: llama_server(tools, env, model, args, n))
+    servers = [make() for make in makers]
+    results: dict[str, tuple[float, float]] = {}
+    try:
+        for srv in servers:
+            srv.wait_ready()
+        runs: dict[str, list[tuple[float, float]]] = {srv.name: [] for srv in servers}
+        for _ in range(args.reps):  # rounds alternate between the servers, so load from elsewhere hits all alike
+            for srv in servers:
+                runs[srv.name].append(agent_round(srv.url, n, args.turns, args.n_gen))
+        for srv in servers:
+            r = runs[srv.name]
+            results[srv.name] = (statistics.median(x[0] for x in r), statistics.median(x[1] for x in r))
+            print(f"  {srv.name:>12}: last-turn TTFT {results[srv.name][0] * 1000:8.1f} ms, "
+                  f"total {results[srv.name][1]:7.2f} s", flush=True)
+    finally:
+        for srv in servers:
+            srv.stop()
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    for srv in servers:
+        if RETRIES.get(srv.url):
+            print(f"{srv.name}: {RETRIES[srv.url]} stream(s) retried after a disconnect before any response")
+    for ref in ("llama-server", "cache-off"):
+        if ref in results:
+            print(f"slots vs {ref}: TTFT {results[ref][0] / results['slots'][0]:.2f}x faster, "
+                  f"total {results[ref][1] / results['slots'][1]:.2f}x faster")
+    if args.json:
+        args.json.write_text(json.dumps({"model": model.name, "threads": args.threads, "agent": {
+            "conversations": n, "turns": args.turns, "n_gen": args.n_gen,
+            "results": {k: {"last_turn_ttft_s": v[0], "total_s": v[1]} for k, v in results.items()}}}, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gemma", action="store_true", help="Gemma 3 270M (the realmodels package) instead of the fixture")
@@ -227,8 +335,19 @@ def main() -> None:
     ap.add_argument("--no-stream", action="store_true", help="whole responses instead of streaming clients")
     ap.add_argument("--no-llama-server", action="store_true", help="skip llama.cpp's server (no tool build)")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--agent", action="store_true", help="the agent workload: conversations resending their history")
+    ap.add_argument("--conversations", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=8)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers (finally) when terminated
+    if args.agent:
+        tools, env, lib_dir, have_server = native_tools(with_server=not args.no_llama_server)
+        model = model_path(args.gemma)
+        print(f"agent workload: model {model.name}, threads {args.threads}, {args.conversations} conversations x "
+              f"{args.turns} turns, {args.n_gen} tokens per turn, n_ctx {args.n_ctx} per slot, median of {args.reps}, "
+              f"load average {os.getloadavg()[0]:.2f}")
+        agent_main(args, model, tools, env, lib_dir, have_server)
+        return
     clients = [int(c) for c in args.clients.split(",")]
     n_parallel = max(clients)
     tools, env, lib_dir, have_server = native_tools(with_server=not args.no_llama_server)

@@ -69,6 +69,23 @@ def input_limit(ctx: LlamaContext, model: LlamaModel) -> int:
     return limit
 
 
+def rank_token_lists(model: LlamaModel, query: str, documents: Sequence[str]) -> list[list[int]]:
+    """Token ids of each (query, document) pair for a reranker, as ``llama-embedding`` builds them: the
+    model's ``rerank`` template, else query, EOS and SEP (where the vocabulary adds them) and document."""
+    template = model.chat_template("rerank")
+    out = []
+    if template:
+        for d in documents:
+            text = template.replace("{query}", query).replace("{document}", d)
+            out.append(model.tokenize(text, add_special=True, parse_special=True))
+        return out
+    eos = model.token_text(model.token_eos()) if model.add_eos() and model.token_eos() >= 0 else ""
+    sep = model.token_text(model.token_sep()) if model.add_sep() and model.token_sep() >= 0 else ""
+    for d in documents:
+        out.append(model.tokenize(query + eos + sep + d, add_special=True, parse_special=True))
+    return out
+
+
 def embed_token_lists(ctx: LlamaContext, model: LlamaModel, token_lists: Sequence[Sequence[int]], *,
                       normalize: int = 2, truncate: bool = True, width: int | None = None,
                       pack_tokens: int | None = None) -> tuple[Any, list[int]]:
@@ -337,18 +354,7 @@ class LlamaEmbedding:
     def rank_inputs(self, query: str, documents: Sequence[str]) -> list[list[int]]:
         """Token ids of each (query, document) pair, as ``llama-embedding`` builds them."""
         _, model = self._parts()
-        template = model.chat_template("rerank")
-        out = []
-        if template:
-            for d in documents:
-                text = template.replace("{query}", query).replace("{document}", d)
-                out.append(model.tokenize(text, add_special=True, parse_special=True))
-            return out
-        eos = model.token_text(model.token_eos()) if model.add_eos() and model.token_eos() >= 0 else ""
-        sep = model.token_text(model.token_sep()) if model.add_sep() and model.token_sep() >= 0 else ""
-        for d in documents:
-            out.append(model.tokenize(query + eos + sep + d, add_special=True, parse_special=True))
-        return out
+        return rank_token_lists(model, query, documents)
 
     @serialized()
     def rank(self, query: str, documents: Sequence[str], *, truncate: bool = True) -> np.ndarray:
@@ -376,4 +382,4 @@ class LlamaEmbedding:
                 "usage": {"prompt_tokens": total, "total_tokens": total}}
 
 
-__all__ = ["POOLING_TYPES", "LlamaEmbedding", "embed_token_lists"]
+__all__ = ["POOLING_TYPES", "LlamaEmbedding", "embed_token_lists", "rank_token_lists"]

@@ -1,4 +1,5 @@
-"""Errors in OpenAI's JSON shape: ``{"error": {"message", "type", "param", "code"}}``.
+"""Errors in OpenAI's JSON shape: ``{"error": {"message", "type", "param", "code"}}``, and under
+Anthropic's routes (``/v1/messages``) in Anthropic's: ``{"type": "error", "error": {"type", "message"}}``.
 
 Handlers map exceptions to statuses: :class:`APIError` carries its own; request validation is
 422 (a body that is not JSON at all is 400); the runtime's input errors (``ValueError`` and the
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -42,9 +44,33 @@ def error_body(message: str, type: str = "invalid_request_error", code: str | No
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-def error_response(exc: APIError) -> JSONResponse:
-    return JSONResponse(error_body(exc.message, exc.type, exc.code, exc.param), status_code=exc.status,
-                        headers=exc.headers)
+# Anthropic's error types by HTTP status (its API reference, "Errors")
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 422: "invalid_request_error",
+                    429: "rate_limit_error", 500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
+_ANTHROPIC_PATHS = re.compile(r"/v1/messages(/|$)")
+
+
+def anthropic_shape(path: str) -> bool:
+    """Whether errors on ``path`` are answered in Anthropic's shape (its Messages API)."""
+    return _ANTHROPIC_PATHS.search(path) is not None
+
+
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500
+                                                                    else "invalid_request_error"),
+                                       "message": message}}
+
+
+def body_for(exc: APIError, path: str = "") -> dict[str, Any]:
+    """The error body of ``exc`` in the shape of the API ``path`` belongs to."""
+    if anthropic_shape(path):
+        return anthropic_error_body(exc.status, exc.message)
+    return error_body(exc.message, exc.type, exc.code, exc.param)
+
+
+def error_response(exc: APIError, path: str = "") -> JSONResponse:
+    return JSONResponse(body_for(exc, path), status_code=exc.status, headers=exc.headers)
 
 
 def as_api_error(exc: BaseException) -> APIError:
@@ -81,29 +107,31 @@ def install(app: FastAPI) -> None:
     """Register the handlers that give every error OpenAI's shape."""
 
     @app.exception_handler(APIError)
-    async def _api(_: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc)
+    async def _api(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = list(exc.errors())
         if any(e.get("type") == "json_invalid" for e in errors):
             e = next(e for e in errors if e.get("type") == "json_invalid")
             detail = (e.get("ctx") or {}).get("error", "")
             return error_response(APIError(400, f"the request body is not valid JSON: {detail}".rstrip(": "),
-                                           code="invalid_json"))
+                                           code="invalid_json"), request.url.path)
         msg, param = _validation_message(errors)
-        return error_response(APIError(422, msg, code="invalid_request", param=param))
+        # Anthropic answers a malformed body 400 (invalid_request_error); OpenAI-shaped routes keep 422
+        status = 400 if anthropic_shape(request.url.path) else 422
+        return error_response(APIError(status, msg, code="invalid_request", param=param), request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
         return error_response(APIError(exc.status_code, str(exc.detail), type=kind,
-                                       headers=dict(exc.headers or {})))
+                                       headers=dict(exc.headers or {})), request.url.path)
 
     @app.exception_handler(Exception)
-    async def _any(_: Request, exc: Exception) -> JSONResponse:
-        return error_response(as_api_error(exc))
+    async def _any(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(as_api_error(exc), request.url.path)
 
 
 def sse_error(exc: BaseException) -> bytes:
@@ -112,4 +140,5 @@ def sse_error(exc: BaseException) -> bytes:
     return f"data: {json.dumps(error_body(e.message, e.type, e.code, e.param))}\n\n".encode()
 
 
-__all__ = ["APIError", "as_api_error", "error_body", "error_response", "install", "sse_error"]
+__all__ = ["APIError", "anthropic_error_body", "anthropic_shape", "as_api_error", "body_for", "error_body",
+           "error_response", "install", "sse_error"]

@@ -8,10 +8,13 @@ message content kept as text), so a chat served by a slot equals the same chat r
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from typing import Any
 
 from .. import llama_chat_format as _chat
+from .._chat import native_chat, native_completion
+from .._chat.handler import prompt_tokens
 from .._errors import ContextOverflowError
 from .._generation import responses as _responses
 from .._safety.chat_tokens import message_texts, tokenize_chat_prompt
@@ -19,6 +22,8 @@ from .._safety.prompt_chars import check_prompt_chars
 from ..llama import Llama
 from ..llama_grammar import LlamaGrammar, json_schema_to_gbnf
 from .errors import APIError
+
+log = logging.getLogger("llama_cpp.server")
 
 
 def prompt_list(prompt: Any) -> list[str | list[int]]:
@@ -109,16 +114,23 @@ class ChatPrompt:
     stops: list[str]
     grammar: LlamaGrammar | None
     tool_name: str | None
+    # llama.cpp's chat layer rendered it (a request with tools on a template that knows them): the
+    # output is parsed into content, reasoning_content and tool_calls by this prompt's parser
+    native: native_chat.ChatPrompt | None = None
 
 
 def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt:
-    """The chat's prompt tokens, template stops, grammar and forced tool (as Llama builds them)."""
+    """The chat's prompt tokens, template stops, grammar and forced tool (as Llama builds them):
+    with tools, through llama.cpp's chat layer where ``Llama.create_chat_completion`` goes there."""
     msgs = _chat.validate_messages(body.messages)
     tools, tool_choice = body.tools, body.tool_choice
     if body.functions and not tools:
         tools = [{"type": "function", "function": f} for f in body.functions]
         if isinstance(body.function_call, dict):
             tool_choice = {"type": "function", "function": {"name": body.function_call.get("name")}}
+    handler = native_completion.native_tools_handler(llama) if tools else None
+    if handler is not None:
+        return _native_chat_prompt(llama, handler.templates_for(llama), msgs, tools, tool_choice, body, n_ctx)
     fmt = llama._chat_formatter()
     result = fmt(messages=msgs, tools=tools)
     text: str | None = body.grammar
@@ -141,6 +153,96 @@ def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt
         raise APIError(400, "the chat renders to an empty prompt", param="messages")
     llama._need_model().check_tokens(tokens, "prompt token")
     return ChatPrompt(tokens, list(result.stop), LlamaGrammar(text) if text is not None else None, tool_name)
+
+
+def _native_chat_prompt(llama: Llama, templates: native_chat.ChatTemplates, msgs: list[dict[str, Any]],
+                        tools: list[dict[str, Any]], tool_choice: Any, body: Any, n_ctx: int | None) -> ChatPrompt:
+    """The prompt llama.cpp's chat layer renders for a chat with tools (as ``NativeChatHandler`` builds
+    it): the template's stops, and its grammar where the tool choice or response format forces one."""
+    if isinstance(tool_choice, str) and tool_choice not in ("auto", "none", "required"):
+        tool_choice = {"type": "function", "function": {"name": tool_choice}}  # a bare tool name
+    opts: dict[str, Any] = {"tools": tools, "tool_choice": tool_choice,
+                            "parallel_tool_calls": getattr(body, "parallel_tool_calls", None),
+                            "reasoning_effort": getattr(body, "reasoning_effort", None)}
+    try:
+        native = templates.apply(msgs, json_schema=native_completion.response_format_schema(body.response_format),
+                                 grammar=body.grammar, **opts)
+    except ValueError as exc:  # TemplateError: a tool choice naming no tool, a bad schema...
+        raise APIError(400, str(exc), param="tools") from exc
+    grammar = None
+    if body.grammar is not None and not native.grammar:
+        grammar = LlamaGrammar(body.grammar)
+    if native.grammar and not native.grammar_lazy:
+        grammar = LlamaGrammar.from_string(native.grammar)
+        grammar.prefill = native.generation_prompt  # the grammar starts with it; the prompt ends with it
+    check_prompt_chars(llama._need_model(), native.prompt, llama.n_ctx() if n_ctx is None else n_ctx, "the chat prompt")
+    tokens = prompt_tokens(llama, native.prompt, msgs, added_special=False,
+                           render=lambda ms: templates.apply(ms, **opts).prompt)
+    if not tokens:
+        raise APIError(400, "the chat renders to an empty prompt", param="messages")
+    llama._need_model().check_tokens(tokens, "prompt token")
+    return ChatPrompt(tokens, list(native.additional_stops), grammar, None, native)
+
+
+class NativeChatChunks:
+    """``text_completion`` chunks → ``chat.completion.chunk`` objects parsed by a native prompt's parser
+    (the push form of :func:`llama_cpp._chat.native_completion.chat_stream`): the role, the deltas of
+    content, reasoning and tool calls as the output grows, then the finish reason with the usage."""
+
+    def __init__(self, prompt: native_chat.ChatPrompt) -> None:
+        self.prompt = prompt
+        self.parser = native_chat.ChatStreamParser(prompt)
+        self.first = True
+
+    def __call__(self, c: dict[str, Any]) -> list[dict[str, Any]]:
+        choice = c["choices"][0]
+        base = {"id": "chat" + c["id"], "object": "chat.completion.chunk", "created": c["created"],
+                "model": c["model"]}
+        out = []
+        if self.first:
+            out.append({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None,
+                                             "logprobs": None}]})
+            self.first = False
+        deltas = self.parser.feed(choice["text"]) if choice["text"] else []
+        done = choice["finish_reason"] is not None
+        if done:
+            try:
+                deltas += self.parser.finish()
+            except native_chat.ChatParseError as exc:
+                log.warning("model output does not match the %s chat format (%s)", self.prompt.format_name, exc)
+        out += [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None, "logprobs": None}]}
+                for d in deltas]
+        if done:
+            reason = "tool_calls" if self.parser.message.tool_calls else choice["finish_reason"]
+            last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
+            _carry_stop(choice, last["choices"][0])
+            if "usage" in c:
+                last["usage"] = c["usage"]
+            out.append(last)
+            self.parser.close()
+        return out
+
+
+def chat_result(parts: list[dict[str, Any]], chat: ChatPrompt) -> dict[str, Any]:
+    """A ``chat.completion`` from the ``text_completion`` chunks of ``chat``'s answer."""
+    completion = _responses.join_chunks(parts)
+    if chat.native is not None:
+        out = native_completion.chat_response(completion, chat.native)
+    else:
+        out = _responses.chat_response(completion, chat.tool_name)
+    _carry_stop(parts[-1]["choices"][0], out["choices"][0])
+    return out
+
+
+def _carry_stop(src: dict[str, Any], dst: dict[str, Any]) -> None:
+    """The stop string that ended the answer (the slots report it), for APIs that name it."""
+    if src.get("stop_sequence") is not None:
+        dst["stop_sequence"] = src["stop_sequence"]
+
+
+def chat_chunks(chat: ChatPrompt) -> Any:
+    """The converter of one choice's ``text_completion`` chunks for ``chat``."""
+    return NativeChatChunks(chat.native) if chat.native is not None else ChatChunks(chat.tool_name)
 
 
 class ChatChunks:
@@ -172,6 +274,7 @@ class ChatChunks:
         if choice["finish_reason"] is not None:
             reason = "tool_calls" if self.tool_name is not None else choice["finish_reason"]
             last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
+            _carry_stop(choice, last["choices"][0])
             if "usage" in c:
                 last["usage"] = c["usage"]
             out.append(last)
@@ -190,5 +293,5 @@ def join_chat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
             "usage": next((c["usage"] for c in reversed(chunks) if "usage" in c), None)}
 
 
-__all__ = ["ChatChunks", "ChatPrompt", "chat_prompt", "check_prompt", "completion_tokens", "grammar",
+__all__ = ["ChatChunks", "ChatPrompt", "NativeChatChunks", "chat_chunks", "chat_prompt", "chat_result", "check_prompt", "completion_tokens", "grammar",
            "join_chat_chunks", "logit_bias", "max_tokens", "prompt_list", "refuse_media", "stops", "tokenize"]

@@ -216,7 +216,11 @@ class ServerSettings(_Base):
     ssl_keyfile: str | None = Field(default=None, description="SSL key file for HTTPS.")
     ssl_certfile: str | None = Field(default=None, description="SSL certificate file for HTTPS.")
     api_key: str | None = Field(default=None, min_length=1, description="If set, every request needs "
-                                "'Authorization: Bearer <api_key>' (an empty key is refused, not 'no key').")
+                                "'Authorization: Bearer <api_key>' or 'x-api-key: <api_key>' (an empty key is "
+                                "refused, not 'no key').")
+    api_key_file: str | None = Field(default=None, description="A file of API keys, one per line, each "
+                                     "optionally with limits: 'KEY tpm=20000 concurrent=4' (tokens per minute, "
+                                     "requests in flight; over a limit: 429 with Retry-After).")
     interrupt_requests: bool = Field(default=True, description="As upstream, on one-at-a-time models: a "
                                      "running stream ends (no finish_reason) when another request waits. "
                                      "Slot models serve new requests alongside, interrupting none.")

@@ -61,13 +61,71 @@ class CreateChatCompletionRequest(_Sampling):
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     response_format: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning_effort: str | None = Field(default=None, description="Passed to templates that read it.")
+
+
+class CreateResponseRequest(_Body):
+    """OpenAI's Responses API (``/v1/responses``); stateless (``store`` is answered false)."""
+
+    model: str | None = None
+    input: str | list[Any] = Field(description="Text, or items: messages, function_call, function_call_output.")
+    instructions: str | None = None
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    stream: bool = False
+    store: bool | None = None
+    previous_response_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    seed: int | None = None
+    user: str | None = None
+
+
+class CountMessageTokensRequest(_Body):
+    """Anthropic's ``/v1/messages/count_tokens``."""
+
+    model: str | None = None
+    messages: list[Any] = Field(description="user/assistant messages: text or content blocks.")
+    system: str | list[Any] | None = None
+    tools: list[Any] | None = None
+    tool_choice: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
+
+
+class CreateMessageRequest(CountMessageTokensRequest):
+    """Anthropic's Messages API (``/v1/messages``)."""
+
+    max_tokens: int = Field(ge=1, description="The most tokens to generate.")
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    temperature: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0)
+    metadata: dict[str, Any] | None = None
 
 
 class CreateEmbeddingRequest(_Body):
     model: str | None = None
-    input: str | list[str] = Field(description="The text(s) to embed.")
+    input: str | list[str] | list[int] | list[list[int]] = Field(description="Text(s) or token ids to embed.")
     encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1, description="Keep the first dimensions (L2-normalised).")
     user: str | None = None
+
+
+class RerankRequest(_Body):
+    """``/v1/rerank`` (Jina's and Cohere's shape, as llama-server takes it)."""
+
+    model: str | None = None
+    query: str
+    documents: list[Any] = Field(description="Strings, or objects with a text.")
+    top_n: int | None = Field(default=None, description="How many results, best first (default: all).")
+    return_documents: bool = False
 
 
 class TokenizeInputRequest(_Body):
@@ -105,6 +163,6 @@ class ModelList(BaseModel):
     data: list[ModelData]
 
 
-__all__ = ["CreateChatCompletionRequest", "CreateCompletionRequest", "CreateEmbeddingRequest",
-           "DetokenizeInputRequest", "DetokenizeInputResponse", "ModelData", "ModelList", "TokenizeInputCountResponse",
+__all__ = ["CountMessageTokensRequest", "CreateChatCompletionRequest", "CreateMessageRequest", "CreateCompletionRequest", "CreateEmbeddingRequest", "CreateResponseRequest",
+           "DetokenizeInputRequest", "DetokenizeInputResponse", "ModelData", "ModelList", "RerankRequest", "TokenizeInputCountResponse",
            "TokenizeInputRequest", "TokenizeInputResponse"]

@@ -105,3 +105,54 @@ def server(start_server, spm_path, embed_path) -> RunningServer:
                           "max_queue": 8},
                          {"model": str(embed_path), "model_alias": "embed", "embedding": True, "n_ctx": 256}],
                         max_tokens_limit=200, max_n=4, max_body_bytes=64 * 1024)
+
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "vendor" / "llama.cpp" / "models" / "templates"
+
+
+def _with_template(tmp_path_factory, name: str, template: str) -> Path:
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("templated") / f"tiny-bpe-{name}.gguf"
+    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(fixture_path("llama_bpe")), str(out),
+                    "--chat-template-file", str(TEMPLATES / template), "--force"], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tools_path(tmp_path_factory) -> Path:
+    """The tiny BPE llama with Qwen 2.5's chat template (tools; calls as ``<tool_call>`` JSON), so that
+    requests with tools go through llama.cpp's chat layer as they would on a real model."""
+    return _with_template(tmp_path_factory, "qwen25", "Qwen-Qwen2.5-7B-Instruct.jinja")
+
+
+@pytest.fixture(scope="session")
+def thinking_path(tmp_path_factory) -> Path:
+    """The same with Qwen 3's template: reasoning in ``<think>`` before the answer or the calls."""
+    return _with_template(tmp_path_factory, "qwen3", "Qwen-Qwen3-0.6B.jinja")
+
+
+@pytest.fixture
+def script(monkeypatch):
+    """``script(server, alias, text)``: the model's next answers are ``text`` then end of generation.
+
+    A stand-in for a trained model's output where a test needs one (a tool call, reasoning): the tiny
+    model's own output is random. Everything after the sampler runs for real: the slots, text and stop
+    handling, llama.cpp's chat parser, and each API's translation."""
+
+    def apply(srv: RunningServer, alias: str, text: str) -> None:
+        engine = srv.engine(alias)
+        model = engine.model
+        tokens = model.tokenize(text.encode("utf-8"), add_special=False, parse_special=True) + [model.token_eos()]
+        real = engine._start
+
+        def start(s: Any) -> None:
+            real(s)
+            if s.pick is not None:
+                it = iter(tokens)
+                s.pick = lambda ctx, i: (next(it), None)
+
+        monkeypatch.setattr(engine, "_start", start)
+
+    return apply

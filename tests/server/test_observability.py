@@ -1,0 +1,97 @@
+"""``/metrics`` (read by prometheus_client's parser), ``/slots``, ``/props`` and the access log."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import httpx
+import pytest
+
+parser = pytest.importorskip("prometheus_client.parser")
+
+KEY = "sk-metrics-secret"
+
+
+@pytest.fixture(scope="module")
+def srv(start_server, spm_path, embed_path):
+    return start_server([{"model": str(spm_path), "model_alias": "spm", "n_parallel": 2, "n_ctx": 128},
+                         {"model": str(embed_path), "model_alias": "embed", "embedding": True, "n_ctx": 128}],
+                        api_key=KEY)
+
+
+def _get(srv, path, **kw):
+    return httpx.get(srv.url + path, headers={"Authorization": f"Bearer {KEY}"}, **kw)
+
+
+def _samples(text):
+    out = {}
+    for fam in parser.text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_metrics_count_what_was_served(srv):
+    before = _samples(_get(srv, "/metrics").text)
+    c = srv.client(api_key=KEY)
+    r = c.completions.create(model="spm", prompt="hello there", max_tokens=5, temperature=0)
+    c.embeddings.create(model="embed", input="hello")
+    text = _get(srv, "/metrics").text
+    after = _samples(text)
+    spm = (("model", "spm"),)
+
+    def grew(name, labels=spm):
+        return after[(name, labels)] - before.get((name, labels), 0.0)
+
+    assert grew("llamacpp:tokens_predicted_total") == r.usage.completion_tokens
+    assert (grew("llamacpp:prompt_tokens_total") + grew("llamacpp:prompt_tokens_cached_total")
+            == r.usage.prompt_tokens)
+    assert grew("llamacpp:n_decode_total") >= 1 and grew("llamacpp:prompt_seconds_total") > 0
+    assert after[("llamacpp:requests_processing", spm)] == 0 and after[("llamacpp:requests_deferred", spm)] == 0
+    assert 0 < after[("llamacpp:kv_cache_usage_ratio", spm)] <= 1  # the prompt is kept for reuse
+    assert grew("llamacpp:prompt_tokens_total", (("model", "embed"),)) > 0
+    # per key: a hash label, never the key
+    assert KEY not in text
+    label = next(dict(k[1])["key"] for k in after if k[0] == "llamacpp:key_tokens_predicted_total")
+    assert label.startswith("key-")
+    assert after[("llamacpp:key_tokens_predicted_total", (("key", label),))] >= r.usage.completion_tokens
+    ok = after[("llamacpp:key_requests_total", (("key", label), ("status", "200")))]
+    assert ok >= 3
+    httpx.get(srv.url + "/metrics")  # no key: 401, counted under anonymous
+    again = _samples(_get(srv, "/metrics").text)
+    assert again[("llamacpp:key_requests_total", (("key", "anonymous"), ("status", "401")))] >= 1
+
+
+def test_slots_and_props(srv):
+    slots = _get(srv, "/slots").json()
+    assert [s["id"] for s in slots] == [0, 1] and all(s["n_ctx"] == 128 for s in slots)
+    assert all(s["is_processing"] is False and s["speculative"] is False for s in slots)
+    assert _get(srv, "/slots", params={"model": "embed"}).json()[0]["id"] == 0
+    props = _get(srv, "/props").json()
+    assert props["total_slots"] == 2 and props["model_alias"] == "spm"
+    assert props["default_generation_settings"]["n_ctx"] == 128
+    assert props["default_generation_settings"]["params"]["temperature"] == 0.8
+    assert "im_start" in props["chat_template"] and props["modalities"]["vision"] is False
+    assert _get(srv, "/props", params={"model": "nope"}).status_code == 404
+    assert httpx.get(srv.url + "/props").status_code == 401
+
+
+def test_one_access_log_line_per_request(srv, caplog):
+    wanted = {"/v1/models", "/v1/completions"}
+
+    def lines():
+        return [r for r in caplog.records if r.name == "llama_cpp.server.access" and r.access["path"] in wanted]
+
+    with caplog.at_level(logging.INFO, logger="llama_cpp.server.access"):
+        _get(srv, "/v1/models")
+        httpx.post(srv.url + "/v1/completions", json={"model": "spm", "prompt": "x"})
+        deadline = time.monotonic() + 10  # the line is written once the response's last byte is sent
+        while len(lines()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    lines = lines()
+    assert [(r.access["method"], r.access["path"], r.access["status"]) for r in lines] == [
+        ("GET", "/v1/models", 200), ("POST", "/v1/completions", 401)]
+    assert lines[0].access["key"].startswith("key-") and lines[1].access["key"] == "anonymous"
+    assert "status=200" in lines[0].getMessage() and KEY not in lines[0].getMessage()
+    assert lines[0].access["duration_ms"] >= 0
