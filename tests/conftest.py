@@ -44,9 +44,22 @@ def native_build_and_plan():
     return _NB
 
 
+UNIT = REPO / "tests" / "unit"
+
+
+def _only_unit_tests(config: pytest.Config) -> bool:
+    """Whether every path pytest was asked to collect lies in ``tests/unit`` (no compiler, no model)."""
+    base = Path(config.invocation_params.dir)
+    args = [a.split("::", 1)[0] for a in config.args if not a.startswith("-")]
+    paths = [(base / a).resolve() for a in args] or [REPO / "tests"]
+    return all(p == UNIT or UNIT in p.parents for p in paths)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "realmodel: needs a real small model from a PyPI package")
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    if _only_unit_tests(config):
+        return  # the unit tier needs no native build: `pytest tests/unit` runs without a compiler
     if "LLAMA_CPP_LIB_PATH" not in os.environ and (REPO / "vendor" / "llama.cpp" / "CMakeLists.txt").exists():
         nb, _ = native_build_and_plan()
         os.environ["LLAMA_CPP_LIB_PATH"] = str(nb.lib_dir)
