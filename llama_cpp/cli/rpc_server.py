@@ -30,7 +30,11 @@ def run(args: argparse.Namespace) -> int:
     devices = [d.strip() for item in args.device for d in item.split(",") if d.strip()] or None
     if args.cache_dir:
         os.makedirs(args.cache_dir, exist_ok=True)
-    rpc.server_devices(devices)  # an unknown --device fails here, with the names this machine has
+    try:
+        rpc.server_devices(devices)  # an unknown --device fails here, with the names this machine has
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     # ggml's server blocks in C for good: it runs in a daemon thread so that Ctrl-C or SIGTERM end the process
     done = threading.Event()
     failed: list[BaseException] = []

@@ -14,12 +14,12 @@ N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, N_FF, N_EXPERT, N_EXPERT_USED = 64, 4, 4, 2,
 EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
-def moe_model(path: Path, seed: int = 0) -> Path:
+def moe_model(path: Path, seed: int = 0, n_ctx_train: int = 65536) -> Path:
     v = _vocab.spm_vocab()
     b = GGUFBuilder("llama", seed)
     b.string("general.name", "tiny-llama-moe")
     head_dim = N_EMBD // N_HEAD
-    for key, value in (("context_length", 4096), ("embedding_length", N_EMBD), ("block_count", N_LAYER),
+    for key, value in (("context_length", n_ctx_train), ("embedding_length", N_EMBD), ("block_count", N_LAYER),
                        ("feed_forward_length", N_FF), ("attention.head_count", N_HEAD),
                        ("attention.head_count_kv", N_HEAD_KV), ("rope.dimension_count", head_dim),
                        ("vocab_size", len(v)), ("expert_count", N_EXPERT), ("expert_used_count", N_EXPERT_USED)):

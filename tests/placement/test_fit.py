@@ -1,0 +1,72 @@
+"""``fit_params`` gives ``llama-fit-params``' results (same llama.cpp, same fixture, same targets), and
+``Llama(fit=True)`` loads with them.
+
+On a machine without a GPU llama.cpp fits the context to the host's total memory less the target
+margin, so margins close to the total simulate a small free memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from llama_cpp import Llama
+from llama_cpp._native import loader
+from llama_cpp._placement.fit import FitResult, fit_params
+
+MiB = 1024 * 1024
+
+
+def host_total_mib() -> int:
+    cpu = next(d for b in loader.backends() for d in b.devices if d.type == "CPU")
+    return cpu.memory_total // MiB
+
+
+def tool_fit(run_tool, moe_path, margin_mib: int, n_ctx_min: int) -> str | None:
+    """llama-fit-params' printed arguments, None when it finds no fit (exit status 1)."""
+    try:
+        out = run_tool("llama-fit-params", "-m", moe_path, "-c", 0, "-fitt", margin_mib, "-fitc", n_ctx_min)
+    except AssertionError as exc:
+        if "failed (1)" in str(exc):
+            return None
+        raise
+    return out.stdout.decode().strip()
+
+
+# room left for the fixture, in MiB: all of it at 65536 tokens (about 100 MiB), less, or too little
+@pytest.mark.parametrize("room", [200, 90, 60, 30, 5])
+def test_fit_params_gives_the_tools_numbers(run_tool, moe_path, room):
+    margin = host_total_mib() - room
+    expected = tool_fit(run_tool, moe_path, margin, 1024)
+    got = fit_params(moe_path, margins=margin * MiB, n_ctx_min=1024)
+    if expected is None:
+        assert got.status == "failure"
+    else:
+        assert got.status == "success"
+        assert got.cli_args() == expected
+
+
+def test_fit_reduces_the_context_then_loads_with_it(moe_path):
+    margin = (host_total_mib() - 60) * MiB
+    got = fit_params(moe_path, margins=margin, n_ctx_min=1024)
+    assert got.status == "success" and 1024 <= got.n_ctx < 65536
+    full = fit_params(moe_path, margins=0)
+    assert full == FitResult("success", 65536, -1)
+
+
+def test_llama_fit_true_fits_n_ctx_zero(moe_path):
+    with Llama(str(moe_path), n_ctx=0, fit=True, verbose=False) as llm:
+        assert llm.n_ctx() == fit_params(moe_path).n_ctx
+    with Llama(str(moe_path), n_ctx=1024, fit=True, verbose=False) as llm:
+        assert llm.n_ctx() == 1024  # a context size given is kept, as with llama.cpp's --fit
+
+
+def test_fit_errors(moe_path, tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + bytes(64))
+    from llama_cpp._errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="could not load"):
+        fit_params(bad)
+    with pytest.raises(ValueError, match="unknown device: NoSuchGPU"):
+        fit_params(moe_path, devices=["NoSuchGPU"])
+    with pytest.raises(ValueError, match="margins"):
+        fit_params(moe_path, margins=-1)
