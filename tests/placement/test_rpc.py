@@ -130,3 +130,26 @@ def test_rpc_server_binds_loopback_and_warns(start_rpc_server):
     _out, err = proc.communicate(timeout=30)
     assert "the RPC server is unauthenticated and unencrypted" in err
     assert "never expose it to an open network" in err
+
+
+def test_mtp_model_drafts_on_a_remote_device(rpc_pair, caplog):
+    from llama_cpp import SpecConfig
+
+    path = fixture_path("qwen35_mtp", form="echo")
+    kw = {"n_ctx": 256, "verbose": False}
+    with Llama(path, **kw) as llm:
+        plain = llm("hello world", max_tokens=24, temperature=0.0)["choices"][0]["text"]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="llama_cpp.native"):
+        with Llama(path, speculative=SpecConfig("draft-mtp", draft_n_max=3), rpc_servers=rpc_pair[:1],
+                   n_gpu_layers=-1, **kw) as llm:
+            spec = llm("hello world", max_tokens=24, temperature=0.0)["choices"][0]["text"]
+            stats = llm.last_speculative_stats
+    assert spec == plain
+    assert stats is not None and stats.accepted > 0
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    # every layer, the NextN (MTP) block included, is on the remote device; the target and the MTP
+    # draft context each reserve their compute buffer there
+    assigned = set(re.findall(r"layer +\d+ assigned to device (\S+),", log))
+    assert assigned and assigned <= set(rpc.registered()[rpc_pair[0]])
+    assert len(re.findall(rf"RPC\d\[{re.escape(rpc_pair[0])}\] compute buffer size =", log)) >= 2
