@@ -101,11 +101,11 @@ def resolve(*, devices: str | Sequence[str] | None = None, cpu_moe: bool = False
     pairs = parse_override_tensor(override_tensor) + cpu_moe_overrides(cpu_moe, n_cpu_moe)
     endpoints = _rpc.parse_servers(rpc_servers) if rpc_servers is not None else []
     out = Placement(overrides=pairs)
-    remote = {n for names_ in _rpc.registered().values() for n in names_}
-    if names is None and not pairs and not endpoints and not remote:
+    if names is None and not pairs and not endpoints and not _rpc.registered():
         return out  # nothing to resolve: no native call
     if endpoints:
         out.rpc_devices = _rpc.add_servers(endpoints, rpc_timeout)
+    remote = {n for names_ in _rpc.registered().values() for n in names_}
     if names is None and remote:
         # ggml's registry is process-wide: a model uses the RPC servers it names, not every one added
         # before; its own first, as llama.cpp orders them (fewer network transfers)

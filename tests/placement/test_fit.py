@@ -70,3 +70,47 @@ def test_fit_errors(moe_path, tmp_path):
         fit_params(moe_path, devices=["NoSuchGPU"])
     with pytest.raises(ValueError, match="margins"):
         fit_params(moe_path, margins=-1)
+
+
+@pytest.fixture(scope="module")
+def big_moe(tmp_path_factory):
+    from ._moe import moe_model
+
+    # experts of about 12 MiB a layer, so that margins of a few MiB move layers and experts
+    return moe_model(tmp_path_factory.mktemp("moebig") / "moe-big.gguf", n_embd=256, n_ff=512, n_expert=8,
+                     n_ctx_train=4096)
+
+
+@pytest.fixture(scope="module")
+def fit_servers(start_rpc_server):
+    """Two servers for llama-fit-params and two for this process (ggml's server serves one client at a time)."""
+    return [start_rpc_server()[0] for _ in range(2)], [start_rpc_server()[0] for _ in range(2)]
+
+
+# room left on each of two RPC devices, in MiB: everything fits; layers split and a partial layer
+# overflows to the other device; experts move to the CPU; every layer's experts on the CPU
+@pytest.mark.parametrize("room", [200, 50, 30, 10])
+def test_fit_over_two_rpc_servers_gives_the_tools_numbers(run_tool, fit_servers, big_moe, room):
+    from llama_cpp._placement.placement import resolve
+
+    tool_eps, our_eps = fit_servers
+
+    placement = resolve(rpc_servers=our_eps)
+    free = min(d.memory_free for b in loader.backends() for d in b.devices if d.name in placement.device_names)
+    margin = free // MiB - room
+    try:
+        out = run_tool("llama-fit-params", "-m", big_moe, "-c", 0, "--rpc", ",".join(tool_eps), "-fitt", margin,
+                       "-fitc", 1024)
+        expected = out.stdout.decode().strip()
+    except AssertionError as exc:
+        assert "failed (1)" in str(exc)
+        expected = None
+    got = fit_params(big_moe, margins=margin * MiB, n_ctx_min=1024, devices=placement.device_names)
+    if expected is None:
+        assert got.status == "failure"
+        return
+    for tool_ep, our_ep in zip(tool_eps, our_eps):  # the buffer types are named after the endpoints
+        expected = expected.replace(tool_ep, our_ep)
+    assert got.status == "success" and got.cli_args() == expected
+    if room <= 30:
+        assert got.n_cpu_moe >= 2  # experts moved to the CPU, as -ot per-layer patterns
