@@ -35,6 +35,7 @@ from ._errors import (
     SpeculativeError,
     TemplateError,
     TokenizationError,
+    WorkerLostError,
 )
 from ._native import ctypes_util as _ctypes_util
 from ._version import __version__
@@ -73,6 +74,7 @@ _LAZY = {
     "FitResult": "._placement.fit",
     "Llama": ".llama",
     "LlamaEmbedding": ".llama_embedding",
+    "LlamaWorker": ".llama_worker",
     "LlamaBatch": ".llama_batch",
     "LlamaBatchExt": ".llama_batch",
     "SpecConfig": ".speculative",
@@ -132,6 +134,7 @@ _OWN = [
     "SpeculativeError",
     "TemplateError",
     "TokenizationError",
+    "WorkerLostError",
     "backends",
     "ensure_backends",
     "system_info",
@@ -140,6 +143,7 @@ _OWN = [
     "FitResult",
     "Llama",
     "LlamaEmbedding",
+    "LlamaWorker",
     "LlamaBatch",
     "LlamaBatchExt",
     "SpecConfig",

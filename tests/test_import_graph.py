@@ -188,7 +188,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                   "llama_cpp._placement",
                   "llama_cpp.llama_cache", "llama_cpp.speculative", "llama_cpp.llama_speculative")),
     ("multimodal", ("llama_cpp.mtmd", "llama_cpp.mtmd_chat", "llama_cpp._multimodal", "llama_cpp.llama_embedding")),
-    ("facades", ("llama_cpp", "llama_cpp.llama", "llama_cpp.llama_chat_format", "llama_cpp.server",
+    ("facades", ("llama_cpp", "llama_cpp.llama", "llama_cpp.llama_worker", "llama_cpp.llama_chat_format",
+                 "llama_cpp.server",
                  "llama_cpp.cli", "llama_cpp.__main__")),
 )
 

@@ -56,6 +56,9 @@ class FitResult:
         return out
 
 
+FitResult.__module__ = "llama_cpp"  # the public name (llama_cpp.FitResult), for reprs and pickles
+
+
 def _function() -> Any:
     global _fn
     with _fn_lock:

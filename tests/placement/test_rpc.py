@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -153,3 +154,32 @@ def test_mtp_model_drafts_on_a_remote_device(rpc_pair, caplog):
     assigned = set(re.findall(r"layer +\d+ assigned to device (\S+),", log))
     assert assigned and assigned <= set(rpc.registered()[rpc_pair[0]])
     assert len(re.findall(rf"RPC\d\[{re.escape(rpc_pair[0])}\] compute buffer size =", log)) >= 2
+
+
+def test_worker_reports_a_killed_server_by_name_and_reloads(moe_path, start_rpc_server):
+    from llama_cpp import LlamaWorker, WorkerLostError
+
+    eps = [start_rpc_server(), start_rpc_server()]
+    endpoints = ",".join(ep for ep, _ in eps)
+    with Llama(str(moe_path), n_ctx=256, verbose=False) as llm:
+        local = llm("hello world", max_tokens=24, temperature=0.0)["choices"][0]["text"]
+    kw = {"n_ctx": 256, "verbose": False, "rpc_servers": endpoints, "n_gpu_layers": -1}
+    with LlamaWorker(moe_path, **kw) as w:
+        assert w("hello world", max_tokens=24, temperature=0.0)["choices"][0]["text"] == local
+        stream = w("hello world", max_tokens=200, temperature=0.0, stream=True)
+        next(stream)
+        victim, proc = eps[1]
+        proc.kill()
+        t = time.monotonic()
+        with pytest.raises(WorkerLostError) as err:
+            for _ in stream:
+                pass
+        assert time.monotonic() - t < 10
+        assert f"RPC server {victim} is unreachable" in str(err.value)
+        assert eps[0][0] not in str(err.value)
+        with pytest.raises(WorkerLostError):
+            w.tokenize(b"hello")
+    # the interpreter lives on: reload over a fresh server
+    fresh = start_rpc_server()[0]
+    with LlamaWorker(moe_path, **{**kw, "rpc_servers": f"{eps[0][0]},{fresh}"}) as w:
+        assert w("hello world", max_tokens=24, temperature=0.0)["choices"][0]["text"] == local
