@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -68,10 +69,13 @@ ojson fit(const ojson & in) {
 
     std::vector<ggml_backend_dev_t> devices;
     if (in.contains("devices")) {
-        for (const auto & name : in["devices"]) {
-            ggml_backend_dev_t dev = ggml_backend_dev_by_name(name.get<std::string>().c_str());
+        for (const auto & item : in["devices"]) {
+            // a handle (a device outside ggml's registry, such as an RPC server's), or a registered name
+            ggml_backend_dev_t dev = item.is_number_unsigned()
+                ? reinterpret_cast<ggml_backend_dev_t>(static_cast<uintptr_t>(item.get<uint64_t>()))
+                : ggml_backend_dev_by_name(item.get<std::string>().c_str());
             if (dev == nullptr) {
-                throw std::invalid_argument("unknown device: " + name.get<std::string>());
+                throw std::invalid_argument("unknown device: " + item.dump());
             }
             devices.push_back(dev);
         }
@@ -105,7 +109,10 @@ ojson fit(const ojson & in) {
         patterns.reserve(tbo.size());
         for (size_t i = 0; i < tbo.size(); ++i) {
             patterns.push_back(tbo[i].at(0).get<std::string>());
-            overrides[i] = {patterns.back().c_str(), buft_by_name(tbo[i].at(1).get<std::string>())};
+            const auto & buft = tbo[i].at(1);  // a handle, or the name of a registered device's buffer type
+            overrides[i] = {patterns.back().c_str(), buft.is_number_unsigned()
+                ? reinterpret_cast<ggml_backend_buffer_type_t>(static_cast<uintptr_t>(buft.get<uint64_t>()))
+                : buft_by_name(buft.get<std::string>())};
         }
         mparams.tensor_buft_overrides = overrides.data();
     }

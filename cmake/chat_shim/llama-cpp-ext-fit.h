@@ -14,8 +14,9 @@ extern "C" {
 /* Fit the parameters of the model at "model_path" to free device memory with common_fit_params().
  * params: {"model_path": str,
  *          model:   "n_gpu_layers" (absent: llama.cpp's default, which the fit may change), "split_mode",
- *                   "main_gpu", "devices": [device names] (absent: every device), "tensor_split": [floats],
- *                   "tensor_buft_overrides": [[pattern, buffer type name], ...],
+ *                   "main_gpu", "devices": [registered device names or ggml_backend_dev_t handles as
+ *                   integers] (absent: every registered device), "tensor_split": [floats],
+ *                   "tensor_buft_overrides": [[pattern, buffer type name or handle], ...],
  *          context: "n_ctx" (0: fitted), "n_ctx_min", "n_seq_max", "kv_unified", "n_batch", "n_ubatch",
  *                   "flash_attn_type", "type_k", "type_v", "offload_kqv", "swa_full",
  *          "margins": [bytes per device] (one value: every device; absent: 1 GiB, llama.cpp's default),

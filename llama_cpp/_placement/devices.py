@@ -29,15 +29,32 @@ def _text(value: bytes | None) -> str:
     return (value or b"").decode("utf-8", "replace")
 
 
-def all_devices() -> list[Device]:
-    """Every device ggml has registered now (remote RPC devices included once added)."""
+# Remote (RPC) devices are kept here, not in ggml's process-wide registry: llama.cpp's default device
+# list is every registered device, so a registered server would serve every later model of the process.
+_remote: list[Device] = []
+
+
+def describe(handle: int) -> Device:
+    return Device(int(handle), _text(G.ggml_backend_dev_name(handle)), _text(G.ggml_backend_dev_description(handle)),
+                  int(G.ggml_backend_dev_type(handle)))
+
+
+def add_remote(handles: list[int]) -> list[Device]:
+    """Record the devices of an RPC server (``rpc_servers=``); returns them."""
+    devs = [describe(h) for h in handles]
+    _remote.extend(devs)
+    return devs
+
+
+def local_devices() -> list[Device]:
+    """The devices in ggml's registry: this machine's."""
     _loader.load()
-    out = []
-    for i in range(int(G.ggml_backend_dev_count())):
-        dev = G.ggml_backend_dev_get(i)
-        out.append(Device(int(dev), _text(G.ggml_backend_dev_name(dev)), _text(G.ggml_backend_dev_description(dev)),
-                          int(G.ggml_backend_dev_type(dev))))
-    return out
+    return [describe(G.ggml_backend_dev_get(i)) for i in range(int(G.ggml_backend_dev_count()))]
+
+
+def all_devices() -> list[Device]:
+    """This machine's devices, then the RPC servers' devices added in this process."""
+    return local_devices() + list(_remote)
 
 
 def offload_devices() -> list[Device]:

@@ -76,6 +76,27 @@ def _function() -> Any:
         return _fn
 
 
+def _device_handles(names: Sequence[str]) -> list[int]:
+    """Device names -> handles (an RPC server's devices are outside ggml's registry, see .rpc)."""
+    from .devices import all_devices
+
+    by_name = {d.name: d.handle for d in all_devices()}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ValueError(f"fit_params: unknown device: {', '.join(unknown)}; devices: {', '.join(by_name)}")
+    return [by_name[n] for n in names]
+
+
+def _buft_handles(overrides: Sequence[tuple[str, str]]) -> list[list[Any]]:
+    from .devices import buffer_types
+
+    bufts = buffer_types()
+    unknown = [b for _p, b in overrides if b not in bufts]
+    if unknown:
+        raise ValueError(f"fit_params: unknown buffer type: {', '.join(unknown)}; available: {', '.join(bufts)}")
+    return [[p, bufts[b]] for p, b in overrides]
+
+
 def fit_params(model_path: str | os.PathLike[str], *, n_ctx: int = 0, n_ctx_min: int = DEFAULT_N_CTX_MIN,
                margins: int | Sequence[int] = DEFAULT_MARGIN, n_gpu_layers: int | None = None,
                devices: Sequence[str] | None = None, tensor_split: Sequence[float] | None = None,
@@ -98,9 +119,9 @@ def fit_params(model_path: str | os.PathLike[str], *, n_ctx: int = 0, n_ctx_min:
         raise ValueError(f"margins must be bytes >= 0 (one value, or one per device), got {margins!r}")
     req: dict[str, Any] = {"model_path": path, "n_ctx": int(n_ctx), "n_ctx_min": int(n_ctx_min),
                            "margins": margin_list, "verbose": bool(verbose)}
-    optional = {"n_gpu_layers": n_gpu_layers, "devices": None if devices is None else list(devices),
+    optional = {"n_gpu_layers": n_gpu_layers, "devices": None if devices is None else _device_handles(devices),
                 "tensor_split": None if tensor_split is None else [float(x) for x in tensor_split],
-                "tensor_buft_overrides": [list(p) for p in override_tensor] if override_tensor else None,
+                "tensor_buft_overrides": _buft_handles(override_tensor) if override_tensor else None,
                 "split_mode": split_mode, "main_gpu": main_gpu, "n_seq_max": n_seq_max, "kv_unified": kv_unified,
                 "n_batch": n_batch, "n_ubatch": n_ubatch, "flash_attn_type": flash_attn_type,
                 "type_k": type_k, "type_v": type_v}

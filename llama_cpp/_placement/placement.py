@@ -101,16 +101,14 @@ def resolve(*, devices: str | Sequence[str] | None = None, cpu_moe: bool = False
     pairs = parse_override_tensor(override_tensor) + cpu_moe_overrides(cpu_moe, n_cpu_moe)
     endpoints = _rpc.parse_servers(rpc_servers) if rpc_servers is not None else []
     out = Placement(overrides=pairs)
-    if names is None and not pairs and not endpoints and not _rpc.registered():
+    if names is None and not pairs and not endpoints:
         return out  # nothing to resolve: no native call
     if endpoints:
         out.rpc_devices = _rpc.add_servers(endpoints, rpc_timeout)
-    remote = {n for names_ in _rpc.registered().values() for n in names_}
-    if names is None and remote:
-        # ggml's registry is process-wide: a model uses the RPC servers it names, not every one added
-        # before; its own first, as llama.cpp orders them (fewer network transfers)
-        local = [d.name for d in _devices.offload_devices() if d.name not in remote]
-        names = (out.rpc_devices + local) or ["none"]
+        if names is None:
+            # the servers' devices first, as llama.cpp orders them (fewer network transfers), then the
+            # local ones llama.cpp would use
+            names = out.rpc_devices + [d.name for d in _devices.local_devices() if not d.is_cpu]
     if names is not None:
         out.device_names = [] if names == ["none"] else list(names)
         offload = {d.name: d for d in _devices.offload_devices()}

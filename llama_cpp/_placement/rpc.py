@@ -1,5 +1,9 @@
 """llama.cpp's RPC backend: remote devices for ``rpc_servers=`` and ggml's own RPC server.
 
+The servers' devices are not put into ggml's registry (llama.cpp's ``--rpc`` does that): its default
+device list is every registered device, so a server added for one model would serve every later
+model of the process. A model names its servers' devices explicitly instead (``model_params.devices``).
+
 llama.cpp's RPC client aborts the process when an endpoint cannot be reached or speaks another
 protocol version (``GGML_ABORT`` in ggml-rpc.cpp), so every endpoint is probed here first: a TCP
 connection with a timeout and the protocol's HELLO exchange, which tells the server's version. An
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from .. import ggml_cpp as G
 from .._errors import BackendUnavailableError, ModelLoadError
 from .._native import loader as _loader
+from . import devices as _devices
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +157,9 @@ def add_servers(endpoints: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> l
                 server_reg = add(ep.encode())
                 if not server_reg:
                     raise ModelLoadError(f"RPC server {ep} offers no devices")
-                G.ggml_backend_register(server_reg)
+                # not ggml_backend_register (llama.cpp's --rpc does): models name these devices explicitly
+                n = int(G.ggml_backend_reg_dev_count(server_reg))
+                _devices.add_remote([int(G.ggml_backend_reg_dev_get(server_reg, i)) for i in range(n)])
                 devices = _loader.devices_of(server_reg)
                 _loader.add_backend(_loader.loaded_status("rpc", f"RPC[{ep}]", None, devices))
                 _registered[ep] = tuple(d.name for d in devices)
@@ -165,9 +172,7 @@ def add_servers(endpoints: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> l
 def server_devices(names: Sequence[str] | None) -> list[int]:
     """The device handles an RPC server exposes: ``names`` (any device, the CPU included), else every
     accelerator, else the CPU (as llama.cpp's rpc-server chooses)."""
-    from .devices import all_devices
-
-    devs = [d for d in all_devices() if not d.name.startswith("RPC")]
+    devs = _devices.local_devices()
     if names:
         by_name = {d.name: d for d in devs}
         unknown = [n for n in names if n not in by_name]
