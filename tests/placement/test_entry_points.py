@@ -3,6 +3,7 @@ and the server's model settings."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,3 +47,9 @@ def test_server_settings_reach_llama(moe_path):
     assert kw["rpc_servers"] == "127.0.0.1:50052" and kw["devices"] == ["RPC0"]
     assert kw["cpu_moe"] is True and kw["n_cpu_moe"] == 2 and kw["fit"] is True
     assert kw["override_tensor"] == ["a=CPU", "b=CPU"]
+
+
+def test_cli_fit_on_fits_the_context(moe_path):
+    proc = _complete(moe_path, "--fit", "on", "-c", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["choices"][0]["text"]
