@@ -114,3 +114,31 @@ def test_fit_over_two_rpc_servers_gives_the_tools_numbers(run_tool, fit_servers,
     assert got.status == "success" and got.cli_args() == expected
     if room <= 30:
         assert got.n_cpu_moe >= 2  # experts moved to the CPU, as -ot per-layer patterns
+
+
+def test_llama_fit_true_applies_layers_split_and_expert_overrides(fit_servers, big_moe, monkeypatch, caplog):
+    import functools
+    import logging
+    import re
+
+    from llama_cpp._placement import load
+
+    _tool_eps, our_eps = fit_servers
+    with Llama(str(big_moe), n_ctx=1024, verbose=False) as llm:
+        plain = llm("hello world", max_tokens=12, temperature=0.0)["choices"][0]["text"]
+    free = min(d.memory_free for b in loader.backends() if b.name.startswith("RPC[") for d in b.devices)
+    # llama.cpp's --fit target is a setting of the fit, not of Llama: small room, as -fitt would give
+    margin = (free // MiB - 10) * MiB
+    monkeypatch.setattr(load, "fit_params", functools.partial(fit_params, margins=margin, n_ctx_min=1024))
+    expected = fit_params(big_moe, margins=margin, n_ctx_min=1024,
+                          devices=load.resolve(rpc_servers=our_eps).device_names)
+    assert expected.n_cpu_moe == 4
+    with caplog.at_level(logging.DEBUG, logger="llama_cpp.native"):
+        with Llama(str(big_moe), n_ctx=0, fit=True, rpc_servers=our_eps, verbose=False) as llm:
+            assert llm.n_ctx() == expected.n_ctx
+            text = llm("hello world", max_tokens=12, temperature=0.0)["choices"][0]["text"]
+    assert text == plain
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    on_cpu = set(re.findall(r"tensor (blk\.\d+\.ffn_\w+_exps\.weight) \(.*?\) buffer type overridden to CPU", log))
+    assert len(on_cpu) == 4 * 3  # every layer's three expert tensors, as the fit chose
+    assert re.search(r"offloaded \d+/5 layers to GPU", log)
