@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._core.model import flash_attn_type
@@ -62,6 +62,7 @@ def prepare(args: Mapping[str, Any]) -> Prepared:
     if res.tensor_split:
         out.tensor_split = list(res.tensor_split)
     if res.override_tensor and not placement.overrides:
-        out.placement = resolve(devices=a["devices"], override_tensor=[f"{p}={b}" for p, b in res.override_tensor])
+        fitted = resolve(override_tensor=dict(res.override_tensor))  # the devices stay those resolved above
+        out.placement = replace(placement, overrides=fitted.overrides, override_handles=fitted.override_handles)
     log.info("fit=True: %s", res.cli_args())
     return out

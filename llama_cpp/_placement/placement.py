@@ -31,19 +31,21 @@ def cpu_moe_overrides(cpu_moe: bool, n_cpu_moe: int) -> list[tuple[str, str]]:
 
 
 def parse_override_tensor(value: OverrideSpec | None) -> list[tuple[str, str]]:
-    """``-ot`` text (``"pattern=BUFT,pattern=BUFT"``), a list of ``"pattern=BUFT"`` or a
-    ``{pattern: BUFT}`` mapping -> ``[(pattern, buffer type name)]`` in order."""
+    """``-ot`` text (``"pattern=BUFT,pattern=BUFT"``), a list of such texts, or a ``{pattern: BUFT}``
+    mapping (for a pattern with a comma) -> ``[(pattern, buffer type name)]`` in order. Texts are split
+    at commas, as llama.cpp splits ``-ot``."""
     if value is None:
         return []
     if isinstance(value, Mapping):
         pairs = [(str(k), str(v)) for k, v in value.items()]
     else:
-        items = value.split(",") if isinstance(value, str) else list(value)
+        texts = [value] if isinstance(value, str) else list(value)
         pairs = []
-        for item in items:
-            if not isinstance(item, str):
+        for text in texts:
+            if not isinstance(text, str):
                 raise TypeError(f"override_tensor entries must be 'pattern=buffer type' strings, not "
-                                f"{type(item).__name__}")
+                                f"{type(text).__name__}")
+        for item in (part for text in texts for part in text.split(",")):
             pattern, sep, buft = item.partition("=")
             if not sep:
                 raise ValueError(f"override_tensor: {item!r} is not 'tensor name pattern=buffer type' "

@@ -141,4 +141,6 @@ def test_llama_fit_true_applies_layers_split_and_expert_overrides(fit_servers, b
     log = "\n".join(r.getMessage() for r in caplog.records)
     on_cpu = set(re.findall(r"tensor (blk\.\d+\.ffn_\w+_exps\.weight) \(.*?\) buffer type overridden to CPU", log))
     assert len(on_cpu) == 4 * 3  # every layer's three expert tensors, as the fit chose
-    assert re.search(r"offloaded \d+/5 layers to GPU", log)
+    assert f"offloaded {expected.n_gpu_layers}/5 layers to GPU" in log and expected.n_gpu_layers > 0
+    for ep in our_eps:  # the rest of each layer on the servers, split as the fit chose
+        assert re.search(rf"RPC\d\[{re.escape(ep)}\] model buffer size", log)

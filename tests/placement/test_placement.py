@@ -76,6 +76,8 @@ def test_patterns_are_llama_cpps():
                                              (r"blk\.1\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU")]
     assert P.parse_override_tensor("a=CPU,b=RPC0[h:1]") == [("a", "CPU"), ("b", "RPC0[h:1]")]
     assert P.parse_override_tensor({"a": "CPU"}) == [("a", "CPU")]
+    assert P.parse_override_tensor(["a=CPU,b=CPU", "c=X"]) == [("a", "CPU"), ("b", "CPU"), ("c", "X")]  # as -ot
+    assert P.parse_override_tensor({r"x{1,2}": "CPU"}) == [(r"x{1,2}", "CPU")]  # a pattern with a comma
 
 
 # -- where the experts go -----------------------------------------------------------------------
