@@ -145,8 +145,9 @@ def registered() -> dict[str, tuple[str, ...]]:
 
 
 def add_servers(endpoints: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> list[str]:
-    """Probe and register each endpoint's devices with ggml (as llama.cpp's ``--rpc``); returns the
-    names of every remote device of ``endpoints``, in their order."""
+    """Probe each endpoint, then add its devices (``ggml_backend_rpc_add_server``, as llama.cpp's
+    ``--rpc``, but outside ggml's registry); returns the names of every remote device of ``endpoints``,
+    in their order. An endpoint added before is not probed again."""
     reg = _rpc_reg()
     add = _proc(reg, "ggml_backend_rpc_add_server", _ADD_SERVER)
     names: list[str] = []
