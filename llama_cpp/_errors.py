@@ -82,3 +82,8 @@ class CacheError(LlamaError, OSError):
 
 class ModelNotFoundError(ModelLoadError, FileNotFoundError):
     """The model file does not exist (a ``ValueError`` as upstream raises, and a ``FileNotFoundError``)."""
+
+
+class WorkerLostError(LlamaError, RuntimeError):
+    """The worker process holding a model died (an RPC server it used went away, say); create a new
+    one to reload the model."""

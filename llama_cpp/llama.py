@@ -40,6 +40,7 @@ from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError
 from ._generation import loop as _gen
 from ._generation import responses as _responses
 from ._generation import sampling as _sampling
+from ._placement.load import prepare as _place
 from ._safety import boundary as _boundary
 from ._safety import checks as _checks
 from ._safety.call_guard import CallGuard, serialized
@@ -118,7 +119,8 @@ class Llama:
     vocabulary's tokenizer for ``tokenize``/``detokenize`` and text prompts. ``load_mtp=True``
     loads the model's NextN (MTP) tensors without a speculative decoder, for a caller that drafts
     with them over this context itself (the server's slot engine); a file without NextN layers is
-    refused before loading.
+    refused before loading. Placement as llama.cpp's -dev/-cmoe/-ncmoe/-ot/--rpc/--fit: ``devices``, ``cpu_moe``,
+    ``n_cpu_moe``, ``override_tensor`` ("exps=CPU"), ``rpc_servers`` ("host:port,..."), ``fit`` (llama_cpp._placement).
 
     Thread safety: one ``Llama`` may be shared between threads. Calls are serialized (a call from
     another thread waits for the running one); a stream (``stream=True``, ``generate``) holds the
@@ -186,7 +188,8 @@ class Llama:
         progress_callback: Callable[[float], Any] | None = None,
         speculative: _spec.SpecConfig | None = None,
         load_mtp: bool = False, sampling_convention: str = "upstream",  # see _generation.sampling.CONVENTIONS
-        isolate_load: bool | None = None,
+        isolate_load: bool | None = None, devices: list[str] | None = None, cpu_moe: bool = False, n_cpu_moe: int = 0,
+        override_tensor: str | list[str] | None = None, rpc_servers: str | None = None, fit: bool = False,
         **kwargs: Any,
     ) -> None:
         # the constructor's arguments, for pickling (__getstate__ re-creates the object from them)
@@ -258,9 +261,11 @@ class Llama:
             _spec.check_model_file(model_path, _spec.SpecConfig(spec_type=_spec.SpeculativeType.DRAFT_MTP),
                                    kv_overrides)
         _boundary.verify_load(self.model_path, isolate_load, kv_overrides, want_mtp, embedding, vocab_only)
+        placed = _place(self._init_args)  # checked and resolved before loading; fit=True may choose n_ctx
+        n_ctx = placed.n_ctx
         self._model = LlamaModel(
-            model_path, load_mtp=want_mtp, n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
-            tensor_split=tensor_split, vocab_only=vocab_only, use_mmap=use_mmap, use_mlock=use_mlock,
+            model_path, load_mtp=want_mtp, split_mode=split_mode, main_gpu=main_gpu, **placed.model_kwargs(),
+            vocab_only=vocab_only, use_mmap=use_mmap, use_mlock=use_mlock,
             load_mode=load_mode, kv_overrides=kv_overrides, progress_callback=progress_callback,
         )
         if want_mtp:

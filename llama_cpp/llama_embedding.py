@@ -26,6 +26,7 @@ from ._core.model import LlamaModel, flash_attn_type
 from ._core.normalize import normalize_embeddings
 from ._core.ownership import float_view
 from ._errors import ContextOverflowError, LlamaError, TokenizationError
+from ._placement.load import prepare as _place
 from ._safety import checks as _checks
 from ._safety.call_guard import CallGuard, serialized
 from .llama_cpp import (
@@ -188,7 +189,8 @@ class LlamaEmbedding:
     since attention over a packed batch costs the square of its size;
     ``n_ctx`` defaults to ``n_batch`` (at most the model's training context). Flash attention is off by default: its CPU kernel's rounding
     depends on how many inputs share a batch, and embeddings should not (``flash_attn=None`` is
-    llama.cpp's auto).
+    llama.cpp's auto). ``tensor_split``, ``devices``, ``cpu_moe``, ``n_cpu_moe``, ``override_tensor`` and
+    ``rpc_servers`` place the weights as in :class:`~llama_cpp.Llama`.
 
     Thread safety: one instance may be shared between threads; its calls run one at a time, and
     ``close()`` waits for a running one.
@@ -202,7 +204,9 @@ class LlamaEmbedding:
                  attention_type: int = LLAMA_ATTENTION_TYPE_UNSPECIFIED,
                  progress_callback: Callable[[float], Any] | None = None,
                  pack_tokens: int | None = None, mmproj_path: str | os.PathLike[str] | None = None,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, tensor_split: list[float] | None = None, devices: list[str] | None = None,
+                 cpu_moe: bool = False, n_cpu_moe: int = 0, override_tensor: str | list[str] | None = None,
+                 rpc_servers: str | None = None) -> None:
         self._guard = CallGuard("LlamaEmbedding")
         self.pack_tokens = pack_tokens
         self.mmproj_path = None if mmproj_path is None else os.fspath(mmproj_path)
@@ -212,8 +216,12 @@ class LlamaEmbedding:
         self.model_path = os.fspath(model_path)
         _checks.model_params(n_gpu_layers=n_gpu_layers, main_gpu=main_gpu)
         _checks.context_sizes(n_ctx=0 if n_ctx is None else n_ctx, n_batch=n_batch, n_ubatch=n_batch)
-        self._model = LlamaModel(model_path, n_gpu_layers=n_gpu_layers, main_gpu=main_gpu, use_mmap=use_mmap,
-                                 use_mlock=use_mlock, kv_overrides=kv_overrides, progress_callback=progress_callback)
+        placed = _place({"model_path": self.model_path, "n_gpu_layers": n_gpu_layers, "tensor_split": tensor_split,
+                         "devices": devices, "cpu_moe": cpu_moe, "n_cpu_moe": n_cpu_moe,
+                         "override_tensor": override_tensor, "rpc_servers": rpc_servers})
+        self._model = LlamaModel(model_path, main_gpu=main_gpu, use_mmap=use_mmap, use_mlock=use_mlock,
+                                 kv_overrides=kv_overrides, progress_callback=progress_callback,
+                                 **placed.model_kwargs())
         try:
             C = self._model._C
             if self._model.has_encoder() and self._model.has_decoder():

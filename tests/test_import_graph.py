@@ -185,9 +185,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("llama_cpp._safety", "llama_cpp._core", "llama_cpp._internals", "llama_cpp._compat",
               "llama_cpp.llama_batch", "llama_cpp.llama_tokenizer")),
     ("features", ("llama_cpp._grammar", "llama_cpp.llama_grammar", "llama_cpp._generation", "llama_cpp._chat",
+                  "llama_cpp._placement",
                   "llama_cpp.llama_cache", "llama_cpp.speculative", "llama_cpp.llama_speculative")),
     ("multimodal", ("llama_cpp.mtmd", "llama_cpp.mtmd_chat", "llama_cpp._multimodal", "llama_cpp.llama_embedding")),
-    ("facades", ("llama_cpp", "llama_cpp.llama", "llama_cpp.llama_chat_format", "llama_cpp.server",
+    ("facades", ("llama_cpp", "llama_cpp.llama", "llama_cpp.llama_worker", "llama_cpp.llama_chat_format",
+                 "llama_cpp.server",
                  "llama_cpp.cli", "llama_cpp.__main__")),
 )
 

@@ -7,6 +7,8 @@ if(NOT TARGET llama-common)
 endif()
 
 add_library(llama-cpp-ext SHARED "${CMAKE_CURRENT_LIST_DIR}/llama-cpp-ext.cpp" "${CMAKE_CURRENT_LIST_DIR}/llama-cpp-ext.h")
+# fitting parameters to free memory (common/fit.h)
+target_sources(llama-cpp-ext PRIVATE "${CMAKE_CURRENT_LIST_DIR}/llama-cpp-ext-fit.cpp" "${CMAKE_CURRENT_LIST_DIR}/llama-cpp-ext-fit.h")
 target_compile_features(llama-cpp-ext PRIVATE cxx_std_17)
 target_compile_definitions(llama-cpp-ext PRIVATE LLAMA_CPP_EXT_BUILD)
 target_link_libraries(llama-cpp-ext PRIVATE llama-common llama)

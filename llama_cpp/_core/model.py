@@ -71,6 +71,21 @@ def _kv_overrides_array(C: Any, overrides: dict[str, bool | int | float | str]) 
     return arr  # the last entry stays zeroed: key[0] == 0 terminates the list
 
 
+def _buft_overrides_array(C: Any, overrides: Sequence[tuple[str, int]], keep: list[Any]) -> Any:
+    """``llama_model_tensor_buft_override`` entries, terminated by a NULL pattern (llama.cpp's ``-ot``)."""
+    limit = int(C.llama_max_tensor_buft_overrides())
+    if len(overrides) >= limit:
+        raise ValueError(f"{len(overrides)} tensor buffer overrides; llama.cpp takes at most {limit - 1}")
+    arr = (C.llama_model_tensor_buft_override * (len(overrides) + 1))()
+    for i, (pattern, buft) in enumerate(overrides):
+        raw = pattern.encode("utf-8")
+        keep.append(raw)
+        arr[i].pattern = raw
+        arr[i].buft = buft
+    keep.append(arr)
+    return arr
+
+
 def load_mode_from_flags(use_mmap: bool, use_mlock: bool) -> int:
     """Map llama-cpp-python's ``use_mmap``/``use_mlock`` onto ``enum llama_load_mode``."""
     if use_mmap and use_mlock:
@@ -94,7 +109,8 @@ def flash_attn_type(flash_attn: bool | int | None) -> int:
 _MODEL_KEYWORD_DEFAULTS: dict[str, Any] = {
     "n_gpu_layers": 0, "split_mode": LLAMA_SPLIT_MODE_LAYER, "main_gpu": 0, "tensor_split": None,
     "vocab_only": False, "use_mmap": True, "use_mlock": False, "load_mode": None, "kv_overrides": None,
-    "check_tensors": False, "load_mtp": False, "progress_callback": None,
+    "check_tensors": False, "load_mtp": False, "progress_callback": None, "devices": None,
+    "tensor_buft_overrides": None,
 }
 
 #: the scalar fields of ``llama_model_params`` that a caller's struct is checked on
@@ -177,7 +193,9 @@ class LlamaModel(Owned):
                  use_mmap: bool = True, use_mlock: bool = False, load_mode: int | None = None,
                  kv_overrides: dict[str, bool | int | float | str] | None = None,
                  check_tensors: bool = False, load_mtp: bool = False,
-                 progress_callback: Callable[[float], bool | None] | None = None) -> None:
+                 progress_callback: Callable[[float], bool | None] | None = None,
+                 devices: Sequence[int] | None = None,
+                 tensor_buft_overrides: Sequence[tuple[str, int]] | None = None) -> None:
         self._ref = None
         self._upstream_contexts: weakref.WeakSet[Any] = weakref.WeakSet()  # LlamaContexts (context.py is above)
         self.path = _model_path(path, path_model)
@@ -193,7 +211,8 @@ class LlamaModel(Owned):
                         "tensor_split": tensor_split, "vocab_only": vocab_only, "use_mmap": use_mmap,
                         "use_mlock": use_mlock, "load_mode": load_mode, "kv_overrides": kv_overrides,
                         "check_tensors": check_tensors, "load_mtp": load_mtp,
-                        "progress_callback": progress_callback}
+                        "progress_callback": progress_callback, "devices": devices,
+                        "tensor_buft_overrides": tensor_buft_overrides}
             mixed = sorted(k for k, v in keywords.items() if _differs(v, _MODEL_KEYWORD_DEFAULTS[k]))
             if mixed:
                 raise TypeError(f"pass either params= or the keyword fields, not both (got params and {', '.join(mixed)})")
@@ -207,7 +226,8 @@ class LlamaModel(Owned):
                                       main_gpu=main_gpu, tensor_split=tensor_split, vocab_only=vocab_only,
                                       use_mmap=use_mmap, use_mlock=use_mlock, load_mode=load_mode,
                                       kv_overrides=kv_overrides, check_tensors=check_tensors, load_mtp=load_mtp,
-                                      progress_callback=progress_callback)
+                                      progress_callback=progress_callback, devices=devices,
+                                      tensor_buft_overrides=tensor_buft_overrides)
         self.params = params
         # llama_model_n_layer_nextn reports the file's count even when the NextN tensors were not
         # loaded, and an MTP context over such a model aborts in C: remember what was asked for.
@@ -235,8 +255,14 @@ class LlamaModel(Owned):
                         tensor_split: Sequence[float] | None, vocab_only: bool, use_mmap: bool, use_mlock: bool,
                         load_mode: int | None, kv_overrides: dict[str, bool | int | float | str] | None,
                         check_tensors: bool, load_mtp: bool,
-                        progress_callback: Callable[[float], bool | None] | None) -> Any:
-        """``llama_model_params`` from this package's keywords; what the struct points at goes in ``keep``."""
+                        progress_callback: Callable[[float], bool | None] | None,
+                        devices: Sequence[int] | None = None,
+                        tensor_buft_overrides: Sequence[tuple[str, int]] | None = None) -> Any:
+        """``llama_model_params`` from this package's keywords; what the struct points at goes in ``keep``.
+
+        ``devices`` (device handles; empty: no offload) and ``tensor_buft_overrides`` ((pattern, buffer
+        type handle) pairs) are resolved from names by :mod:`llama_cpp._placement`.
+        """
         params = C.llama_model_default_params()
         params.n_gpu_layers = int(n_gpu_layers)
         params.split_mode = int(split_mode)
@@ -256,6 +282,12 @@ class LlamaModel(Owned):
             arr = _kv_overrides_array(C, kv_overrides)
             keep.append(arr)
             params.kv_overrides = arr
+        if devices is not None:  # a NULL-terminated list, as llama.cpp's -dev
+            devs = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+            keep.append(devs)
+            params.devices = ctypes.cast(devs, ctypes.POINTER(ctypes.c_void_p))
+        if tensor_buft_overrides:
+            params.tensor_buft_overrides = _buft_overrides_array(C, tensor_buft_overrides, keep)
         if progress_callback is not None:
             def _progress(progress: float, _user: Any) -> bool:
                 try:

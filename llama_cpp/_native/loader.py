@@ -351,7 +351,7 @@ _LOAD_FAILED = {
 def loaded_status(family: str, name: str, path: Path | None, devices: list[DeviceInfo]) -> BackendStatus:
     """A registered backend's status: a GPU-style backend with no device is not serving
     (Metal without a Metal device, Vulkan with a loader but no driver)."""
-    if family != "cpu" and not devices:
+    if family not in ("cpu", "rpc") and not devices:  # RPC devices come with rpc_servers (added later)
         display = _DISPLAY.get(family, name)
         why = f"loaded, but found no {display} device (no driver or no supported GPU on this machine)"
         if family == "vulkan":
@@ -446,8 +446,20 @@ def library_path(name: str) -> Path | None:
 
 
 def backends() -> list[BackendStatus]:
-    """Per backend file: loaded or not, why not, and the devices it serves (loads the libraries)."""
+    """Per backend file: loaded or not, why not, and the devices it serves (loads the libraries);
+    then each RPC server added in this process (``rpc_servers=``) with its remote devices."""
     return list(_libraries().backends)
+
+
+def devices_of(reg: int) -> list[DeviceInfo]:
+    """The devices of a backend registry (``ggml_backend_reg_t``), with their memory."""
+    return _devices(_libraries().ggml, reg)
+
+
+def add_backend(status: BackendStatus) -> None:
+    """Record a backend registered after loading (an RPC server's remote devices) for :func:`backends`."""
+    with _lock:
+        _libraries().backends.append(status)
 
 
 def _gpu_loaded(statuses: list[BackendStatus]) -> bool:
@@ -461,7 +473,7 @@ def ensure_backends(require_gpu: bool = False, *, _libs: Libraries | None = None
     refuse a silent CPU fallback; ``LLAMA_CPP_REQUIRE_GPU=1`` makes the first native call check it.
     """
     statuses = (_libs or _libraries()).backends
-    if not any(s.loaded for s in statuses):
+    if not any(s.loaded for s in statuses if s.name != "RPC"):  # the RPC module alone computes nothing here
         detail = "; ".join(f"{s.path.name if s.path else s.name}: {s.reason}" for s in statuses) or "no backend files"
         raise BackendUnavailableError(
             f"no compute backend could be loaded from {lib_dir()} ({detail}): reinstall llama-cpp-python "

@@ -16,7 +16,12 @@ from .._errors import LlamaError
 
 
 def command_names() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    """The commands: one per module, ``_`` spelled ``-`` (``rpc_server.py`` is ``rpc-server``)."""
+    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def _module(command: str) -> str:
+    return f"{__name__}.{command.replace('-', '_')}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's own log")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in command_names():
-        module = importlib.import_module(f"{__name__}.{name}")
+        module = importlib.import_module(_module(name))
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(func=module.run)
@@ -36,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     # A command whose trailing positional is a list (``TRAILING``) accepts it between options too,
     # e.g. ``embed --mmproj P MODEL --image x.png "text"``.
-    trailing = getattr(importlib.import_module(f"{__name__}.{args.command}"), "TRAILING", None)
+    trailing = getattr(importlib.import_module(_module(args.command)), "TRAILING", None)
     if extra and trailing and not any(e.startswith("-") and e != "-" for e in extra):
         getattr(args, trailing).extend(extra)
     elif extra:

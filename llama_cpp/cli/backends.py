@@ -37,8 +37,10 @@ def run(args: argparse.Namespace) -> int:
     for s in statuses:
         detail = s.reason or "; ".join(
             f"{d.name} ({d.type}, {d.description}, {_gib(d.memory_free)} free / {_gib(d.memory_total)})"
-            for d in s.devices) or "no devices"
-        rows.append((s.name, s.path.name if s.path else "(built in)", "loaded" if s.loaded else "not loaded", detail))
+            for d in s.devices) or ("remote devices come with rpc_servers= (python -m llama_cpp rpc-server serves "
+                                    "them)" if s.name == "RPC" else "no devices")
+        path = s.path.name if s.path else ("(remote)" if s.name.startswith("RPC[") else "(built in)")
+        rows.append((s.name, path, "loaded" if s.loaded else "not loaded", detail))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._placement_args import add_placement_arguments, placement_kwargs
 from ._spec_args import add_speculative_arguments, print_stats, speculative_config
 from .info import add_model_arguments, progress_printer
 
@@ -13,6 +14,7 @@ HELP = "chat with a model (its GGUF chat template, or --chat-format); interactiv
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
+    add_placement_arguments(p)
     p.add_argument("-m", "--message", action="append", default=[],
                    help="a user message to send (repeatable); without it, read turns from stdin")
     p.add_argument("--system", help="system prompt")
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     spec = speculative_config(args)
     cb = None if args.quiet else progress_printer()
     with Llama(args.model, n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads,
-               n_gpu_layers=args.n_gpu_layers, chat_format=args.chat_format, verbose=False,
+               n_gpu_layers=args.n_gpu_layers, **placement_kwargs(args), chat_format=args.chat_format, verbose=False,
                progress_callback=cb, speculative=spec, isolate_load=True) as llm:
         messages = [{"role": "system", "content": args.system}] if args.system else []
         scripted = list(args.message)

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ._placement_args import add_placement_arguments, placement_kwargs
 from ._spec_args import add_speculative_arguments, print_stats, speculative_config
 from .info import add_model_arguments, progress_printer
 
@@ -14,6 +15,7 @@ HELP = "complete a prompt (greedy with --temp 0), streaming the text to stdout"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
+    add_placement_arguments(p)
     p.add_argument("prompt", help="prompt text ('-' reads stdin)")
     p.add_argument("-n", "--max-tokens", type=int, default=128, help="tokens to generate (<= 0: until n_ctx)")
     p.add_argument("--ctx", "-c", type=int, default=2048, help="context size (0: the model's)")
@@ -38,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     spec = speculative_config(args)
     cb = None if args.quiet else progress_printer()
     with Llama(args.model, n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads,
-               n_gpu_layers=args.n_gpu_layers, verbose=False, progress_callback=cb, speculative=spec, isolate_load=True) as llm:
+               n_gpu_layers=args.n_gpu_layers, **placement_kwargs(args), verbose=False, progress_callback=cb,
+               speculative=spec, isolate_load=True) as llm:
         kw = {"max_tokens": args.max_tokens, "temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p,
               "min_p": args.min_p, "repeat_penalty": args.repeat_penalty, "seed": args.seed,
               "stop": args.stop or None, "grammar": grammar}

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ._placement_args import add_placement_arguments, placement_kwargs
 from .info import add_model_arguments, progress_printer
 
 HELP = ("embed texts (one per argument, or lines of stdin with '-') and print JSON or write .npy; "
@@ -15,6 +16,7 @@ TRAILING = "text"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
+    add_placement_arguments(p, fit=False)
     p.add_argument("text", nargs="*", help="texts to embed ('-' reads one text per line from stdin)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print a JSON list of vectors (the default)")
@@ -53,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     from .._safety.isolated_load import verify_model_file
     verify_model_file(args.model, {"embedding": True})  # a file from others is tried in a child first
     with LlamaEmbedding(args.model, pooling_type=args.pooling or -1, n_batch=args.batch, n_threads=args.threads,
-                        n_gpu_layers=args.n_gpu_layers, progress_callback=cb, mmproj_path=args.mmproj) as emb:
+                        n_gpu_layers=args.n_gpu_layers, **placement_kwargs(args), progress_callback=cb,
+                        mmproj_path=args.mmproj) as emb:
         if args.mmproj:
             from ..mtmd import Audio, Image
 

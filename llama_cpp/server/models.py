@@ -80,7 +80,8 @@ class ServedModel:
             yarn_orig_ctx=s.yarn_orig_ctx, embedding=s.embedding, offload_kqv=s.offload_kqv,
             flash_attn=s.flash_attn, last_n_tokens_size=s.last_n_tokens_size, lora_base=s.lora_base,
             lora_path=s.lora_path, numa=bool(s.numa), chat_format=s.chat_format, type_k=s.type_k, type_v=s.type_v,
-            verbose=False, isolate_load=s.isolate_load)
+            verbose=False, isolate_load=s.isolate_load, devices=s.devices, cpu_moe=s.cpu_moe, n_cpu_moe=s.n_cpu_moe,
+            override_tensor=s.override_tensor, rpc_servers=s.rpc_servers, fit=s.fit)
         if serial:
             kw["n_ctx"] = s.n_ctx
         else:

@@ -44,8 +44,18 @@ class ModelSettings(_Base):
     isolate_load: bool = Field(default=True, description="Load and decode the model file once in a child "
                                "process first (verdict cached per file), so a hostile file cannot take the "
                                "server down.")
-    rpc_servers: str | None = Field(default=None, description="Comma-separated RPC servers (not supported by "
-                                    "this build: setting it is an error).")
+    rpc_servers: str | None = Field(default=None, description="Comma-separated RPC servers (host:port) whose "
+                                    "devices take layers (with n_gpu_layers), as llama.cpp's --rpc; each is "
+                                    "probed before loading.")
+    devices: list[str] | None = Field(default=None, description="Devices to offload to, as llama.cpp's -dev "
+                                      "(e.g. CUDA0 RPC0; 'none': no offload).")
+    cpu_moe: bool = Field(default=False, description="Keep every MoE expert tensor on the CPU (--cpu-moe).")
+    n_cpu_moe: int = Field(default=0, ge=0, description="Keep the MoE experts of the first N layers on the CPU "
+                           "(--n-cpu-moe).")
+    override_tensor: list[str] | None = Field(default=None, description="Tensor buffer overrides, each "
+                                              "pattern=buffer type, as llama.cpp's -ot (e.g. exps=CPU).")
+    fit: bool = Field(default=False, description="Fit n_gpu_layers, expert placement and n_ctx=0 to the devices' "
+                      "free memory before loading, as llama.cpp's --fit.")
     # context parameters
     seed: int = Field(default=_DEFAULT_SEED, description="Random seed (4294967295: random).")
     n_ctx: int = Field(default=2048, ge=0, description="The context size of each request (each slot).")
@@ -139,7 +149,7 @@ class ModelSettings(_Base):
 
     @model_validator(mode="after")
     def _unsupported(self) -> ModelSettings:
-        refused = {"rpc_servers": self.rpc_servers, "hf_tokenizer_config_path": self.hf_tokenizer_config_path,
+        refused = {"hf_tokenizer_config_path": self.hf_tokenizer_config_path,
                    "hf_pretrained_model_name_or_path": self.hf_pretrained_model_name_or_path,
                    "hf_model_repo_id": self.hf_model_repo_id,
                    "chat_template_kwargs": self.chat_template_kwargs, "cache": self.cache or None}

@@ -34,8 +34,8 @@ def test_bad_flags_exit_with_usage(spm_path, capsys):
         parse_settings(["--model", str(spm_path), "--embedding", "maybe"])
     assert info.value.code == 2 and "not a boolean" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        parse_settings(["--model", str(spm_path), "--rpc_servers", "host:1"])
-    assert "rpc_servers" in capsys.readouterr().err
+        parse_settings(["--model", str(spm_path), "--hf_model_repo_id", "x/y"])
+    assert "hf_model_repo_id" in capsys.readouterr().err
 
 
 def test_environment_variables(monkeypatch, spm_path):

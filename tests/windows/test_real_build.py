@@ -55,9 +55,10 @@ def test_native_manifest_records_pe_dlls(real_native):
     names = {lib.name for lib in m.libraries}
     cpu = {n for n in names if n.startswith("ggml-cpu")}
     assert names - cpu == {"ggml-base.dll", "ggml.dll", "libllama.dll", "libmtmd.dll",
-                          "libllama-common.dll", "libllama-cpp-ext.dll"}  # llama.cpp's chat layer and its C API
+                          "libllama-common.dll", "libllama-cpp-ext.dll",  # llama.cpp's chat layer and its C API
+                          "ggml-rpc.dll"}  # the RPC backend (GGML_RPC), a dynamic backend module
     if real_native.config.cpu_variants == "single":
-        assert cpu == {"ggml-cpu.dll"} and m.backends == ("cpu",)
+        assert cpu == {"ggml-cpu.dll"} and m.backends == ("cpu", "rpc")
     else:  # one DLL per x86-64 variant, the best loaded at run time (ggml-cpu-haswell.dll, ...)
         assert len(cpu) > 1 and all(n.startswith("ggml-cpu-") for n in cpu) and "cpu-haswell" in m.backends
     for lib in m.libraries:

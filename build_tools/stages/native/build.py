@@ -48,7 +48,7 @@ EXT_INJECT = "inject.cmake"
 _ANY_EXT = "*"  # the extension's hash in the build-tree key: one CMake tree serves every version of it
 REFERENCE_TOOLS = (
     "llama-completion", "llama-embedding", "llama-bench", "llama-tokenize", "llama-simple",
-    "llama-speculative-simple", "llama-mtmd-cli",
+    "llama-speculative-simple", "llama-mtmd-cli", "llama-fit-params",
 )
 _LIB_PATTERN = re.compile(r"^lib.+\.so(\.\d+)*$|^.+\.(dylib|dll)$")
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")

@@ -1,0 +1,143 @@
+"""Generation over llama.cpp's RPC backend: ``Llama(rpc_servers=...)`` vs ``llama-bench --rpc`` built from
+the same source, with the model split over two loopback ``rpc-server`` processes, and vs local only.
+
+    python benchmarks/rpc.py [--model M.gguf] [--threads N] [--n-prompt P] [--n-gen G] [--reps R] [--ngl L]
+
+The servers are this package's ``python -m llama_cpp rpc-server`` (ggml's own server). ggml's server
+serves one client at a time and a process keeps its RPC connections, so llama-bench and ``Llama`` get
+a pair of servers each, started alike. Same model, threads, layers (``-ngl``) and split (``-ts 1,1``) on
+both sides. llama-bench: pp = one batch of P prompt tokens, tg = G single-token decodes. Ours: prompt =
+``Llama.eval`` of P tokens from an empty cache; generation = greedy ``generate`` tokens/s after a short
+prompt. Prints medians over interleaved repetitions and the ratios (no assertions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.generation import default_model, native_tools  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_servers(n: int, threads: int) -> tuple[list[str], list[subprocess.Popen]]:
+    from llama_cpp._errors import ModelLoadError
+    from llama_cpp._placement import rpc
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    eps, procs = [], []
+    for _ in range(n):
+        port = _free_port()
+        procs.append(subprocess.Popen([sys.executable, "-m", "llama_cpp", "rpc-server", "--port", str(port),
+                                       "--threads", str(threads)], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        eps.append(f"127.0.0.1:{port}")
+    for ep in eps:
+        for _ in range(300):
+            try:
+                rpc.probe(ep, timeout=2.0)
+                break
+            except ModelLoadError:
+                time.sleep(0.1)
+    return eps, procs
+
+
+def llama_bench(tools: Path, env: dict[str, str], model: Path, threads: int, n_prompt: int, n_gen: int,
+                rpc: list[str] | None, ngl: int) -> tuple[float, float]:
+    cmd = [str(tools / "llama-bench"), "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads),
+           "-r", "1", "-fa", "0", "-o", "json", "-ngl", str(ngl)]
+    if rpc:
+        cmd += ["-rpc", ",".join(rpc), "-ts", "/".join("1" for _ in rpc)]
+    rows = json.loads(subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout)
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0)
+    return pp, tg
+
+
+def ours(model: Path, threads: int, prompt_tokens: list[int], n_gen: int, **kw: Any) -> tuple[float, float]:
+    from llama_cpp import Llama
+
+    with Llama(model, n_ctx=2048, n_threads=threads, n_threads_batch=threads, flash_attn=False, verbose=False,
+               **kw) as llm:
+        llm.eval(prompt_tokens)  # warm-up run (graph allocation), like llama-bench's
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(prompt_tokens)
+        pp = len(prompt_tokens) / (time.perf_counter() - t)
+        llm.reset()
+        it = llm.generate(prompt_tokens[:4], temp=0)
+        next(it)  # prompt + first token
+        t = time.perf_counter()
+        for i, _ in enumerate(it, start=2):
+            if i == n_gen:
+                break
+        tg = (n_gen - 1) / (time.perf_counter() - t)
+        it.close()
+    return pp, tg
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, help="a GGUF (default: the tiny llama fixture)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--n-prompt", type=int, default=128)
+    ap.add_argument("--n-gen", type=int, default=64)
+    ap.add_argument("--ngl", type=int, default=99, help="layers on the RPC devices (the rest stay local)")
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args(argv)
+    tools, env = native_tools()
+    model = a.model or default_model(False)
+    from llama_cpp import Llama
+
+    with Llama(model, vocab_only=True, verbose=False) as v:
+        prompt_tokens = v.tokenize(b" the cat sat on the mat and looked at the house" * 64)[: a.n_prompt]
+    bench_eps, procs_b = start_servers(2, a.threads)
+    our_eps, procs_o = start_servers(2, a.threads)
+    res: dict[str, list[float]] = {k: [] for k in ("pp", "tg", "bench_pp", "bench_tg", "local_pp", "local_tg")}
+    try:
+        for _ in range(a.reps):  # interleaved, so machine-load drift hits all sides alike
+            pp, tg = ours(model, a.threads, prompt_tokens, a.n_gen, rpc_servers=",".join(our_eps),
+                          n_gpu_layers=a.ngl, tensor_split=[1.0, 1.0])
+            res["pp"].append(pp)
+            res["tg"].append(tg)
+            bpp, btg = llama_bench(tools, env, model, a.threads, len(prompt_tokens), a.n_gen, bench_eps, a.ngl)
+            res["bench_pp"].append(bpp)
+            res["bench_tg"].append(btg)
+            lpp, ltg = ours(model, a.threads, prompt_tokens, a.n_gen)
+            res["local_pp"].append(lpp)
+            res["local_tg"].append(ltg)
+    finally:
+        for p in procs_b + procs_o:
+            p.kill()
+            p.wait()
+    med = {k: statistics.median(v) for k, v in res.items()}
+    print(f"model {model.name}  threads {a.threads}  prompt {len(prompt_tokens)}  gen {a.n_gen}  ngl {a.ngl}  "
+          f"split 1,1 over 2 loopback RPC servers  reps {a.reps}")
+    print(f"{'':28s}{'prompt tok/s':>14s}{'gen tok/s':>12s}")
+    print(f"{'Llama(rpc_servers=2)':28s}{med['pp']:14.1f}{med['tg']:12.1f}")
+    print(f"{'llama-bench --rpc (2)':28s}{med['bench_pp']:14.1f}{med['bench_tg']:12.1f}")
+    print(f"{'Llama, local only':28s}{med['local_pp']:14.1f}{med['local_tg']:12.1f}")
+    print(f"ratio vs llama-bench --rpc: prompt {med['pp'] / med['bench_pp']:.3f}  gen {med['tg'] / med['bench_tg']:.3f}")
+    print(f"ratio vs local only:        prompt {med['pp'] / med['local_pp']:.3f}  gen {med['tg'] / med['local_tg']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
