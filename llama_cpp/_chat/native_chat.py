@@ -35,7 +35,7 @@ from .._errors import LibraryLoadError, LibraryNotFoundError, LlamaError, Templa
 log = logging.getLogger("llama_cpp.chat")
 
 LIBRARY_STEM = "llama-cpp-ext"
-API_VERSION = 1
+API_VERSION = 2
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 
 
