@@ -692,7 +692,7 @@ char * llama_cpp_ext_chat_sampler_state(const struct llama_sampler * smpl) {
         const auto * c = static_cast<const chat_sampler_ctx *>(smpl->ctx);
         return {
             {"grammar", c->grmr != nullptr ? "active" : (c->error.empty() ? "none" : "failed")},
-            {"error", c->error},
+            {"reason", c->error},
             {"reasoning", c->rbudget != nullptr ? budget_state_name(common_reasoning_budget_get_state(c->rbudget))
                                                 : "none"},
         };

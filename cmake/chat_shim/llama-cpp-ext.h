@@ -93,7 +93,7 @@ LLAMA_CPP_EXT_API void   llama_cpp_ext_chat_parser_free(struct llama_cpp_ext_cha
 LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_sampler_init(const struct llama_model * model, const char * params_json,
                                                          struct llama_sampler ** out);
 
-/* {"grammar": "none"|"active"|"failed", "error": "...", "reasoning": "none"|"idle"|"counting"|"forcing"|
+/* {"grammar": "none"|"active"|"failed", "reason": "why it failed", "reasoning": "none"|"idle"|"counting"|"forcing"|
  * "waiting_utf8"|"done"} for a sampler made by llama_cpp_ext_chat_sampler_init ({"error", "kind"} for any
  * other sampler). */
 LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_sampler_state(const struct llama_sampler * smpl);
