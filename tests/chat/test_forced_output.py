@@ -209,13 +209,107 @@ def test_forced_native_output_parses_as_llama_cpp_expects(case: Case, models, re
     assert [(n, a) for n, a, _ in _calls(streamed)] == [(n, a) for n, a, _ in _calls(msg)]
 
 
+# ----------------------------------------------------------------------------------- round trips
+
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The time in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+CALLS = [{"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+         {"id": "call00002", "type": "function", "function": {"name": "get_time", "arguments": '{"city": "Tokyo"}'}}]
+TEMPLATES_DIR = LLAMA_CPP / "models" / "templates"
+TOOL_TEMPLATES = sorted(TEMPLATES_DIR.glob("*.jinja")) if TEMPLATES_DIR.is_dir() else []
+
+
+def _expected(calls: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+
+
+def _rendered_call(nc: Any, t: Any, calls: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str | None:
+    """The template's own text for an assistant turn of ``calls`` after the generation prompt (what the
+    model was trained to produce), up to where the answer ends: the end-of-turn markers after it (its
+    vocabulary's end-of-generation tokens, ``<|eot_id|>``, ``<|END_OF_TURN_TOKEN|>``, ``</assistant>``...)
+    are cut at the last marker or whitespace before which the text parses as the calls alone. None where
+    the history does not extend the generation prompt."""
+    off = {"chat_template_kwargs": {"enable_thinking": False}, "now": 0, "parallel_tool_calls": len(calls) > 1}
+    prompt = t.apply(ASK, tools=tools, **off)
+    turn = {"role": "assistant", "content": "", "tool_calls": calls}
+    full = t.apply([*ASK, turn], tools=tools, add_generation_prompt=False, **off).prompt
+    if not full.startswith(prompt.prompt):
+        return None
+    raw = full[len(prompt.prompt):]
+    for k in range(len(raw), 0, -1):
+        if raw[k:] and raw[k] not in "<[ \n":  # the answer ends before a marker or whitespace
+            continue
+        try:
+            msg = nc.parse_chat(prompt, raw[:k])
+            parsed = [(c.name, json.loads(c.arguments)) for c in msg.tool_calls]
+        except ValueError:
+            continue
+        if not msg.content.strip() and parsed == _expected(calls):
+            return raw[:k]
+    return raw  # nothing parses: forced whole, which fails the test
+
+
+@pytest.mark.skipif(not TOOL_TEMPLATES, reason="vendor/llama.cpp/models/templates is not vendored")
+@pytest.mark.parametrize("path", TOOL_TEMPLATES, ids=[p.stem for p in TOOL_TEMPLATES])
+def test_the_template_s_own_call_text_round_trips(path: Path, nc, models, request) -> None:
+    """Every tool-capable template: its own rendering of one call (and of two, where it takes parallel
+    calls) forced as the model's output comes back as those calls, streamed and not."""
+    text = path.read_text(encoding="utf-8")
+    with nc.ChatTemplates(text, bos_token=BOS, eos_token=EOS) as t:
+        if not t.caps.get("supports_tool_calls"):
+            pytest.skip("the template takes no tools")
+        parallel = bool(t.caps.get("supports_parallel_tool_calls"))
+        tools = [WEATHER, TIME]
+        plans = [(CALLS[:1], _rendered_call(nc, t, CALLS[:1], tools))]
+        if parallel:
+            plans.append((CALLS, _rendered_call(nc, t, CALLS, tools)))
+    if plans[0][1] is None:
+        pytest.skip("the template's tool-call history does not continue its generation prompt")
+    reason = KNOWN_DIFFERENCES.get(path.stem) or ROUND_TRIP_DIFFERENCES.get(path.stem)
+    if reason:
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
+    from llama_cpp._chat.native_completion import NativeChatHandler
+
+    llm = models.get(str(path.relative_to(LLAMA_CPP)))
+    for calls, raw in plans:
+        assert raw is not None
+        llm.chat_handler = NativeChatHandler(parallel_tool_calls=len(calls) > 1)
+        expect = _expected(calls)
+        for stream in (False, True):
+            force = Force(llm, raw)
+            out = llm.create_chat_completion(ASK, tools=tools, chat_template_kwargs={"enable_thinking": False},
+                                             logits_processor=force, temperature=0.0, max_tokens=len(force.tokens) + 4,
+                                             stream=stream)
+            msg, finish = _assemble(list(out)) if stream else (out["choices"][0]["message"],
+                                                               out["choices"][0]["finish_reason"])
+            assert [(n, a) for n, a, _ in _calls(msg)] == expect, (raw, msg)
+            assert finish == "tool_calls" and not (msg.get("content") or "").strip(), (raw, msg)
+
+
+# Templates whose own rendering of a call does not come back through llama.cpp's chat layer here (strict
+# xfails), not resolved yet. In each the rendered turn ends in markers the real vocabulary has as
+# end-of-generation or control tokens, and no cut of it is both accepted by the template's grammar and
+# parsed as the calls alone.
+_UNRESOLVED = "the rendered call ends in {}: no cut of it is both accepted by the grammar and parsed as the calls"
+ROUND_TRIP_DIFFERENCES: dict[str, str] = {
+    "GigaChat3-10B-A1.8B": _UNRESOLVED.format("'<|message_sep|>'"),
+    "MiniMax-M1": _UNRESOLVED.format("'</tool_calls><end_of_sentence>' (the single call passes; two fail)"),
+    "meetkai-functionary-medium-v3.2": "two calls rendered as 'name\\n{args}>>>name\\n{args}<|eot_id|>' parse as "
+                                       "no call (one call passes)",
+    "muse-glimmer": _UNRESOLVED.format("'<|eot|>' (two calls: '<|eom|><|start|>assistant to=...')"),
+    "upstage-Solar-Open-100B": _UNRESOLVED.format("'<|calls|>'"),
+}
+
+
 def test_representative_families_are_covered() -> None:
-    """The families named in the issue have forced-output cases here (those test-chat.cpp covers)."""
+    """The families named in the issue have forced-output cases from test-chat.cpp, and every tool-capable
+    template its round trip."""
     if not SELECTED:
         pytest.skip("vendor/llama.cpp/tests/test-chat.cpp is not vendored")
     stems = {Path(c.template).stem for c in SELECTED}
-    for family in ("Qwen3", "Hermes-2-Pro", "Llama-3", "Mistral-Nemo", "DeepSeek-R1", "gpt-oss", "functionary",
-                   "command-r7b", "GLM", "Kimi"):
+    for family in ("Qwen3-Coder", "Hermes-2-Pro", "firefunction", "Mistral-Nemo", "DeepSeek-R1", "gpt-oss",
+                   "functionary", "command-r7b", "GLM", "Kimi"):
         assert any(family.lower() in s.lower() for s in stems), (family, sorted(stems))
     kinds = {("parallel" if len(c.expect.tool_calls) > 1 else "call" if c.expect.tool_calls else "reasoning")
              for c in SELECTED}
