@@ -403,3 +403,82 @@ def test_reasoning_budget_through_create_chat_completion(qwen3) -> None:
                                    logits_processor=Nudge(llm, "<think>", _x(llm)))
     msg = r["choices"][0]["message"]
     assert msg.get("reasoning_content", "") == "" and msg["content"].strip("x\n") == "" and "x" in msg["content"]
+
+
+# ----------------------------------------------------------------------------------- the chat-layer options
+
+def test_bad_options_are_refused_with_the_valid_values(qwen3, tmp_path) -> None:
+    from build_tools.fixtures import fixture_path
+    from llama_cpp import Llama
+    from llama_cpp._errors import ParameterError
+
+    with pytest.raises(ParameterError, match="'none', 'auto', 'deepseek', 'deepseek-legacy'"):
+        Llama(model_path=str(fixture_path("llama_bpe")), reasoning_format="verbose", verbose=False)
+    qwen3.chat_handler = None
+    for bad, match in (({"reasoning_budget": -2}, "reasoning_budget"), ({"reasoning_budget": True}, "reasoning_budget"),
+                       ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs"),
+                       ({"chat_template_kwargs": {"enable_thinking": "no"}}, "True or False"),
+                       ({"chat_template_kwargs": {"x": object()}}, "JSON values"),
+                       ({"reasoning_format": "verbose"}, "deepseek-legacy")):
+        with pytest.raises(ParameterError, match=match):
+            qwen3.create_chat_completion(ASK, max_tokens=1, **bad)
+    named = Llama(model_path=str(fixture_path("llama_bpe")), chat_format="chatml", verbose=False)
+    try:
+        with pytest.raises(ParameterError, match="chat_format='chatml'"):
+            named.create_chat_completion(ASK, max_tokens=1, reasoning_format="auto")
+    finally:
+        named.close()
+
+
+def _prompt_of(llm: Any, **kwargs: Any) -> str:
+    seen: dict[str, Any] = {}
+    real = llm.create_completion
+
+    def spy(prompt: Any, **kw: Any) -> Any:
+        seen["prompt"] = prompt
+        return real(prompt, **kw)
+
+    llm.create_completion = spy
+    try:
+        llm.create_chat_completion(ASK, max_tokens=1, temperature=0.0, **kwargs)
+    finally:
+        del llm.create_completion
+    return llm.detokenize(seen["prompt"], special=True).decode()
+
+
+def test_chat_template_kwargs_from_the_llama_and_the_call(models, nc) -> None:
+    from llama_cpp import Llama
+
+    llm = models.get(QWEN3)
+    llm.chat_handler = None
+    thinking = _prompt_of(llm, reasoning_format="auto")
+    quiet = _prompt_of(llm, chat_template_kwargs={"enable_thinking": False})
+    assert quiet.endswith("<think>\n\n</think>\n\n") and not thinking.endswith("</think>\n\n")
+    quiet_model = Llama(model_path=llm.model_path, n_ctx=1024, verbose=False,
+                        chat_template_kwargs={"enable_thinking": False}, reasoning_format="auto")
+    try:
+        assert quiet_model.chat_options == {"chat_template_kwargs": {"enable_thinking": False},
+                                            "reasoning_format": "auto"}
+        assert _prompt_of(quiet_model) == quiet  # the Llama's default
+        assert _prompt_of(quiet_model, chat_template_kwargs={"enable_thinking": True}) == thinking  # the call's
+    finally:
+        quiet_model.close()
+
+
+def test_reasoning_format_without_tools(models) -> None:
+    llm = models.get(QWEN3)
+    llm.chat_handler = None
+    raw = "<think>\nhm\n</think>\n\nHi there"
+
+    def chat(**kw: Any) -> dict[str, Any]:
+        f = Force(llm, raw)
+        return llm.create_chat_completion(ASK, logits_processor=f, temperature=0.0, max_tokens=len(f.tokens) + 2,
+                                          **kw)["choices"][0]["message"]
+
+    auto = chat(reasoning_format="auto")
+    assert auto["reasoning_content"].strip() == "hm" and auto["content"].strip() == "Hi there"
+    inline = chat(reasoning_format="none")
+    assert "reasoning_content" not in inline and inline["content"].startswith("<think>")
+    upstream = chat()  # no option, no tools: the Python template path, as upstream (thinking inline; this
+    # fixture's <think> is a control token, which that path does not render)
+    assert "reasoning_content" not in upstream and upstream["content"].split() == ["hm", "Hi", "there"]
