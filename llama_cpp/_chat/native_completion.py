@@ -11,6 +11,7 @@ chat completions; :func:`create_chat_completion` runs the whole request on a ``L
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import weakref
@@ -171,6 +172,8 @@ def create_chat_completion(llama: Any, templates: ChatTemplates, messages: Seque
                    "chat_template_kwargs": chat_template_kwargs, "reasoning_effort": reasoning_effort}
     prompt = templates.apply(messages, json_schema=response_format_schema(response_format), grammar=user_grammar,
                              reasoning_format=reasoning_format, **render_opts)
+    if user_grammar and not prompt.grammar:  # llama.cpp's chat layer leaves the caller's grammar to the caller
+        prompt = dataclasses.replace(prompt, grammar=user_grammar, grammar_lazy=False, grammar_triggers=())
     stops = list(prompt.additional_stops)
     if stop:
         stops += [stop] if isinstance(stop, str) else list(stop)

@@ -342,6 +342,17 @@ def test_a_chat_grammar_starts_past_the_generation_prompt(nc, tiny_llama):
                                      grammar=ChatConstraint(tiny_llama.model, prompt, user_grammar=True))
 
 
+def test_a_caller_s_grammar_constrains_the_native_chat(tiny_llama):
+    for stream in (False, True):
+        out = tiny_llama.create_chat_completion(ASK, grammar='root ::= "yes" | "no"', max_tokens=4, seed=1,
+                                                stream=stream)
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in out) if stream else \
+            out["choices"][0]["message"]["content"]
+        assert text in ("yes", "no")
+    with pytest.raises(ValueError, match="cannot be combined with tools"):
+        tiny_llama.create_chat_completion(ASK, grammar='root ::= "yes"', tools=[WEATHER], max_tokens=4)
+
+
 def _only(llm, text):
     import numpy as np
 
