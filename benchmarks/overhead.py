@@ -8,9 +8,12 @@ Three loops generate the same greedy tokens on the same context:
 3. a bare ctypes loop (``llama_decode`` + ``llama_sampler_sample``, nothing else).
 llama.cpp's own decode time per token (``llama_perf_context``) is the floor. Prints microseconds
 per token for each (best of --reps, as the machine may be shared), and each one's share over
-the C time (no assertions). Last, the per-token cost of the boundary checks alone (the call
+the C time (no assertions). Then the per-token cost of the boundary checks alone (the call
 guard's step of a stream and the token-id check of ``token_to_piece``), timed without decoding
-since it is below the noise of the loops above.
+since it is below the noise of the loops above. Last, the chat stream parser's cost per token
+(llama.cpp's chat layer re-parsing the growing answer at each token, as llama-server does, and the
+OpenAI deltas computed from it): a Qwen 3 answer of --n-gen tokens (thinking, text, a tool call)
+fed token by token, beside the plain stream's per-token time.
 """
 
 from __future__ import annotations
@@ -108,7 +111,57 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  identity logits_processor (stream)   {med['processor']:9.1f}   cost {med['processor'] - med['completion']:7.1f} us"
           " per token over the plain stream")
     print(f"  boundary checks per token            {checks_cost(llm_path=model) * 1e6:9.2f}")
+    parser = stream_parser_cost(model, n, a.reps)
+    if parser is None:
+        print("  chat stream parser                   (libllama-cpp-ext is not in this build)")
+    else:
+        mean, last = parser
+        print(f"  chat stream parser per token         {mean * 1e6:9.1f}   (the last 10% of tokens: {last * 1e6:.1f});"
+              f" plain stream {med['completion']:.1f}")
     return 0
+
+
+QWEN3 = REPO / "vendor" / "llama.cpp" / "models" / "templates" / "Qwen-Qwen3-0.6B.jinja"
+
+
+def stream_parser_cost(llm_path: Path, n: int, reps: int) -> tuple[float, float] | None:
+    """Seconds per token of ``ChatStreamParser.feed`` over an ``n``-token Qwen 3 answer (mean, and mean
+    over the last tenth of the tokens, where the re-parsed text is longest); None without the library."""
+    from llama_cpp._chat import native_chat
+    from llama_cpp._internals import LlamaModel
+
+    if not native_chat.available() or not QWEN3.is_file():
+        return None
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    with native_chat.ChatTemplates(QWEN3.read_text(encoding="utf-8")) as t:
+        prompt = t.apply([{"role": "user", "content": "Weather in Paris?"}], tools=[tool])
+    words = "the quick brown fox jumps over the lazy dog and then looks at the sky "
+    with LlamaModel(llm_path, vocab_only=True) as model:
+        def pieces(text: str) -> list[str]:
+            toks = model.tokenize(text.encode(), add_special=False, parse_special=True)
+            return [model.token_to_piece(tok, True).decode("utf-8", "replace") for tok in toks]
+
+        call = '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+        third = max(n // 3, 1)
+        think = pieces("<think>\n" + words * n)[:third] + pieces("\n</think>\n\n")
+        answer = pieces(words * n)[:third]
+        out = think + answer + pieces(call)
+    best: list[float] | None = None
+    for _ in range(reps):
+        stream = native_chat.ChatStreamParser(prompt, id_factory=lambda: "call_0")
+        times = []
+        for piece in out:
+            t0 = time.perf_counter()
+            stream.feed(piece)
+            times.append(time.perf_counter() - t0)
+        stream.finish()
+        stream.close()
+        if best is None or sum(times) < sum(best):
+            best = times
+    assert best is not None
+    tail = best[-max(len(best) // 10, 1):]
+    return sum(best) / len(best), sum(tail) / len(tail)
 
 
 def checks_cost(llm_path: Path, n: int = 200_000) -> float:

@@ -121,6 +121,8 @@ class Llama:
     with them over this context itself (the server's slot engine); a file without NextN layers is
     refused before loading. Placement as llama.cpp's -dev/-cmoe/-ncmoe/-ot/--rpc/--fit: ``devices``, ``cpu_moe``,
     ``n_cpu_moe``, ``override_tensor`` ("exps=CPU"), ``rpc_servers`` ("host:port,..."), ``fit`` (llama_cpp._placement).
+    ``chat_template_kwargs``, ``reasoning_format`` and ``reasoning_budget`` are the defaults of
+    ``create_chat_completion``'s (llama.cpp's chat layer, as llama-server's).
 
     Thread safety: one ``Llama`` may be shared between threads. Calls are serialized (a call from
     another thread waits for the running one); a stream (``stream=True``, ``generate``) holds the
@@ -190,6 +192,8 @@ class Llama:
         load_mtp: bool = False, sampling_convention: str = "upstream",  # see _generation.sampling.CONVENTIONS
         isolate_load: bool | None = None, devices: list[str] | None = None, cpu_moe: bool = False, n_cpu_moe: int = 0,
         override_tensor: str | list[str] | None = None, rpc_servers: str | None = None, fit: bool = False,
+        chat_template_kwargs: dict[str, Any] | None = None, reasoning_format: str | None = None,
+        reasoning_budget: int | None = None,
         **kwargs: Any,
     ) -> None:
         # the constructor's arguments, for pickling (__getstate__ re-creates the object from them)
@@ -223,6 +227,7 @@ class Llama:
             raise ModelNotFoundError(f"model file not found: {self.model_path} (check the path, or download it "
                                      "with Llama.from_pretrained)")
         self._seed, self.sampling_convention = int(seed), _sampling.check_convention(sampling_convention)
+        self.chat_options = _chat.check_chat_options(chat_template_kwargs, reasoning_format, reasoning_budget)
         self.last_n_tokens_size = int(last_n_tokens_size)
         self.logits_all = bool(logits_all)
         self.spm_infill = spm_infill
@@ -788,7 +793,8 @@ class Llama:
     def _completion_chunks(self, prompt_tokens: list[int], *, max_tokens: int | None, stop: Any,
                            logprobs: int | None, echo: bool, chain: LlamaSampler,
                            grammar: LlamaSampler | None, completion_id: str, created: int, model_name: str,
-                           hooks: TokenHooks | None = None, prompt_chars: int | None = None) -> Iterator[dict[str, Any]]:
+                           hooks: TokenHooks | None = None, prompt_chars: int | None = None,
+                           special_tokens: frozenset[int] = frozenset()) -> Iterator[dict[str, Any]]:
         """The one generation path: streaming yields these chunks, non-streaming joins them."""
         m = self._need_model()
         ctx = self._need_ctx()
@@ -809,7 +815,7 @@ class Llama:
         yield from _gen.completion_chunks(
             m, tokens, n_prompt=len(prompt_tokens), stop=stop, logprobs=logprobs, head=head,
             completion_id=completion_id, created=created, model_name=model_name, prompt_logprobs=prompt_lp,
-            offset_base=base)
+            offset_base=base, special_tokens=special_tokens)
         if self.cache is not None and self._input_ids:
             self.cache[list(self._input_ids)] = self.save_state()
 
@@ -915,7 +921,7 @@ class Llama:
         chunks = self._completion_chunks(
             prompt_tokens, max_tokens=max_tokens, stop=stop, logprobs=logprobs, echo=echo, chain=chain,
             grammar=gsampler, completion_id=f"cmpl-{uuid.uuid4()}", created=int(time.time()),
-            model_name=model or self.model_path, hooks=hooks,
+            model_name=model or self.model_path, hooks=hooks, special_tokens=_sampling.special_tokens(grammar),
             prompt_chars=len(prompt) if isinstance(prompt, str) and suffix is None else None)
 
         def closing() -> Iterator[dict[str, Any]]:
@@ -1090,26 +1096,15 @@ class Llama:
         top_logprobs: int | None = None,
         special_in_content: bool = False,
         stopping_criteria: StoppingCriteriaList | StoppingCriteria | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None, reasoning_format: str | None = None,
+        reasoning_budget: int | None = None,
     ) -> T.CreateChatCompletionResponse | Iterator[T.CreateChatCompletionStreamResponse]:
         """Chat with the model's own template (sandboxed Jinja) or the named ``chat_format``; with tools
         and a template that knows them, through llama.cpp's chat layer (``tool_calls`` parsed). Special-
         token text in message content is tokenized as text (no forged turns) unless ``special_in_content``."""
         _boundary.check_args(locals(), {"logprobs": "bool?"})
-        handler = self.chat_handler or (_chat.native_tools_handler(self) if tools or functions else None)
+        handler, extra = _chat.chat_route(self, self.chat_handler, locals())
         if handler is not None:
-            extra: dict[str, Any] = {}
-            if logits_processor is not None:  # handlers written for upstream take these keywords
-                extra["logits_processor"] = logits_processor
-            if stopping_criteria is not None:
-                extra["stopping_criteria"] = stopping_criteria
-            if logprobs is not None:
-                extra.update(logprobs=logprobs, top_logprobs=top_logprobs)
-            if tfs_z != 1.0:
-                extra["tfs_z"] = tfs_z
-            if mirostat_mode:
-                extra.update(mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
-            if special_in_content:
-                extra["special_in_content"] = True
             return handler(
                 llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
                 tool_choice=tool_choice, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,

@@ -45,7 +45,12 @@ from ._chat.base import (
     register_chat_format,
     validate_messages,
 )
-from ._chat.native_completion import NativeChatHandler, native_tools_handler  # noqa: F401 (re-exported)
+from ._chat.native_completion import (  # noqa: F401 (re-exported)
+    NativeChatHandler,
+    chat_route,
+    check_chat_options,
+    native_tools_handler,
+)
 from ._chat.types import ChatFormatter, ChatFormatterResponse, LlamaChatCompletionHandler
 from ._errors import TemplateError
 

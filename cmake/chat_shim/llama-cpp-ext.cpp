@@ -7,16 +7,23 @@
 #include "common.h"
 #include "log.h"
 #include "peg-parser.h"
+#include "reasoning-budget.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 using ojson = nlohmann::ordered_json;
 
@@ -270,6 +277,305 @@ common_chat_parser_params parser_params(const ojson & in) {
     return pp;
 }
 
+
+// ---------------------------------------------------------------------------------------------- the chat sampler
+// common_sampler_init's grammar and reasoning budget (common/sampling.cpp), as one llama_sampler.
+
+struct chat_sampler_ctx {
+    llama_sampler *          grmr            = nullptr;
+    llama_sampler *          rbudget         = nullptr;
+    bool                     lazy            = false;
+    bool                     prefill_grammar = false;
+    std::vector<llama_token> prefill;  // the generation prompt's tokens: the sampler starts past them
+    std::string              error;    // why the grammar was dropped
+
+    chat_sampler_ctx() = default;
+    chat_sampler_ctx(const chat_sampler_ctx &) = delete;
+    chat_sampler_ctx & operator=(const chat_sampler_ctx &) = delete;
+
+    ~chat_sampler_ctx() {
+        llama_sampler_free(grmr);
+        llama_sampler_free(rbudget);
+    }
+
+    // a grammar that throws is dropped: the output goes on unconstrained and is parsed as it comes
+    void drop_grammar(const char * what) {
+        if (error.empty()) {
+            error = what;
+        }
+        llama_sampler_free(grmr);
+        grmr = nullptr;
+    }
+
+    // common_sampler's grammar_should_apply: a lazy grammar waits outside the thinking block
+    bool grammar_applies() const {
+        if (grmr == nullptr) {
+            return false;
+        }
+        if (rbudget == nullptr || !lazy) {
+            return true;
+        }
+        const auto state = common_reasoning_budget_get_state(rbudget);
+        return state == REASONING_BUDGET_IDLE || state == REASONING_BUDGET_DONE;
+    }
+
+    void accept_prefill() {
+        if (grmr != nullptr && !lazy && prefill_grammar) {
+            for (llama_token t : prefill) {
+                llama_sampler_accept(grmr, t);
+            }
+        }
+        if (rbudget != nullptr) {
+            for (llama_token t : prefill) {
+                llama_sampler_accept(rbudget, t);
+            }
+        }
+    }
+};
+
+const char * chat_sampler_name(const llama_sampler * /*smpl*/) { return "llama-cpp-ext-chat"; }
+
+void chat_sampler_accept(llama_sampler * smpl, llama_token token) {
+    auto *     c              = static_cast<chat_sampler_ctx *>(smpl->ctx);
+    const bool accept_grammar = c->grammar_applies();  // before the budget moves on this token
+    try {
+        if (c->rbudget != nullptr) {
+            llama_sampler_accept(c->rbudget, token);
+            // the budget ended the thinking block: replay its end tag, which may trigger the grammar
+            const bool done = common_reasoning_budget_get_state(c->rbudget) == REASONING_BUDGET_DONE;
+            if (c->grmr != nullptr && !accept_grammar && done) {
+                if (const llama_tokens * end_seq = common_reasoning_budget_get_end_match(c->rbudget)) {
+                    for (llama_token t : *end_seq) {
+                        llama_sampler_accept(c->grmr, t);
+                    }
+                }
+            }
+        }
+        if (c->grmr != nullptr && accept_grammar) {
+            // llama.cpp aborts when a grammar accepts an end-of-generation token it does not allow
+            llama_token_data       one   = {token, 1.0f, 0.0f};
+            llama_token_data_array array = {&one, 1, -1, false};
+            llama_sampler_apply(c->grmr, &array);
+            if (one.logit == -INFINITY) {
+                c->drop_grammar("the generated token does not match the grammar");
+                return;
+            }
+            llama_sampler_accept(c->grmr, token);
+        }
+    } catch (const std::exception & e) {
+        c->drop_grammar(e.what());
+    }
+}
+
+void chat_sampler_apply(llama_sampler * smpl, llama_token_data_array * cur_p) {
+    auto * c = static_cast<chat_sampler_ctx *>(smpl->ctx);
+    try {
+        if (c->rbudget != nullptr) {
+            llama_sampler_apply(c->rbudget, cur_p);
+        }
+        if (c->grammar_applies()) {
+            llama_sampler_apply(c->grmr, cur_p);
+        }
+    } catch (const std::exception & e) {
+        c->drop_grammar(e.what());
+    }
+}
+
+void chat_sampler_reset(llama_sampler * smpl) {
+    auto * c = static_cast<chat_sampler_ctx *>(smpl->ctx);
+    try {
+        if (c->grmr != nullptr) {
+            llama_sampler_reset(c->grmr);
+        }
+        if (c->rbudget != nullptr) {
+            llama_sampler_reset(c->rbudget);
+        }
+        c->accept_prefill();
+    } catch (const std::exception & e) {
+        c->drop_grammar(e.what());
+    }
+}
+
+llama_sampler * chat_sampler_clone(const llama_sampler * smpl);
+
+void chat_sampler_free(llama_sampler * smpl) { delete static_cast<chat_sampler_ctx *>(smpl->ctx); }
+
+llama_sampler_i chat_sampler_iface = {
+    /* .name              = */ chat_sampler_name,
+    /* .accept            = */ chat_sampler_accept,
+    /* .apply             = */ chat_sampler_apply,
+    /* .reset             = */ chat_sampler_reset,
+    /* .clone             = */ chat_sampler_clone,
+    /* .free              = */ chat_sampler_free,
+    /* .backend_init      = */ nullptr,
+    /* .backend_accept    = */ nullptr,
+    /* .backend_apply     = */ nullptr,
+    /* .backend_set_input = */ nullptr,
+    /* .backend_reset     = */ nullptr,
+    /* .copy_state        = */ nullptr,
+};
+
+llama_sampler * chat_sampler_clone(const llama_sampler * smpl) {
+    const auto * c    = static_cast<const chat_sampler_ctx *>(smpl->ctx);
+    auto         copy = std::make_unique<chat_sampler_ctx>();
+    copy->grmr            = c->grmr != nullptr ? llama_sampler_clone(c->grmr) : nullptr;
+    copy->rbudget         = c->rbudget != nullptr ? llama_sampler_clone(c->rbudget) : nullptr;
+    copy->lazy            = c->lazy;
+    copy->prefill_grammar = c->prefill_grammar;
+    copy->prefill         = c->prefill;
+    copy->error           = c->error;
+    return llama_sampler_init(&chat_sampler_iface, copy.release());
+}
+
+const char * budget_state_name(common_reasoning_budget_state s) {
+    switch (s) {
+        case REASONING_BUDGET_IDLE:         return "idle";
+        case REASONING_BUDGET_COUNTING:     return "counting";
+        case REASONING_BUDGET_FORCING:      return "forcing";
+        case REASONING_BUDGET_WAITING_UTF8: return "waiting_utf8";
+        case REASONING_BUDGET_DONE:         return "done";
+    }
+    return "unknown";
+}
+
+std::vector<llama_token> tokenize_special(const llama_vocab * vocab, const std::string & text) {
+    return common_tokenize(vocab, text, /* add_special= */ false, /* parse_special= */ true);
+}
+
+// server-schema's preserved_tokens and grammar_triggers handling, then common_sampler_init's
+ojson chat_sampler_init(const llama_model * model, const ojson & in, llama_sampler ** out) {
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+
+    std::vector<llama_token> preserved;
+    if (in.contains("preserved_tokens") && in["preserved_tokens"].is_array()) {
+        for (const auto & t : in["preserved_tokens"]) {
+            auto ids = tokenize_special(vocab, t.get<std::string>());
+            if (ids.size() == 1 && std::find(preserved.begin(), preserved.end(), ids[0]) == preserved.end()) {
+                preserved.push_back(ids[0]);
+            }
+        }
+    }
+
+    std::vector<std::string> patterns;
+    std::vector<llama_token> tokens;
+    if (in.contains("grammar_triggers") && in["grammar_triggers"].is_array()) {
+        for (const auto & t : in["grammar_triggers"]) {
+            auto type  = get_or<std::string>(t, "type", "");
+            auto value = get_or<std::string>(t, "value", "");
+            if (type == "word") {
+                auto ids = tokenize_special(vocab, value);
+                if (ids.size() == 1 && std::find(preserved.begin(), preserved.end(), ids[0]) != preserved.end()) {
+                    tokens.push_back(ids[0]);  // a preserved token: matched as a token, as llama-server does
+                } else {
+                    patterns.push_back(regex_escape(value));
+                }
+            } else if (type == "pattern") {
+                patterns.push_back(value);
+            } else if (type == "pattern_full") {
+                std::string anchored = "^$";
+                if (!value.empty()) {
+                    anchored = (value.front() != '^' ? "^" : "") + value + (value.back() != '$' ? "$" : "");
+                }
+                patterns.push_back(anchored);
+            } else if (type == "token") {
+                int token = get_or<int>(t, "token", -1);
+                if (token < 0) {
+                    auto ids = tokenize_special(vocab, value);
+                    if (ids.size() != 1) {
+                        throw std::invalid_argument("trigger token \"" + value + "\" is not one token of this vocabulary");
+                    }
+                    token = ids[0];
+                }
+                if (token >= llama_vocab_n_tokens(vocab)) {
+                    throw std::invalid_argument("trigger token " + std::to_string(token) + " is outside the vocabulary");
+                }
+                tokens.push_back(token);
+            } else {
+                throw std::invalid_argument("unknown grammar trigger type \"" + type + "\"");
+            }
+        }
+    }
+
+    auto c             = std::make_unique<chat_sampler_ctx>();
+    c->lazy            = get_or<bool>(in, "grammar_lazy", false);
+    c->prefill_grammar = get_or<bool>(in, "prefill_grammar", true);
+    auto grammar       = get_or<std::string>(in, "grammar", "");
+    if (!grammar.empty()) {
+        if (c->lazy) {
+            if (patterns.empty() && tokens.empty()) {
+                throw std::invalid_argument("a lazy grammar needs triggers");
+            }
+            std::vector<const char *> patterns_c;
+            patterns_c.reserve(patterns.size());
+            for (const auto & p : patterns) {
+                patterns_c.push_back(p.c_str());
+            }
+            c->grmr = llama_sampler_init_grammar_lazy_patterns(vocab, grammar.c_str(), "root", patterns_c.data(),
+                                                               patterns_c.size(), tokens.data(), tokens.size());
+        } else {
+            c->grmr = llama_sampler_init_grammar(vocab, grammar.c_str(), "root");
+        }
+        if (c->grmr == nullptr) {
+            throw std::invalid_argument("llama.cpp could not parse the chat format's grammar");
+        }
+    }
+
+    auto gen_prompt = get_or<std::string>(in, "generation_prompt", "");
+    if (!gen_prompt.empty()) {
+        auto ids = tokenize_special(vocab, gen_prompt);
+        for (size_t i = 0; i < ids.size(); i++) {
+            std::string piece = common_token_to_piece(vocab, ids[i], true);
+            // some tokenizers add a space before the first special token (as common_sampler_init)
+            if (i == 0 && !piece.empty() && std::isspace(static_cast<unsigned char>(piece[0])) &&
+                !std::isspace(static_cast<unsigned char>(gen_prompt[0]))) {
+                continue;
+            }
+            c->prefill.push_back(ids[i]);
+        }
+    }
+
+    int  budget    = get_or<int>(in, "reasoning_budget", -1);
+    auto start_tag = get_or<std::string>(in, "thinking_start_tag", "");
+    std::vector<llama_tokens> end_seqs;
+    if (in.contains("thinking_end_tags") && in["thinking_end_tags"].is_array()) {
+        for (const auto & t : in["thinking_end_tags"]) {
+            auto tag = t.get<std::string>();
+            if (!tag.empty()) {
+                end_seqs.push_back(tokenize_special(vocab, tag));
+            }
+        }
+    }
+    if (budget < -1) {
+        throw std::invalid_argument("reasoning_budget must be -1 (unlimited) or a number of tokens >= 0");
+    }
+    if (!start_tag.empty() && !end_seqs.empty() && (c->lazy || budget >= 0)) {
+        llama_tokens forced = end_seqs.front();
+        auto         msg    = get_or<std::string>(in, "reasoning_budget_message", "");
+        if (!msg.empty()) {
+            auto msg_ids = tokenize_special(vocab, msg);
+            forced.insert(forced.begin(), msg_ids.begin(), msg_ids.end());
+        }
+        c->rbudget = common_reasoning_budget_init(vocab, {tokenize_special(vocab, start_tag)}, end_seqs, forced,
+                                                  budget < 0 ? INT_MAX : budget);
+        if (c->rbudget == nullptr) {
+            throw std::runtime_error("the reasoning budget sampler could not be created");
+        }
+    }
+    c->accept_prefill();  // throws when the grammar refuses the generation prompt: a bad template
+
+    ojson res = {
+        {"preserved_token_ids", preserved},
+        {"trigger_patterns", patterns},
+        {"trigger_tokens", tokens},
+        {"grammar", c->grmr != nullptr},
+        {"reasoning_budget", c->rbudget != nullptr},
+    };
+    if (c->grmr != nullptr || c->rbudget != nullptr) {
+        *out = llama_sampler_init(&chat_sampler_iface, c.release());
+    }
+    return res;
+}
+
 }  // namespace
 
 extern "C" {
@@ -363,6 +669,34 @@ char * llama_cpp_ext_chat_parse(const char * params_json, const char * text, siz
     char * res = llama_cpp_ext_chat_parser_parse(parser, text, len, is_partial);
     llama_cpp_ext_chat_parser_free(parser);
     return res;
+}
+
+char * llama_cpp_ext_chat_sampler_init(const struct llama_model * model, const char * params_json,
+                                       struct llama_sampler ** out) {
+    if (out == nullptr) {
+        return error_json("invalid_argument", "out must not be NULL");
+    }
+    *out = nullptr;
+    if (model == nullptr) {
+        return error_json("invalid_argument", "model must not be NULL");
+    }
+    quiet_common_log();
+    return guarded([&]() -> ojson { return chat_sampler_init(model, parse_object(params_json, "params"), out); });
+}
+
+char * llama_cpp_ext_chat_sampler_state(const struct llama_sampler * smpl) {
+    if (smpl == nullptr || smpl->iface != &chat_sampler_iface) {
+        return error_json("invalid_argument", "not a sampler made by llama_cpp_ext_chat_sampler_init");
+    }
+    return guarded([&]() -> ojson {
+        const auto * c = static_cast<const chat_sampler_ctx *>(smpl->ctx);
+        return {
+            {"grammar", c->grmr != nullptr ? "active" : (c->error.empty() ? "none" : "failed")},
+            {"reason", c->error},
+            {"reasoning", c->rbudget != nullptr ? budget_state_name(common_reasoning_budget_get_state(c->rbudget))
+                                                : "none"},
+        };
+    });
 }
 
 }  // extern "C"

@@ -29,9 +29,10 @@ extern "C" {
 #    define LLAMA_CPP_EXT_API __attribute__((visibility("default")))
 #endif
 
-#define LLAMA_CPP_EXT_API_VERSION 1
+#define LLAMA_CPP_EXT_API_VERSION 2
 
 struct llama_model;
+struct llama_sampler;
 struct llama_cpp_ext_chat_templates;
 struct llama_cpp_ext_chat_parser;
 
@@ -71,6 +72,31 @@ LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_parser_init(const char * params_json
 LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_parser_parse(const struct llama_cpp_ext_chat_parser * parser,
                                                          const char * text, size_t len, bool is_partial);
 LLAMA_CPP_EXT_API void   llama_cpp_ext_chat_parser_free(struct llama_cpp_ext_chat_parser * parser);
+
+/* The sampler that constrains a chat answer as llama-server's common_sampler does, to be applied to the
+ * candidates before the sampling chain and told every generated token (llama_sampler_apply/_accept):
+ * - the template's grammar: strict, advanced past the generation prompt; or lazy, unconstrained until a
+ *   trigger (a word, a regex pattern searched in the output, a full-output pattern, or a token) appears,
+ *   then constrained from the trigger on (llama_sampler_init_grammar_lazy_patterns);
+ * - the reasoning budget (common_reasoning_budget_init): after `budget` tokens inside the thinking block
+ *   the message and the first end tag are forced; with a lazy grammar the grammar waits outside the
+ *   thinking block (a call mentioned while thinking does not trigger it).
+ * A grammar that refuses a token (it would throw inside llama.cpp) is dropped and the generation goes on
+ * unconstrained; llama_cpp_ext_chat_sampler_state reports it.
+ * params: {"grammar", "grammar_lazy", "grammar_triggers": [{"type": "word"|"pattern"|"pattern_full"|"token",
+ *  "value", "token"}], "preserved_tokens": [...], "generation_prompt", "prefill_grammar": bool,
+ *  "reasoning_budget": int (-1 unlimited), "thinking_start_tag", "thinking_end_tags": [...],
+ *  "reasoning_budget_message"}.
+ * On success *out receives the sampler (NULL when there is nothing to constrain; free it with
+ * llama_sampler_free or let a chain own it) and the result is {"preserved_token_ids": [...],
+ * "trigger_patterns": [...], "trigger_tokens": [...], "grammar": bool, "reasoning_budget": bool}. */
+LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_sampler_init(const struct llama_model * model, const char * params_json,
+                                                         struct llama_sampler ** out);
+
+/* {"grammar": "none"|"active"|"failed", "reason": "why it failed", "reasoning": "none"|"idle"|"counting"|"forcing"|
+ * "waiting_utf8"|"done"} for a sampler made by llama_cpp_ext_chat_sampler_init ({"error", "kind"} for any
+ * other sampler). */
+LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_sampler_state(const struct llama_sampler * smpl);
 
 #ifdef __cplusplus
 }

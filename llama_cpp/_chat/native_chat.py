@@ -35,7 +35,7 @@ from .._errors import LibraryLoadError, LibraryNotFoundError, LlamaError, Templa
 log = logging.getLogger("llama_cpp.chat")
 
 LIBRARY_STEM = "llama-cpp-ext"
-API_VERSION = 1
+API_VERSION = 2
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 
 
@@ -68,6 +68,8 @@ class _Lib:
         self.parser_init = self._fn("llama_cpp_ext_chat_parser_init", [cp, out], vp)
         self.parser_parse = self._fn("llama_cpp_ext_chat_parser_parse", [vp, cp, sz, ctypes.c_bool], vp)
         self.parser_free = self._fn("llama_cpp_ext_chat_parser_free", [vp], None)
+        self.sampler_init = self._fn("llama_cpp_ext_chat_sampler_init", [vp, cp, out], vp)
+        self.sampler_state = self._fn("llama_cpp_ext_chat_sampler_state", [vp], vp)
         version = self.api_version()
         if version != API_VERSION:
             raise LibraryLoadError(f"{path} has C API version {version}; these bindings need {API_VERSION}")
@@ -226,6 +228,27 @@ class ChatPrompt:
             "parse_tool_calls": parse_tool_calls,
             "is_continuation": is_continuation,
             "echo": echo,
+        }
+
+
+    def sampler_params(self, *, reasoning_budget: int = -1, reasoning_budget_message: str = "",
+                       user_grammar: bool = False) -> dict[str, Any]:
+        """The parameters :func:`chat_sampler` takes for this prompt's answer (llama-server's sampling
+        fields from ``common_chat_params``). ``user_grammar``: the grammar is the caller's, which is not
+        advanced past the generation prompt (llama.cpp prefills only its own output-format and
+        tool-call grammars)."""
+        return {
+            "grammar": self.grammar,
+            "grammar_lazy": self.grammar_lazy,
+            "grammar_triggers": [{"type": t.type, "value": t.value, **({"token": t.token} if t.token is not None else {})}
+                                 for t in self.grammar_triggers],
+            "preserved_tokens": list(self.preserved_tokens),
+            "generation_prompt": self.generation_prompt,
+            "prefill_grammar": not user_grammar,
+            "reasoning_budget": reasoning_budget,
+            "thinking_start_tag": self.thinking_start_tag,
+            "thinking_end_tags": list(self.thinking_end_tags),
+            "reasoning_budget_message": reasoning_budget_message,
         }
 
 
@@ -396,6 +419,48 @@ def apply_chat(messages: Sequence[Mapping[str, Any]], *, chat_template: str | No
     :meth:`ChatTemplates.apply` for ``options``."""
     with ChatTemplates(chat_template, model=model, bos_token=bos_token, eos_token=eos_token) as t:
         return t.apply(messages, **options)
+
+
+# ----------------------------------------------------------------------------- sampling
+
+@dataclass(frozen=True)
+class ChatSampler:
+    """What :func:`chat_sampler` made: ``ptr``, a ``llama_sampler *`` (None when the answer has nothing
+    to constrain) that the caller owns (``llama_sampler_free``, or a chain it is added to), and the
+    ids of the template's preserved tokens (detokenized as their text: the parser reads them)."""
+
+    ptr: int | None
+    preserved_token_ids: frozenset[int]
+    trigger_patterns: tuple[str, ...] = ()
+    trigger_tokens: tuple[int, ...] = ()
+    has_grammar: bool = False
+    has_reasoning_budget: bool = False
+
+
+def chat_sampler(model: Any, params: Mapping[str, Any]) -> ChatSampler:
+    """The sampler of a chat answer, as llama-server's ``common_sampler_init`` makes it from
+    ``params`` (:meth:`ChatPrompt.sampler_params`): the template's grammar, lazy until a trigger where
+    the template says so, and the reasoning budget. ``model``: a ``llama_model *``."""
+    lib = load_library()
+    model_ptr = _address(model)
+    if not model_ptr:
+        raise ValueError("chat_sampler needs a model")
+    out = ctypes.c_void_p()
+    doc = lib.take_json(lib.sampler_init(model_ptr, _dumps(dict(params)), ctypes.byref(out)))
+    if "error" in doc:
+        from .._errors import GrammarError
+
+        raise GrammarError(f"cannot make the chat answer's sampler: {doc['error']}")
+    return ChatSampler(out.value or None, frozenset(int(t) for t in doc.get("preserved_token_ids", ())),
+                       tuple(doc.get("trigger_patterns", ())), tuple(int(t) for t in doc.get("trigger_tokens", ())),
+                       bool(doc.get("grammar")), bool(doc.get("reasoning_budget")))
+
+
+def chat_sampler_state(ptr: int) -> dict[str, str]:
+    """``{"grammar": "none"|"active"|"failed", "reason": why it failed, "reasoning": "none"|"idle"|"counting"|
+    "forcing"|"waiting_utf8"|"done"}`` of a sampler :func:`chat_sampler` made."""
+    lib = load_library()
+    return _check(lib.take_json(lib.sampler_state(ptr)), ValueError, "chat sampler state")
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -593,7 +658,7 @@ def _diff_to_delta(d: _Diff) -> dict[str, Any]:
 
 
 __all__ = [
-    "API_VERSION", "ChatMessage", "ChatParseError", "ChatParser", "ChatPrompt", "ChatStreamParser", "ChatTemplates",
-    "GrammarTrigger", "ToolCall", "apply_chat", "available", "compute_diffs", "library_path", "load_library",
-    "parse_chat",
+    "API_VERSION", "ChatMessage", "ChatParseError", "ChatParser", "ChatPrompt", "ChatSampler", "ChatStreamParser",
+    "ChatTemplates", "GrammarTrigger", "ToolCall", "apply_chat", "available", "chat_sampler", "chat_sampler_state",
+    "compute_diffs", "library_path", "load_library", "parse_chat",
 ]

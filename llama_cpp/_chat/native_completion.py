@@ -11,14 +11,26 @@ chat completions; :func:`create_chat_completion` runs the whole request on a ``L
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from .._errors import LlamaError
+from .._errors import LlamaError, ParameterError
+from ..llama_grammar import LlamaGrammar
 from .base import validate_messages
-from .native_chat import ChatParseError, ChatPrompt, ChatStreamParser, ChatTemplates, available, parse_chat
+from .constraint import ChatConstraint
+from .native_chat import (
+    REASONING_FORMATS,
+    ChatParseError,
+    ChatPrompt,
+    ChatStreamParser,
+    ChatTemplates,
+    available,
+    parse_chat,
+)
 
 log = logging.getLogger("llama_cpp.chat")
 
@@ -93,45 +105,93 @@ def response_format_schema(response_format: Mapping[str, Any] | None) -> Any:
     return None
 
 
+#: ``reasoning_budget``: -1 thinks without limit; 0 closes the thinking block as soon as it opens; N > 0
+#: forces the end tag after N tokens of thinking (llama-server's ``--reasoning-budget``)
+UNLIMITED_BUDGET = -1
+
+
+def check_chat_options(chat_template_kwargs: Any = None, reasoning_format: Any = None,
+                       reasoning_budget: Any = None) -> dict[str, Any]:
+    """The chat-layer options that are set, checked (a :class:`ParameterError`, a ``ValueError``, names
+    the bad value and the valid ones): ``chat_template_kwargs`` a dict of JSON values for the template
+    (``{"enable_thinking": False}``), ``reasoning_format`` one of :data:`REASONING_FORMATS`,
+    ``reasoning_budget`` an int >= -1."""
+    opts: dict[str, Any] = {}
+    if chat_template_kwargs is not None:
+        if not isinstance(chat_template_kwargs, Mapping) or not all(isinstance(k, str) for k in chat_template_kwargs):
+            raise ParameterError("chat_template_kwargs must be a dict with string keys, e.g. "
+                                 f'{{"enable_thinking": False}}; got {chat_template_kwargs!r}')
+        try:
+            json.dumps(dict(chat_template_kwargs))
+        except (TypeError, ValueError) as exc:
+            raise ParameterError(f"chat_template_kwargs values must be JSON values (str, number, bool, None, "
+                                 f"list, dict): {exc}") from None
+        thinking = chat_template_kwargs.get("enable_thinking")
+        if thinking is not None and not isinstance(thinking, bool):
+            raise ParameterError(f"chat_template_kwargs['enable_thinking'] must be True or False, got {thinking!r}")
+        opts["chat_template_kwargs"] = dict(chat_template_kwargs)
+    if reasoning_format is not None:
+        if reasoning_format not in REASONING_FORMATS:
+            raise ParameterError(f"reasoning_format must be one of {', '.join(map(repr, REASONING_FORMATS))}, "
+                                 f"got {reasoning_format!r}")
+        opts["reasoning_format"] = reasoning_format
+    if reasoning_budget is not None:
+        if isinstance(reasoning_budget, bool) or not isinstance(reasoning_budget, int) or reasoning_budget < -1:
+            raise ParameterError(f"reasoning_budget must be -1 (unlimited), 0 (end thinking at once) or a number "
+                                 f"of tokens, got {reasoning_budget!r}")
+        opts["reasoning_budget"] = int(reasoning_budget)
+    return opts
+
+
 def create_chat_completion(llama: Any, templates: ChatTemplates, messages: Sequence[Mapping[str, Any]], *,
                            tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: Any = None,
                            parallel_tool_calls: bool | None = None, response_format: Mapping[str, Any] | None = None,
                            chat_template_kwargs: Mapping[str, Any] | None = None, reasoning_format: str = "auto",
-                           reasoning_effort: str | None = None, stream: bool = False, stop: str | list[str] | None = None,
-                           grammar: Any = None, special_in_content: bool = False, **completion_kwargs: Any) -> Any:
+                           reasoning_effort: str | None = None, reasoning_budget: int = UNLIMITED_BUDGET,
+                           reasoning_budget_message: str = "", stream: bool = False,
+                           stop: str | list[str] | None = None, grammar: Any = None, special_in_content: bool = False,
+                           **completion_kwargs: Any) -> Any:
     """Render with the model's template, generate with ``llama.create_completion`` and parse.
 
-    A tool choice of ``"required"`` or a named tool, and a ``response_format``, constrain the output
-    with the template's grammar; with ``"auto"`` the grammar would be lazy (triggered by the
-    format's call marker), which this path leaves to the parser (phase 1: the output is parsed, not
-    constrained).
+    The answer is sampled as llama-server samples it (:class:`~.constraint.ChatConstraint`): with
+    ``tool_choice="auto"`` the template's grammar is lazy (free text until the format's call marker,
+    then the call follows the tools' schemas); ``"required"``, a named tool and a ``response_format``
+    constrain the whole answer; ``reasoning_budget`` closes the thinking block; the template's
+    preserved tokens are detokenized as text for the parser.
     """
     messages = validate_messages(messages)  # roles are plain names here too: a role never carries control tokens
-    prompt = templates.apply(
-        messages, tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
-        json_schema=response_format_schema(response_format), grammar=grammar if isinstance(grammar, str) else None,
-        chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
-        reasoning_effort=reasoning_effort)
+    check_chat_options(chat_template_kwargs, reasoning_format, reasoning_budget)
+    user_grammar = grammar.grammar if isinstance(grammar, LlamaGrammar) and grammar.root == "root" else grammar
+    if user_grammar is not None and not isinstance(user_grammar, str):
+        raise ParameterError("grammar must be GBNF text or a LlamaGrammar whose start rule is 'root' on llama.cpp's "
+                             f"chat layer, got {type(grammar).__name__}")
+    if user_grammar and tools and tool_choice != "none":
+        raise ParameterError("a grammar cannot be combined with tools (the tool calls have their own grammar): "
+                             'drop grammar=, or pass tool_choice="none"')
+    render_opts = {"tools": tools, "tool_choice": tool_choice, "parallel_tool_calls": parallel_tool_calls,
+                   "chat_template_kwargs": chat_template_kwargs, "reasoning_effort": reasoning_effort}
+    prompt = templates.apply(messages, json_schema=response_format_schema(response_format), grammar=user_grammar,
+                             reasoning_format=reasoning_format, **render_opts)
+    if user_grammar and not prompt.grammar:  # llama.cpp's chat layer leaves the caller's grammar to the caller
+        prompt = dataclasses.replace(prompt, grammar=user_grammar, grammar_lazy=False, grammar_triggers=())
     stops = list(prompt.additional_stops)
     if stop:
         stops += [stop] if isinstance(stop, str) else list(stop)
-    use_grammar = grammar if grammar is not None and not isinstance(grammar, str) else None
-    if prompt.grammar and not prompt.grammar_lazy:
-        from ..llama_grammar import LlamaGrammar
-
-        use_grammar = LlamaGrammar.from_string(prompt.grammar)
-        use_grammar.prefill = prompt.generation_prompt  # the grammar starts with it; the prompt ends with it
-    elif prompt.grammar_lazy:
-        log.debug("%s: lazy tool-call grammar not applied (triggers %s); the output is parsed",
-                  prompt.format_name, [t.value for t in prompt.grammar_triggers])
     from .handler import prompt_tokens
 
     # llama.cpp leaves BOS out of the prompt where the vocabulary adds it; message content stays text
-    render_opts = {"tools": tools, "tool_choice": tool_choice, "parallel_tool_calls": parallel_tool_calls,
-                   "chat_template_kwargs": chat_template_kwargs, "reasoning_effort": reasoning_effort}
     tokens = prompt_tokens(llama, prompt.prompt, messages, added_special=False, special_in_content=special_in_content,
                            render=lambda ms: templates.apply(ms, **render_opts).prompt)
-    completion = llama.create_completion(tokens, stream=stream, stop=stops, grammar=use_grammar, **completion_kwargs)
+    constraint = ChatConstraint(llama.model, prompt, reasoning_budget=reasoning_budget,
+                                reasoning_budget_message=reasoning_budget_message, user_grammar=bool(user_grammar))
+    if prompt.grammar_lazy:
+        log.debug("%s: lazy tool-call grammar, triggers %s", prompt.format_name,
+                  [t.value for t in prompt.grammar_triggers])
+    try:
+        completion = llama.create_completion(tokens, stream=stream, stop=stops, grammar=constraint,
+                                             **completion_kwargs)
+    finally:
+        constraint.close()
     if stream:
         return chat_stream(completion, prompt, reasoning_format=reasoning_format)
     return chat_response(completion, prompt, reasoning_format=reasoning_format)
@@ -148,15 +208,20 @@ class NativeChatHandler:
     that chats through llama.cpp's own chat layer: the model's template renders tools and tool
     results, and the output comes back with ``message.tool_calls`` and ``reasoning_content``.
 
-    ``chat_template_kwargs`` (e.g. ``{"enable_thinking": False}``) and ``reasoning_format`` apply to
-    every request; a template text replaces the model's own.
+    ``chat_template_kwargs`` (e.g. ``{"enable_thinking": False}``), ``reasoning_format`` and
+    ``reasoning_budget`` apply to every request (a request's own override them; the
+    ``chat_template_kwargs`` of both are merged); a template text replaces the model's own.
     """
 
     def __init__(self, chat_template: str | None = None, *, chat_template_kwargs: Mapping[str, Any] | None = None,
-                 reasoning_format: str = "auto", parallel_tool_calls: bool | None = None) -> None:
+                 reasoning_format: str = "auto", parallel_tool_calls: bool | None = None,
+                 reasoning_budget: int = UNLIMITED_BUDGET, reasoning_budget_message: str = "") -> None:
+        check_chat_options(chat_template_kwargs, reasoning_format, reasoning_budget)
         self.chat_template = chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.reasoning_format = reasoning_format
+        self.reasoning_budget = reasoning_budget
+        self.reasoning_budget_message = reasoning_budget_message
         self.parallel_tool_calls = parallel_tool_calls
         self._templates: dict[int, ChatTemplates] = {}
 
@@ -176,6 +241,8 @@ class NativeChatHandler:
                  function_call: Any = None, tools: Any = None, tool_choice: Any = None, stream: bool = False,
                  stop: str | list[str] | None = None, response_format: Any = None, grammar: Any = None,
                  special_in_content: bool = False, chat_template_kwargs: Mapping[str, Any] | None = None,
+                 reasoning_format: str | None = None, reasoning_budget: int | None = None,
+                 reasoning_effort: str | None = None, parallel_tool_calls: bool | None = None,
                  **kwargs: Any) -> Any:
         if functions and not tools:
             tools = [{"type": "function", "function": f} for f in functions]
@@ -186,9 +253,12 @@ class NativeChatHandler:
         kwargs_ = {k: v for k, v in kwargs.items() if k in _COMPLETION_KEYS}
         return create_chat_completion(
             llama, self.templates_for(llama), messages, tools=tools or None, tool_choice=tool_choice,
-            parallel_tool_calls=self.parallel_tool_calls, response_format=response_format,
+            parallel_tool_calls=self.parallel_tool_calls if parallel_tool_calls is None else parallel_tool_calls,
+            response_format=response_format,
             chat_template_kwargs={**self.chat_template_kwargs, **(chat_template_kwargs or {})} or None,
-            reasoning_format=self.reasoning_format, stream=stream, stop=stop, grammar=grammar,
+            reasoning_format=reasoning_format or self.reasoning_format, reasoning_effort=reasoning_effort,
+            reasoning_budget=self.reasoning_budget if reasoning_budget is None else reasoning_budget,
+            reasoning_budget_message=self.reasoning_budget_message, stream=stream, stop=stop, grammar=grammar,
             special_in_content=special_in_content, **kwargs_)
 
 
@@ -217,5 +287,69 @@ def native_tools_handler(llama: Any) -> NativeChatHandler | None:
     return handler
 
 
-__all__ = ["NativeChatHandler", "chat_response", "chat_stream", "create_chat_completion", "native_tools_handler",
-           "response_format_schema"]
+_NATIVE: weakref.WeakKeyDictionary[Any, NativeChatHandler] = weakref.WeakKeyDictionary()
+
+
+def native_handler(llama: Any) -> NativeChatHandler:
+    """llama.cpp's chat layer over ``llama``'s own template, for a request that asks for its options;
+    a :class:`ParameterError` says why it cannot be used (a named ``chat_format``, no template, a build
+    without the library)."""
+    handler = _NATIVE.get(llama)
+    if handler is not None:
+        return handler
+    what = "chat_template_kwargs, reasoning_format and reasoning_budget"
+    fmt = getattr(llama, "chat_format", None)
+    if fmt is not None:
+        raise ParameterError(f"{what} apply to the model's own template through llama.cpp's chat layer; this Llama "
+                             f"renders with chat_format={fmt!r}: use chat_format=None or 'llama-cpp'")
+    if not available():
+        raise ParameterError(f"{what} need llama.cpp's chat layer (libllama-cpp-ext), which this build lacks")
+    if not llama.model.chat_template():
+        raise ParameterError(f"{what} need the model's own chat template, and this model has none: pass "
+                             "chat_handler=NativeChatHandler(chat_template=...)")
+    handler = NativeChatHandler()
+    handler.templates_for(llama)  # a template llama.cpp cannot load fails here (TemplateError)
+    _NATIVE[llama] = handler
+    return handler
+
+
+def chat_route(llama: Any, handler: Any, call: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Where ``Llama.create_chat_completion`` sends a request (``call``: its arguments), and the keywords
+    beyond the common ones that the handler takes.
+
+    The handler is the ``Llama``'s ``chat_handler``; else llama.cpp's chat layer for tools (when the
+    template knows them) or when chat-layer options are set (the ``Llama``'s ``chat_options`` under the
+    call's own, ``chat_template_kwargs`` merged); else None (the Python template path). Options for a
+    handler that does not take them are refused, never dropped. Handlers written for upstream get
+    ``logits_processor``, ``stopping_criteria``, ``logprobs``, ``tfs_z``, mirostat and
+    ``special_in_content`` only when they are set."""
+    own = check_chat_options(call.get("chat_template_kwargs"), call.get("reasoning_format"),
+                             call.get("reasoning_budget"))
+    defaults = getattr(llama, "chat_options", {})
+    opts = {**defaults, **own}
+    if "chat_template_kwargs" in own:
+        opts["chat_template_kwargs"] = {**defaults.get("chat_template_kwargs", {}), **own["chat_template_kwargs"]}
+    if handler is None and (call.get("tools") or call.get("functions")):
+        handler = native_tools_handler(llama)
+    if handler is None and opts:
+        handler = native_handler(llama)
+    if opts and not isinstance(handler, NativeChatHandler):
+        raise ParameterError(f"{', '.join(sorted(opts))} apply to llama.cpp's chat layer; this Llama's "
+                             f"chat_handler {type(handler).__name__} does not take them")
+    extra = dict(opts)
+    for key in ("logits_processor", "stopping_criteria"):
+        if call.get(key) is not None:
+            extra[key] = call[key]
+    if call.get("logprobs") is not None:
+        extra.update(logprobs=call["logprobs"], top_logprobs=call.get("top_logprobs"))
+    if call.get("tfs_z", 1.0) != 1.0:
+        extra["tfs_z"] = call["tfs_z"]
+    if call.get("mirostat_mode"):
+        extra.update({k: call[k] for k in ("mirostat_mode", "mirostat_tau", "mirostat_eta")})
+    if call.get("special_in_content"):
+        extra["special_in_content"] = True
+    return handler, extra
+
+
+__all__ = ["UNLIMITED_BUDGET", "NativeChatHandler", "chat_response", "chat_route", "chat_stream", "check_chat_options",
+           "create_chat_completion", "native_handler", "native_tools_handler", "response_format_schema"]

@@ -24,7 +24,8 @@ source, where the prompt is evaluated.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import functools
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -289,12 +290,19 @@ class Logprobs:
                 "token_logprobs": [e[2] for e in rows], "top_logprobs": [e[3] for e in rows]}
 
 
+def _piece_of(plain: Callable[..., bytes], preserved: frozenset[int], tok: int) -> bytes:
+    return plain(tok, tok in preserved)
+
+
 def completion_chunks(model: LlamaModel, tokens: Iterable[TokenRow], *, n_prompt: int,
                       stop: str | bytes | Sequence[str | bytes] | None, logprobs: int | None,
                       head: bytes, completion_id: str, created: int, model_name: str,
-                      offset_base: int = 0, prompt_logprobs: Sequence[LogprobEntry] = ()) -> Iterator[dict[str, Any]]:
+                      offset_base: int = 0, prompt_logprobs: Sequence[LogprobEntry] = (),
+                      special_tokens: Collection[int] = ()) -> Iterator[dict[str, Any]]:
     """``text_completion`` chunks of the generated text: one per safe piece, then a final chunk with
     the rest, the finish reason (``stop``: EOG or a stop string; ``length``) and the usage.
+    ``special_tokens`` are control tokens rendered as their text (a chat template's preserved tokens,
+    which its parser reads); other control tokens render as nothing.
 
     Logprob offsets start at ``offset_base`` plus the characters of ``head`` (the echoed prompt);
     ``prompt_logprobs`` (the echoed prompt's own entries) lead the first block."""
@@ -306,7 +314,9 @@ def completion_chunks(model: LlamaModel, tokens: Iterable[TokenRow], *, n_prompt
     chars = offset_base + char_len(head)
     n_gen = 0
     finish = "length"
-    token_to_piece = model.token_to_piece
+    token_to_piece: Callable[[int], bytes] = model.token_to_piece
+    if special_tokens:
+        token_to_piece = functools.partial(_piece_of, model.token_to_piece, frozenset(special_tokens))
 
     def chunk(data: bytes, reason: str | None, lps: Any) -> dict[str, Any]:
         return {"id": completion_id, "object": "text_completion", "created": created, "model": model_name,

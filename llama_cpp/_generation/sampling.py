@@ -17,7 +17,7 @@ import ctypes
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -170,22 +170,39 @@ def sampler_chain(model: LlamaModel, *, temperature: float = 0.8, top_k: int = 4
     return chain
 
 
-def grammar_sampler(model: LlamaModel, grammar: None | str | LlamaGrammar) -> LlamaSampler | None:
-    """A one-sampler chain holding the GBNF ``grammar`` (None without one)."""
+@runtime_checkable
+class OutputConstraint(Protocol):
+    """A ``grammar=`` that is more than a GBNF grammar: a chat answer's sampler and rendering
+    (:class:`~llama_cpp._chat.constraint.ChatConstraint`: the template's lazy or strict grammar, the
+    reasoning budget, the preserved tokens detokenized as text)."""
+
+    special_tokens: frozenset[int]
+
+    def sampler(self, model: LlamaModel) -> Any:
+        """A sampler used as the grammar sampler is (``apply``, ``accept``, ``close``), or None."""
+
+
+def grammar_sampler(model: LlamaModel, grammar: None | str | LlamaGrammar | OutputConstraint) -> Any:
+    """A one-sampler chain holding the GBNF ``grammar``, an :class:`OutputConstraint`'s own sampler, or
+    None without either."""
     if grammar is None:
         return None
+    if isinstance(grammar, OutputConstraint):
+        return grammar.sampler(model)
     g = grammar if isinstance(grammar, LlamaGrammar) else LlamaGrammar(grammar)
     s = LlamaSampler()
     try:
         s.add_grammar(model, g.grammar, g.root)
-        # a chat format's grammar spans its generation prompt, already in the prompt: advance past it
-        # (llama.cpp's common_sampler prefills output-format grammars the same way)
-        for tok in model.tokenize(getattr(g, "prefill", "").encode("utf-8"), add_special=False, parse_special=True):
-            s.accept(tok)
     except BaseException:
         s.close()
         raise
     return s
+
+
+def special_tokens(grammar: Any) -> frozenset[int]:
+    """The control tokens a generation under ``grammar`` detokenizes as text (an
+    :class:`OutputConstraint`'s preserved tokens; none otherwise)."""
+    return grammar.special_tokens if isinstance(grammar, OutputConstraint) else frozenset()
 
 
 def prime_penalties(chain: LlamaSampler, history: Sequence[int], last_n: int, convention: str = "llama.cpp") -> None:
@@ -272,5 +289,5 @@ def sample_once(model: LlamaModel, ctx: LlamaContext, chain: LlamaSampler, gramm
     return _allowed_token(cand, grammar is not None)
 
 
-__all__ = ["CONVENTIONS", "Pick", "c_seed", "check_convention", "grammar_sampler", "next_seed", "prime_penalties", "sample_once", "sampler_chain", "suppressed_tokens",
-           "token_picker"]
+__all__ = ["CONVENTIONS", "OutputConstraint", "Pick", "c_seed", "check_convention", "grammar_sampler", "next_seed",
+           "prime_penalties", "sample_once", "sampler_chain", "special_tokens", "suppressed_tokens", "token_picker"]

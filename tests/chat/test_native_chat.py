@@ -276,8 +276,8 @@ def test_a_llama_chats_through_the_native_layer_with_a_named_tool(nc, tiny_llama
     """The handler's request to the model: its template's prompt, the tool grammar advanced past the
     generation prompt, and the output parsed (the tiny model's own output is random: it is stood in
     for by a canned one, after the real generation ran under the grammar)."""
+    from llama_cpp._chat.constraint import ChatConstraint
     from llama_cpp._chat.native_completion import NativeChatHandler
-    from llama_cpp.llama_grammar import LlamaGrammar
 
     # the fixture's ChatML template has no tools: a Qwen 3 template text replaces it
     handler = NativeChatHandler(_template("Qwen-Qwen3-0.6B.jinja"), chat_template_kwargs={"enable_thinking": False})
@@ -297,9 +297,11 @@ def test_a_llama_chats_through_the_native_layer_with_a_named_tool(nc, tiny_llama
 
     monkeypatch.setattr(tiny_llama, "create_completion", create_completion)
     r = tiny_llama.create_chat_completion(ASK, tools=[WEATHER, UNIT], tool_choice="get_unit", max_tokens=8, seed=1)
-    grammar = seen["grammar"]
-    assert isinstance(grammar, LlamaGrammar) and "get-unit" in grammar.grammar.replace("_", "-")
-    assert grammar.prefill == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    constraint = seen["grammar"]
+    assert isinstance(constraint, ChatConstraint) and constraint.has_grammar
+    assert "get-unit" in constraint.prompt.grammar.replace("_", "-") and not constraint.prompt.grammar_lazy
+    assert constraint.params["generation_prompt"] == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert constraint.params["prefill_grammar"]  # the template's grammar starts past the generation prompt
     assert tiny_llama.detokenize(seen["prompt"][-8:], special=True).decode().endswith("</think>\n\n")
     choice = r["choices"][0]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
@@ -326,13 +328,70 @@ def test_chat_format_llama_cpp_selects_the_native_handler(tiny_llama):
     assert r["choices"][0]["message"]["role"] == "assistant" and "tool_calls" not in r["choices"][0]["message"]
 
 
-def test_a_grammar_prefill_advances_it_past_text_already_in_the_prompt(tiny_llama):
-    from llama_cpp.llama_grammar import LlamaGrammar
+def test_a_chat_grammar_starts_past_the_generation_prompt(nc, tiny_llama):
+    """As llama.cpp's common_sampler: the template's grammar spans the generation prompt, which is
+    already in the prompt, so the sampler accepts its tokens first; a caller's grammar does not."""
+    from llama_cpp._chat.constraint import ChatConstraint
 
-    g = LlamaGrammar.from_string('root ::= "<|im_start|>assistant\\n" "yes"')
-    g.prefill = "<|im_start|>assistant\n"
-    out = tiny_llama.create_completion("hi", grammar=g, max_tokens=4)["choices"][0]["text"]
-    assert out == "yes"
+    prompt = nc.ChatPrompt(prompt="", format=0, format_name="test", grammar='root ::= "<|im_start|>assistant\\n" "yes"',
+                           generation_prompt="<|im_start|>assistant\n")
+    out = tiny_llama.create_completion("hi", grammar=ChatConstraint(tiny_llama.model, prompt), max_tokens=4)
+    assert out["choices"][0]["text"] == "yes"
+    with pytest.raises(LlamaError):  # the caller's grammar is not prefilled: "yes" cannot start it
+        tiny_llama.create_completion("hi", max_tokens=4, logits_processor=_only(tiny_llama, b"yes"),
+                                     grammar=ChatConstraint(tiny_llama.model, prompt, user_grammar=True))
+
+
+def test_a_caller_s_grammar_constrains_the_native_chat(tiny_llama):
+    for stream in (False, True):
+        out = tiny_llama.create_chat_completion(ASK, grammar='root ::= "yes" | "no"', max_tokens=4, seed=1,
+                                                stream=stream)
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in out) if stream else \
+            out["choices"][0]["message"]["content"]
+        assert text in ("yes", "no")
+    with pytest.raises(ValueError, match="cannot be combined with tools"):
+        tiny_llama.create_chat_completion(ASK, grammar='root ::= "yes"', tools=[WEATHER], max_tokens=4)
+
+
+def _only(llm, text):
+    import numpy as np
+
+    toks = llm.tokenize(text, add_bos=False, special=True)
+
+    def processor(input_ids, scores):
+        out = np.full_like(scores, -np.inf)
+        out[toks[0]] = 0.0
+        return out
+    return processor
+
+
+def test_chat_sampler_reports_and_refuses(nc, tiny_llama):
+    prompt = nc.ChatPrompt(prompt="", format=0, format_name="test", grammar="root ::= (", grammar_lazy=False)
+    from llama_cpp._errors import GrammarError
+
+    with pytest.raises(GrammarError, match="grammar"):
+        nc.chat_sampler(tiny_llama.model, prompt.sampler_params())
+    lazy = nc.ChatPrompt(prompt="", format=0, format_name="test", grammar='root ::= "a"', grammar_lazy=True)
+    with pytest.raises(GrammarError, match="triggers"):
+        nc.chat_sampler(tiny_llama.model, lazy.sampler_params())
+    with pytest.raises(GrammarError, match="trigger type"):
+        nc.chat_sampler(tiny_llama.model, {**lazy.sampler_params(), "grammar_triggers": [{"type": "x", "value": "a"}]})
+    none = nc.chat_sampler(tiny_llama.model, nc.ChatPrompt(prompt="", format=0, format_name="t").sampler_params())
+    assert none.ptr is None and not none.has_grammar
+    made = nc.chat_sampler(tiny_llama.model, {**lazy.sampler_params(), "preserved_tokens": ["<|im_start|>"],
+                                              "grammar_triggers": [{"type": "word", "value": "<|im_start|>"},
+                                                                   {"type": "word", "value": "a.b"},
+                                                                   {"type": "pattern_full", "value": "x+"}]})
+    try:
+        assert made.trigger_tokens and made.trigger_patterns == ("a\\.b", "^x+$")
+        assert made.preserved_token_ids == frozenset(tiny_llama.tokenize(b"<|im_start|>", add_bos=False, special=True))
+        assert nc.chat_sampler_state(made.ptr) == {"grammar": "active", "reason": "", "reasoning": "none"}
+    finally:
+        from llama_cpp._chat.constraint import NativeChatSampler
+
+        NativeChatSampler(made.ptr).close()
+    with pytest.raises(ValueError, match="not a sampler"):
+        nc.chat_sampler_state(0)
 
 
 def test_tools_go_to_the_native_layer_only_where_the_model_s_template_knows_tools(nc, monkeypatch):
