@@ -60,13 +60,15 @@ def main() -> int:
     args = p.parse_args()
     config = load_matrix().get(args.config)
     lock = load_lock()
-    nb = native.run(config, lock, current_tree(lock), allow_build=False)
+    tree = current_tree(lock)
+    nb = native.run(config, lock, tree, allow_build=False)
+    build_dir = native.plan(config, lock, tree, install=False).build_dir
     if nb.seconds:
         native_s, native_cpu = nb.seconds, None
     else:
-        found = ninja_library_seconds(nb.build_dir)
+        found = ninja_library_seconds(build_dir)
         if found is None:
-            print(f"no timing for the native build of {config.name} (no {nb.build_dir / '.ninja_log'})")
+            print(f"no timing for the native build of {config.name} (no {build_dir / '.ninja_log'})")
             return 1
         native_s, native_cpu = found
     times = []

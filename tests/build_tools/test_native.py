@@ -207,9 +207,17 @@ def test_a_new_extension_key_reuses_the_tree_without_reconfiguring(empty_cache, 
     # the reference tools' libraries land in the shared tree; a later key must not package them
     subprocess.run(["cmake", "--build", str(p.build_dir), "--target", "llama-completion-impl"], check=True,
                    capture_output=True)
-    second = native.build(dataclasses.replace(p, ext_sha256="1" * 64))
-    assert second.root != first.root and not second.reused and second.build_dir == first.build_dir
+    changed = dataclasses.replace(p, ext_sha256="1" * 64)
+    second = native.build(changed)
+    assert second.root != first.root and not second.reused and changed.build_dir == p.build_dir
     log = (second.root / "build.log").read_text()
     assert " -S " not in log  # configured once, by the first key
     assert sorted(x.name for x in second.manifest.libraries) == sorted(x.name for x in first.manifest.libraries)
     assert not any("impl" in x.name for x in second.manifest.libraries)
+
+
+def test_a_checkout_elsewhere_reuses_the_results_but_not_the_cmake_tree(tmp_path, toolchain):
+    a = _plan(make_fake_tree(tmp_path / "a"), toolchain)
+    b = _plan(make_fake_tree(tmp_path / "b"), toolchain)
+    assert a.key == b.key  # the same sources: one result in the cache for both checkouts
+    assert a.build_dir != b.build_dir  # CMake refuses a tree configured from other source paths

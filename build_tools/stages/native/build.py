@@ -79,10 +79,6 @@ class NativeBuild:
     def tools_dir(self) -> Path:
         return self.root / "tools"
 
-    @property
-    def build_dir(self) -> Path:
-        return native_cache_dir() / "build" / build_dir_name(self.config.name, self.manifest.key_inputs)
-
 
 def ext_sources_sha256(directory: Path = EXT_SOURCE_DIR) -> str:
     """The content hash of the extension library's sources (``cmake/chat_shim/``): part of the key."""
@@ -92,12 +88,19 @@ def ext_sources_sha256(directory: Path = EXT_SOURCE_DIR) -> str:
     return sha256_json({f.relative_to(directory).as_posix(): sha256_file(f) for f in files})
 
 
-def build_dir_name(config_name: str, key_inputs: dict[str, object]) -> str:
+def build_dir_name(config_name: str, key_inputs: dict[str, object], source_dirs: tuple[Path, ...] = ()) -> str:
     """The CMake tree of a key: the key without the extension's hash, so that a change to the
-    extension recompiles only the extension, never llama.cpp (ninja is incremental)."""
+    extension recompiles only the extension, never llama.cpp (ninja is incremental).
+
+    The source locations (the vendored tree, the extension) are part of the name: CMake refuses a tree
+    configured from another checkout's sources, and every compile line maps those paths. The results
+    stay keyed by content alone, so a second clone reuses them without building.
+    """
     inputs = dict(key_inputs)
     if "extensions" in inputs:
         inputs["extensions"] = {name: _ANY_EXT for name in inputs["extensions"]}  # type: ignore[union-attr]
+    if source_dirs:
+        inputs["source_dirs"] = [Path(d).resolve().as_posix() for d in source_dirs]
     return f"{config_name}-{sha256_json(inputs)[:16]}"
 
 
@@ -137,7 +140,8 @@ class BuildPlan:
 
     @property
     def build_dir(self) -> Path:
-        return native_cache_dir() / "build" / build_dir_name(self.config.name, self.key_inputs)
+        return native_cache_dir() / "build" / build_dir_name(self.config.name, self.key_inputs,
+                                                             (self.tree.path, EXT_SOURCE_DIR))
 
 
 # Metal, its shader library compiled into libggml-metal (no .metallib file beside it to lose or
@@ -563,7 +567,7 @@ def build_reference_tools(nb: NativeBuild, p: BuildPlan, tools: tuple[str, ...] 
         if isinstance(recorded, dict) and recorded.get("recipe") == TOOLS_RECIPE \
                 and set(recorded.get("tools", ())).issuperset(tools):
             return tools_dir
-    build_dir = nb.build_dir
+    build_dir = p.build_dir
     build_dir.mkdir(parents=True, exist_ok=True)
     with exclusive(nb.root.with_name(nb.root.name + ".lock")), exclusive(_build_dir_lock(build_dir)):
         log_file = nb.root / "tools.log"
