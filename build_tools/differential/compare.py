@@ -3,7 +3,7 @@
 Everything must be equal, floats within ``FLOAT_TOLERANCE`` (both packages run the same llama.cpp
 kernels; the tolerance only absorbs float32/float64 rounding in the Python that turns logits into
 logprobs), except the cases :data:`KNOWN` lists: each names its reason, and docs/compatibility.md
-lists the same ones (tests/build_tools/test_differential.py holds the two together).
+lists the same ones (tests/unit/build_tools/test_differential.py holds the two together).
 """
 
 from __future__ import annotations

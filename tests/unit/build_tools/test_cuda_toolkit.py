@@ -29,7 +29,7 @@ from build_tools.stages.native import cuda_stub, cuda_toolkit
 from build_tools.stages.vendor import VendoredTree
 from llama_cpp._native import cuda_runtime as _cuda_runtime
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 CC = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
 needs_cc = pytest.mark.skipif(CC is None or shutil.which("nm") is None, reason="needs a C compiler and nm")
 

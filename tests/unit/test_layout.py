@@ -13,7 +13,7 @@ import pytest
 
 import llama_cpp
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "llama_cpp"
 
 # Private top-level modules allowed: the error hierarchy, the version, and llama-cpp-python's
