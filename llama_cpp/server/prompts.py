@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import llama_chat_format as _chat
 from .._chat import native_chat, native_completion
+from .._chat.constraint import ChatConstraint
 from .._chat.handler import prompt_tokens
 from .._errors import ContextOverflowError
 from .._generation import responses as _responses
@@ -112,11 +113,12 @@ def refuse_media(messages: list[dict[str, Any]], alias: str) -> None:
 class ChatPrompt:
     tokens: list[int]
     stops: list[str]
-    grammar: LlamaGrammar | None
+    grammar: LlamaGrammar | ChatConstraint | None
     tool_name: str | None
     # llama.cpp's chat layer rendered it (a request with tools on a template that knows them): the
     # output is parsed into content, reasoning_content and tool_calls by this prompt's parser
     native: native_chat.ChatPrompt | None = None
+    reasoning_format: str | None = None  # how the native parser returns the thinking (llama-server's names)
 
 
 def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt:
@@ -128,9 +130,15 @@ def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt
         tools = [{"type": "function", "function": f} for f in body.functions]
         if isinstance(body.function_call, dict):
             tool_choice = {"type": "function", "function": {"name": body.function_call.get("name")}}
+    opts = chat_options(llama, body)
     handler = native_completion.native_tools_handler(llama) if tools else None
+    if handler is None and opts:
+        try:
+            handler = native_completion.native_handler(llama)
+        except ValueError as exc:  # ParameterError: a named chat_format, no template, no chat layer
+            raise APIError(400, str(exc), param=sorted(opts)[0]) from exc
     if handler is not None:
-        return _native_chat_prompt(llama, handler.templates_for(llama), msgs, tools, tool_choice, body, n_ctx)
+        return _native_chat_prompt(llama, handler.templates_for(llama), msgs, tools, tool_choice, body, n_ctx, opts)
     fmt = llama._chat_formatter()
     result = fmt(messages=msgs, tools=tools)
     text: str | None = body.grammar
@@ -155,33 +163,61 @@ def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt
     return ChatPrompt(tokens, list(result.stop), LlamaGrammar(text) if text is not None else None, tool_name)
 
 
+def chat_options(llama: Llama, body: Any) -> dict[str, Any]:
+    """The request's llama.cpp chat-layer options over the model's defaults (``Llama(chat_template_kwargs=,
+    reasoning_format=, reasoning_budget=)``, the model settings), ``chat_template_kwargs`` merged; a bad
+    value is a 400 naming the valid ones."""
+    budget = getattr(body, "reasoning_budget_tokens", None)
+    try:
+        own = native_completion.check_chat_options(getattr(body, "chat_template_kwargs", None),
+                                                   getattr(body, "reasoning_format", None),
+                                                   None if budget is None or budget == -1 else budget)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="chat_template_kwargs") from exc
+    defaults = getattr(llama, "chat_options", {})
+    opts = {**defaults, **own}
+    if "chat_template_kwargs" in own:
+        opts["chat_template_kwargs"] = {**defaults.get("chat_template_kwargs", {}), **own["chat_template_kwargs"]}
+    return opts
+
+
 def _native_chat_prompt(llama: Llama, templates: native_chat.ChatTemplates, msgs: list[dict[str, Any]],
-                        tools: list[dict[str, Any]], tool_choice: Any, body: Any, n_ctx: int | None) -> ChatPrompt:
-    """The prompt llama.cpp's chat layer renders for a chat with tools (as ``NativeChatHandler`` builds
-    it): the template's stops, and its grammar where the tool choice or response format forces one."""
+                        tools: list[dict[str, Any]] | None, tool_choice: Any, body: Any, n_ctx: int | None,
+                        options: dict[str, Any]) -> ChatPrompt:
+    """The prompt llama.cpp's chat layer renders (as ``NativeChatHandler`` builds it): the template's
+    stops, and the answer's constraint as llama-server samples it (lazy tool-call grammar for
+    ``tool_choice="auto"``, strict where the tool choice or response format forces one, the reasoning
+    budget, the template's preserved tokens as text)."""
     if isinstance(tool_choice, str) and tool_choice not in ("auto", "none", "required"):
         tool_choice = {"type": "function", "function": {"name": tool_choice}}  # a bare tool name
+    if body.grammar and tools and tool_choice != "none":
+        raise APIError(400, "a grammar cannot be combined with tools (the tool calls have their own grammar): drop "
+                       'grammar, or send tool_choice "none"', param="grammar")
+    reasoning_format = options.get("reasoning_format", "auto")
     opts: dict[str, Any] = {"tools": tools, "tool_choice": tool_choice,
                             "parallel_tool_calls": getattr(body, "parallel_tool_calls", None),
-                            "reasoning_effort": getattr(body, "reasoning_effort", None)}
+                            "reasoning_effort": getattr(body, "reasoning_effort", None),
+                            "chat_template_kwargs": options.get("chat_template_kwargs")}
     try:
         native = templates.apply(msgs, json_schema=native_completion.response_format_schema(body.response_format),
-                                 grammar=body.grammar, **opts)
+                                 grammar=body.grammar, reasoning_format=reasoning_format, **opts)
     except ValueError as exc:  # TemplateError: a tool choice naming no tool, a bad schema...
         raise APIError(400, str(exc), param="tools") from exc
-    grammar = None
-    if body.grammar is not None and not native.grammar:
-        grammar = LlamaGrammar(body.grammar)
-    if native.grammar and not native.grammar_lazy:
-        grammar = LlamaGrammar.from_string(native.grammar)
-        grammar.prefill = native.generation_prompt  # the grammar starts with it; the prompt ends with it
+    if body.grammar and not native.grammar:  # the chat layer leaves the caller's grammar to the caller
+        native = dataclasses.replace(native, grammar=body.grammar, grammar_lazy=False, grammar_triggers=())
+    try:
+        grammar = ChatConstraint(llama._need_model(), native, reasoning_budget=options.get("reasoning_budget", -1),
+                                 reasoning_budget_message=getattr(body, "reasoning_budget_message", None) or "",
+                                 user_grammar=bool(body.grammar))
+    except ValueError as exc:  # a grammar llama.cpp refuses
+        raise APIError(400, str(exc), param="grammar") from exc
     check_prompt_chars(llama._need_model(), native.prompt, llama.n_ctx() if n_ctx is None else n_ctx, "the chat prompt")
     tokens = prompt_tokens(llama, native.prompt, msgs, added_special=False,
                            render=lambda ms: templates.apply(ms, **opts).prompt)
     if not tokens:
         raise APIError(400, "the chat renders to an empty prompt", param="messages")
     llama._need_model().check_tokens(tokens, "prompt token")
-    return ChatPrompt(tokens, list(native.additional_stops), grammar, None, native)
+    return ChatPrompt(tokens, list(native.additional_stops), grammar, None, native, reasoning_format)
 
 
 class NativeChatChunks:
@@ -189,9 +225,9 @@ class NativeChatChunks:
     (the push form of :func:`llama_cpp._chat.native_completion.chat_stream`): the role, the deltas of
     content, reasoning and tool calls as the output grows, then the finish reason with the usage."""
 
-    def __init__(self, prompt: native_chat.ChatPrompt) -> None:
+    def __init__(self, prompt: native_chat.ChatPrompt, reasoning_format: str | None = None) -> None:
         self.prompt = prompt
-        self.parser = native_chat.ChatStreamParser(prompt)
+        self.parser = native_chat.ChatStreamParser(prompt, reasoning_format=reasoning_format)
         self.first = True
 
     def __call__(self, c: dict[str, Any]) -> list[dict[str, Any]]:
@@ -227,7 +263,7 @@ def chat_result(parts: list[dict[str, Any]], chat: ChatPrompt) -> dict[str, Any]
     """A ``chat.completion`` from the ``text_completion`` chunks of ``chat``'s answer."""
     completion = _responses.join_chunks(parts)
     if chat.native is not None:
-        out = native_completion.chat_response(completion, chat.native)
+        out = native_completion.chat_response(completion, chat.native, reasoning_format=chat.reasoning_format)
     else:
         out = _responses.chat_response(completion, chat.tool_name)
     _carry_stop(parts[-1]["choices"][0], out["choices"][0])
@@ -242,7 +278,9 @@ def _carry_stop(src: dict[str, Any], dst: dict[str, Any]) -> None:
 
 def chat_chunks(chat: ChatPrompt) -> Any:
     """The converter of one choice's ``text_completion`` chunks for ``chat``."""
-    return NativeChatChunks(chat.native) if chat.native is not None else ChatChunks(chat.tool_name)
+    if chat.native is not None:
+        return NativeChatChunks(chat.native, chat.reasoning_format)
+    return ChatChunks(chat.tool_name)
 
 
 class ChatChunks:

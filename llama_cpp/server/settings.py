@@ -86,8 +86,13 @@ class ModelSettings(_Base):
     # chat
     chat_format: str | None = Field(default=None, description="A named chat format (default: the model's "
                                     "own template).")
-    chat_template_kwargs: dict[str, Any] | None = Field(default=None, description="Not supported yet: setting "
-                                                        "it is an error.")
+    chat_template_kwargs: dict[str, Any] | None = Field(default=None, description="Template variables for every "
+                                                        'chat (e.g. {"enable_thinking": false}); a request\'s own '
+                                                        "are merged over them.")
+    reasoning_format: str | None = Field(default=None, description="How thinking is returned: auto (default), none, "
+                                         "deepseek or deepseek-legacy (llama-server's --reasoning-format).")
+    reasoning_budget: int | None = Field(default=None, ge=-1, description="Thinking tokens before the end tag is "
+                                         "forced: -1 unlimited, 0 no thinking (llama-server's --reasoning-budget).")
     clip_model_path: str | None = Field(default=None, description="A multimodal projector (mmproj GGUF): "
                                         "image chat with image_url parts.")
     media_dirs: list[str] | None = Field(default=None, description="Local directories image_url paths may "
@@ -152,7 +157,7 @@ class ModelSettings(_Base):
         refused = {"hf_tokenizer_config_path": self.hf_tokenizer_config_path,
                    "hf_pretrained_model_name_or_path": self.hf_pretrained_model_name_or_path,
                    "hf_model_repo_id": self.hf_model_repo_id,
-                   "chat_template_kwargs": self.chat_template_kwargs, "cache": self.cache or None}
+                   "cache": self.cache or None}
         bad = sorted(k for k, v in refused.items() if v is not None)
         if bad:
             raise ValueError(f"{', '.join(bad)}: not supported by this server (nothing is downloaded and upstream's "

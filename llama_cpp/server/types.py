@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
 class _Body(BaseModel):
@@ -63,6 +63,14 @@ class CreateChatCompletionRequest(_Sampling):
     response_format: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     reasoning_effort: str | None = Field(default=None, description="Passed to templates that read it.")
+    # llama-server's chat-layer fields (the model's settings give their defaults)
+    chat_template_kwargs: dict[str, Any] | None = Field(default=None, description="Extra template variables, "
+                                                        'e.g. {"enable_thinking": false}.')
+    reasoning_format: str | None = Field(default=None, description="auto, none, deepseek or deepseek-legacy.")
+    reasoning_budget_tokens: int | None = Field(
+        default=None, ge=-1, validation_alias=AliasChoices("reasoning_budget_tokens", "thinking_budget_tokens"),
+        description="Thinking tokens before the end tag is forced (-1 unlimited, 0 no thinking).")
+    reasoning_budget_message: str | None = Field(default=None, description="Text put before the forced end tag.")
 
 
 class CreateResponseRequest(_Body):
