@@ -12,6 +12,8 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .._chat.native_completion import check_chat_options
+
 _CPUS = max(multiprocessing.cpu_count(), 1)
 
 # llama.cpp's values, written out so that reading the settings loads no native library
@@ -158,6 +160,7 @@ class ModelSettings(_Base):
                    "hf_pretrained_model_name_or_path": self.hf_pretrained_model_name_or_path,
                    "hf_model_repo_id": self.hf_model_repo_id,
                    "cache": self.cache or None}
+        check_chat_options(self.chat_template_kwargs, self.reasoning_format, self.reasoning_budget)  # ValueError
         bad = sorted(k for k, v in refused.items() if v is not None)
         if bad:
             raise ValueError(f"{', '.join(bad)}: not supported by this server (nothing is downloaded and upstream's "

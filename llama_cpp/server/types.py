@@ -104,6 +104,7 @@ class CountMessageTokensRequest(_Body):
     tools: list[Any] | None = None
     tool_choice: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None  # llama-server passes it through too
 
 
 class CreateMessageRequest(CountMessageTokensRequest):

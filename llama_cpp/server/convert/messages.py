@@ -205,9 +205,15 @@ def chat_request(body: Any) -> dict[str, Any]:
         "tool_choice": choice if tools else None, "parallel_tool_calls": parallel, "max_tokens": body.max_tokens,
         "stop": body.stop_sequences or None, "stream": body.stream,
     }
-    for name in ("temperature", "top_p", "top_k"):
-        if getattr(body, name) is not None:
+    for name in ("temperature", "top_p", "top_k", "chat_template_kwargs"):
+        if getattr(body, name, None) is not None:
             kw[name] = getattr(body, name)
+    thinking = body.thinking or {}
+    if thinking.get("type") == "enabled":  # the thinking budget, as llama-server maps it (10000 when unsaid)
+        budget = thinking.get("budget_tokens", 10000)
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            raise _bad(f"thinking.budget_tokens must be a whole number of tokens, got {budget!r}", "thinking")
+        kw["reasoning_budget_tokens"] = budget
     return kw
 
 

@@ -60,7 +60,8 @@ async def count_message_tokens(request: Request, body: CountMessageTokensRequest
     tools = convert.chat_tools(body.tools)
     choice, parallel = convert.chat_tool_choice(body.tool_choice, tools)
     chat_body = CreateChatCompletionRequest(model=body.model, messages=convert.messages_from_request(
-        body.system, body.messages), tools=tools, tool_choice=choice if tools else None, parallel_tool_calls=parallel)
+        body.system, body.messages), tools=tools, tool_choice=choice if tools else None, parallel_tool_calls=parallel,
+        chat_template_kwargs=body.chat_template_kwargs)
     served = await served_model(request, body.model)
     prompts.refuse_media(chat_body.messages, served.alias)
     if served.llama.chat_handler is not None:
