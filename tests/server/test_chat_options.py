@@ -40,7 +40,10 @@ def test_chat_template_kwargs_per_request_and_per_model(srv):
 def test_reasoning_format_decides_where_the_thinking_goes(srv, script):
     client = srv.client()
     script(srv, "think", THOUGHT + "Celsius.")
-    parsed = client.chat.completions.create(model="think", messages=ASK, max_tokens=50, temperature=0)
+    # a chat without tools or chat-layer options keeps upstream's template path; asking for a format
+    # routes it through llama.cpp's chat layer, as a chat with tools is
+    parsed = client.chat.completions.create(model="think", messages=ASK, max_tokens=50, temperature=0,
+                                            extra_body={"reasoning_format": "auto"})
     msg = parsed.choices[0].message
     assert msg.content == "Celsius." and msg.model_extra["reasoning_content"].strip() == "Pick one."
     script(srv, "think", THOUGHT + "Celsius.")
