@@ -90,6 +90,7 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
     vendor_s = time.monotonic() - t
     sd = sdist.build(lock, dist_base / "sdist", repo=repo, tree=tree.path)
     summary.sdist = sdist.check(sd.path, repo=repo, version=sd.version)
+    sdist.save_report(summary.sdist, sd.path.parent)
     if not summary.sdist.ok:
         log.error("validate refused the sdist:\n%s", summary.sdist.render())
     models: smoke.SmokeModels | None = None
@@ -137,7 +138,7 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
     if summary.configs and all(c.ok for c in summary.configs) and summary.sdist.ok:
         t = time.monotonic()
         summary.index = publish.run([dist.DistDir.of(c, dist_base) for c in configs],
-                                        out or publish.DEFAULT_OUT)
+                                    out or publish.DEFAULT_OUT, sdist=publish.cleared_sdist(sd.path.parent))
         summary.configs[-1].steps.append(StepTime("publish", time.monotonic() - t, "written"))
     summary.seconds = time.monotonic() - started
     return summary

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -36,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     sd = sdist.build(lock, out)
     report = sdist.check(sd.path, version=version)
     print(report.render())
-    (out / "sdist-validation.json").write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+    sdist.save_report(report, out)
     if not report.ok:
         return 1
     if args.install:

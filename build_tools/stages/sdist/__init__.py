@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import build as build_module
 from .build import LLAMA_CPP_FILES, PROJECT_FILES, SOURCES_LISTING, Sdist, build, sdist_name
-from .check import SdistReport, check
+from .check import REPORT_FILE, SdistReport, check, save_report
 
 __all__ = ["build_module", "LLAMA_CPP_FILES", "PROJECT_FILES", "SOURCES_LISTING", "Sdist", "SdistReport", "build", "check",
-           "sdist_name"]
+           "sdist_name", "save_report", "REPORT_FILE"]

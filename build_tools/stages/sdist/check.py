@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...common.fsutil import write_json_atomic
 from ...common.hashing import listing_hash, sha256_file
 from ...common.paths import REPO_ROOT
 from ..wheels.inwheel import source_date_epoch
@@ -56,6 +57,15 @@ class SdistReport:
     def render(self) -> str:
         head = f"{self.filename}  {self.size / 1e6:.1f} MB  {'OK' if self.ok else 'REFUSED'}"
         return "\n".join([head, *(f"  [{c}] {m}" for c, m in self.failures)])
+
+
+REPORT_FILE = "sdist-validation.json"  # beside the sdist; publish takes only the bytes it passed
+
+
+def save_report(report: SdistReport, folder: Path) -> Path:
+    path = folder / REPORT_FILE
+    write_json_atomic(path, report.to_json())
+    return path
 
 
 def _name_problem(name: str) -> str | None:
