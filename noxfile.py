@@ -62,9 +62,10 @@ def _release_step(name: str, doc: str, reqs: str | None = None) -> None:
 for _name, _doc in (
     ("sdist", "Build and validate the sdist (dist/sdist/); --install: pip-build it in a fresh venv, smoke it"),
     ("wheels", "Repack one native build into CPython 3.10-3.14 wheels: nox -s wheels -- cpu"),
+    ("plugins", "Backend plugin wheels of GPU configurations (llama-cpp-python-cuda13, -vulkan), checked against the core"),
     ("validate", "Check wheels against the native manifest; refuse the release on any mismatch"),
     ("smoke", "Install each wheel in a clean venv per interpreter and run embeddings and MTP"),
-    ("publish", "Write the PEP 503 index of validated, smoke-tested wheels (local folder by default)"),
+    ("publish", "Merge the validated, smoke-tested wheels and sdist into the PEP 503 index (--merge-from URL)"),
     ("release", "vendor → sdist → native → wheels → validate → smoke → publish, reusing cached steps"),
     ("gpu-smoke", "On a GPU machine: install the CUDA wheel and compare GPU results with the CPU"),
 ):
