@@ -66,7 +66,7 @@ def install_and_smoke(sdist: Path, python: Path, models: SmokeModels, *, cmake_a
         work, out = Path(tmp) / "empty", Path(tmp) / "result.json"
         work.mkdir()
         done = subprocess.run([str(py), "-I", str(runner.WORKLOAD), "--out", str(out), "--stages", ",".join(stages),
-                               "--version", version, *models.workload_args(str)], cwd=work, env=env,
+                               "--version", version, "--source-build", *models.workload_args(str)], cwd=work, env=env,
                               capture_output=True, text=True, timeout=1800, check=False)
         if not out.is_file():
             raise SmokeError(f"the smoke workload on the source build wrote no result:\n{done.stderr[-3000:]}")
