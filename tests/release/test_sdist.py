@@ -198,3 +198,30 @@ def test_the_project_sdist_validates(tmp_path):
     assert "vendor/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp" in names
     assert not [n for n in names if n.startswith(("vendor/llama.cpp/models/", "vendor/llama.cpp/docs/", "tests/"))]
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _configure(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    cmake, make = shutil.which("cmake"), shutil.which("make")
+    if cmake is None or make is None:
+        pytest.skip("cmake or make is not installed")
+    return subprocess.run([cmake, "-S", str(REPO_ROOT), "-B", str(tmp_path / "b"), "-G", "Unix Makefiles",
+                           f"-DCMAKE_MAKE_PROGRAM={make}", *args], capture_output=True, text=True, timeout=300,
+                          env=env, check=False)
+
+
+def test_a_source_build_names_a_missing_compiler(tmp_path):
+    """What `pip install <sdist>` shows on a machine without a C compiler (CMake itself comes from pip)."""
+    done = _configure(tmp_path, env={"HOME": str(tmp_path), "PATH": str(tmp_path / "empty")})
+    assert done.returncode != 0
+    text = " ".join((done.stdout + done.stderr).split())
+    assert "building from source needs a C compiler and CMake found none" in text
+    assert "apt install build-essential" in text and "--only-binary llama-cpp-python" in text
+
+
+def test_a_source_build_names_a_missing_vulkan_sdk(tmp_path):
+    if shutil.which("glslc") and Path("/usr/include/vulkan/vulkan.h").exists():
+        pytest.skip("the Vulkan SDK is installed here")
+    done = _configure(tmp_path, "-DGGML_VULKAN=on")
+    assert done.returncode != 0
+    text = " ".join((done.stdout + done.stderr).split())
+    assert "-DGGML_VULKAN=on but the Vulkan headers/loader" in text and "apt install libvulkan-dev glslc" in text
