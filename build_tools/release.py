@@ -6,7 +6,9 @@ Only composition: each step is a stage's ``run`` (:mod:`build_tools.stages`) and
 wheels are reused when their content key is unchanged; smoke cells are reused per (wheel
 sha256, interpreter); so a second run with nothing changed compiles and rebuilds nothing. The sdist
 (``dist/sdist/``) is built and validated once per run, beside the configurations: a release whose
-sdist validate refuses publishes nothing.
+sdist validate refuses publishes nothing. It is the local loop: a re-run after an edit replaces that
+version's files in its local index (``publish.run(replace_same_version=True)``, the old entries still
+verified); ``nox -s publish`` and the release workflow never rewrite a published file.
 """
 
 from __future__ import annotations
@@ -138,7 +140,8 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
     if summary.configs and all(c.ok for c in summary.configs) and summary.sdist.ok:
         t = time.monotonic()
         summary.index = publish.run([dist.DistDir.of(c, dist_base) for c in configs],
-                                    out or publish.DEFAULT_OUT, sdist=publish.cleared_sdist(sd.path.parent))
+                                    out or publish.DEFAULT_OUT, sdist=publish.cleared_sdist(sd.path.parent),
+                                    replace_same_version=True)
         summary.configs[-1].steps.append(StepTime("publish", time.monotonic() - t, "written"))
     summary.seconds = time.monotonic() - started
     return summary

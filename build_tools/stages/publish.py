@@ -268,8 +268,13 @@ def cleared_sdist(folder: Path) -> ClearedSdist | None:
 
 
 def run(dist_dirs: Sequence[DistDir], out: Path = DEFAULT_OUT, *, allow_dev: bool = True,
-        sdist: ClearedSdist | None = None) -> PublishedIndex:
-    """Merge every cleared wheel in ``dist_dirs`` (and ``sdist``) into the index under ``out/whl``, atomically."""
+        sdist: ClearedSdist | None = None, replace_same_version: bool = False) -> PublishedIndex:
+    """Merge every cleared wheel in ``dist_dirs`` (and ``sdist``) into the index under ``out/whl``, atomically.
+
+    ``replace_same_version`` is the local loop's (``nox -s release`` re-run after an edit, into a
+    local index): a file this run rebuilt under a published name replaces it, with a warning. The old
+    entries are verified either way; ``nox -s publish`` and the release workflow never rewrite a file.
+    """
     cleared = _cleared(dist_dirs)
     if not cleared:
         raise PublishError("nothing to publish: the clearances list no wheels")
@@ -300,7 +305,11 @@ def run(dist_dirs: Sequence[DistDir], out: Path = DEFAULT_OUT, *, allow_dev: boo
             if target.resolve().parent != (stage / v / proj).resolve():
                 raise PublishError(f"refusing {filename}: it would be written outside {root / v}")
             old = by_variant.get(v, {}).get(filename)
-            if old is not None:
+            if old is not None and old.sha256 != digest and replace_same_version:
+                log.warning("replacing %s in the local index %s (rebuilt: sha256 %s, was %s)", filename, root / v,
+                            digest[:16], old.sha256[:16])
+                target.unlink()  # a hard link to the live index's file: never written through
+            elif old is not None:
                 if old.sha256 != digest:
                     raise PublishError(f"refusing {filename}: {root / v} already serves a file of that name with "
                                        f"sha256 {old.sha256[:16]}, and this one is {digest[:16]}; a published file "

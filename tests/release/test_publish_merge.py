@@ -92,6 +92,12 @@ def served():
         s.server_close()
 
 
+def _overwrite(path: Path, data: bytes) -> None:
+    """Edit an index file without writing through: publish hard-links the index to dist/."""
+    path.unlink()
+    path.write_bytes(data)
+
+
 def _published(two_releases, out: Path) -> Path:
     config, (v1, d1, w1, sd), (v2, d2, w2) = two_releases
     publish.run([dist.DistDir(d1)], out, sdist=publish.cleared_sdist(sd.path.parent))
@@ -145,7 +151,7 @@ def test_an_edited_old_entry_is_refused(two_releases, tmp_path):
     vdir = _published(two_releases, out)
     old = vdir / "llama-cpp-python" / w1[0].filename
     saved = old.read_bytes()
-    old.write_bytes(saved[:-1] + bytes([saved[-1] ^ 1]))
+    _overwrite(old, saved[:-1] + bytes([saved[-1] ^ 1]))
     snapshot = _tree(out)
     with pytest.raises(publish.PublishError, match="was edited.*never rewritten"):
         publish.run([dist.DistDir(d2)], out)
@@ -155,7 +161,7 @@ def test_an_edited_old_entry_is_refused(two_releases, tmp_path):
     sums.write_text(sums.read_text().replace(w1[0].sha256, hashlib.sha256(old.read_bytes()).hexdigest()))
     with pytest.raises(publish.PublishError, match="disagree"):
         publish.run([dist.DistDir(d2)], out)
-    old.write_bytes(saved)
+    _overwrite(old, saved)
     sums.write_text(sums.read_text().replace(hashlib.sha256(saved[:-1] + bytes([saved[-1] ^ 1])).hexdigest(),
                                              w1[0].sha256))
     (vdir / "llama-cpp-python" / "llama_cpp_python-0.0.1-py3-none-any.whl").write_bytes(b"stray")
@@ -187,6 +193,27 @@ def test_the_hosted_index_is_fetched_verified_then_merged(two_releases, tmp_path
     publish.run([dist.DistDir(d2)], work)
     assert {w.filename for w in [*w1, *w2]} <= {p.name for p in (work / "whl" / config.variant / "llama-cpp-python").iterdir()}
     assert hosted.fetch(served(tmp_path / "nothing-here"), tmp_path / "first") == 0
-    (hosted_root / "whl" / config.variant / "llama-cpp-python" / w1[0].filename).write_bytes(b"changed")
+    _overwrite(hosted_root / "whl" / config.variant / "llama-cpp-python" / w1[0].filename, b"changed")
     with pytest.raises(publish.PublishError, match="changed after it was published"):
         hosted.fetch(url, tmp_path / "again")
+
+
+def test_the_local_loop_replaces_a_rebuilt_file_without_writing_through(two_releases, tmp_path):
+    """nox -s release re-run after an edit (replace_same_version): the rebuilt file replaces the old
+    entry in the local index; the old bytes are never written over (the stage hard-links them)."""
+    config, (v1, d1, w1, sd), (v2, d2, w2) = two_releases
+    out = tmp_path / "index"
+    vdir = _published(two_releases, out)
+    served_sdist = vdir / "llama-cpp-python" / sd.filename
+    keep = tmp_path / "old-inode"
+    os.link(served_sdist, keep)
+    rebuilt = tmp_path / "rebuilt" / sd.filename
+    rebuilt.parent.mkdir()
+    rebuilt.write_bytes(sd.path.read_bytes() + b"\0")
+    digest = hashlib.sha256(rebuilt.read_bytes()).hexdigest()
+    publish.run([dist.DistDir(d1)], out, sdist=publish.ClearedSdist(rebuilt, digest, v1, ">=3.10"),
+                replace_same_version=True)
+    assert hashlib.sha256(served_sdist.read_bytes()).hexdigest() == digest
+    assert keep.read_bytes() == sd.path.read_bytes()  # the old file's bytes were not written through
+    assert f"{digest}  {sd.filename}" in (vdir / "SHA256SUMS").read_text()
+    assert publish.verify_variant(config.variant, vdir)[0]  # the index verifies after the replacement
