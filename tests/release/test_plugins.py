@@ -9,10 +9,14 @@ build (vulkan-dev, glslc + libvulkan-dev) goes through the same functions.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import http.server
 import json
 import os
 import shutil
 import subprocess
+import threading
 import zipfile
 from pathlib import Path
 
@@ -113,17 +117,24 @@ def test_validate_refuses_a_driver_or_extra_file(native_build, core_wheel, repo,
 @pytest.mark.slow
 def test_pip_installs_the_extra_and_the_loader_names_the_plugin(native_build, built, core_wheel, repo, tmp_path,
                                                                  smoke_interpreter):
-    """pip install "llama-cpp-python[vulkan]" from one folder: the plugin comes with the extra, the loader
+    """pip install "llama-cpp-python[vulkan]" from a local index: the plugin comes with the extra, the loader
     loads its module after the CPU variants and backends() names it; without the extra nothing names it;
     a plugin of another version is reported with the pip command that fixes it."""
     wheel = next((w for w in built.wheels if w.python_tag == smoke_interpreter.tag), None)
     if wheel is None:
         pytest.skip(f"no wheel for {smoke_interpreter.tag}")
     p = _plugin(native_build, core_wheel, tmp_path, repo)
-    links = tmp_path / "links"
-    links.mkdir()
-    shutil.copyfile(wheel.path, links / wheel.filename)
-    shutil.copyfile(p.path, links / p.filename)
+    # a PEP 503 "PyPI" on 127.0.0.1 holding the core wheel and the plugin wheel, each under its project
+    simple = tmp_path / "pypi" / "simple"
+    for project, f in (("llama-cpp-python", wheel.path), ("llama-cpp-python-vulkan", p.path)):
+        (simple / project).mkdir(parents=True)
+        shutil.copyfile(f, simple / project / f.name)
+        digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        (simple / project / "index.html").write_text(f'<a href="{f.name}#sha256={digest}">{f.name}</a>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "pypi"))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    index_url = f"http://127.0.0.1:{httpd.server_address[1]}/simple/"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_CPP_", "PIP_", "PYTHON"))}
     probe = ("import json, llama_cpp; print(json.dumps([[s.name, s.path and s.path.name, s.loaded, s.reason, "
              "s.plugin] for s in llama_cpp.backends()]))")
@@ -133,8 +144,8 @@ def test_pip_installs_the_extra_and_the_loader_names_the_plugin(native_build, bu
         subprocess.run([str(smoke_interpreter.path), "-m", "venv", str(v)], check=True, timeout=180, env=env)
         py = v / "bin" / "python"
         deps = runner.dependency_wheelhouse(py, smoke_interpreter, runner.requires_dist(wheel.path), timeout=300)
-        done = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
-                               "--find-links", str(links), "--find-links", str(deps), spec],
+        done = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                               "--index-url", index_url, "--find-links", str(deps), spec],
                               capture_output=True, text=True, timeout=300, env=env, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
         return py
@@ -165,6 +176,8 @@ def test_pip_installs_the_extra_and_the_loader_names_the_plugin(native_build, bu
     done = subprocess.run([str(with_plugin), "-I", "-c", "import llama_cpp; llama_cpp.ensure_backends(require_gpu=True)"],
                           capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path, check=False)
     assert done.returncode != 0 and "plugin llama-cpp-python-vulkan" in done.stderr, done.stderr
+    httpd.shutdown()
+    httpd.server_close()
 
 
 def test_plugin_key_of_each_gpu_configuration():
