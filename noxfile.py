@@ -1,6 +1,7 @@
 """Release sessions. Thin by design: every session calls into ``build_tools``.
 
-    nox -s release                 vendor → native → wheels → validate → smoke → publish (cpu)
+    nox -s release                 vendor → sdist → native → wheels → validate → smoke → publish (cpu)
+    nox -s sdist -- --install      the sdist, validated, then built by pip in a fresh venv and smoke-tested
     nox -s native -- cpu-host      one step, with its own arguments after ``--``
     nox -s tests                   the test suite (builds cpu-host once, cached)
     nox -s windows                 the Windows branch here: MinGW-w64 cross build, delvewheel, Wine
@@ -59,11 +60,13 @@ def _release_step(name: str, doc: str, reqs: str | None = None) -> None:
 
 
 for _name, _doc in (
+    ("sdist", "Build and validate the sdist (dist/sdist/); --install: pip-build it in a fresh venv, smoke it"),
     ("wheels", "Repack one native build into CPython 3.10-3.14 wheels: nox -s wheels -- cpu"),
+    ("plugins", "Backend plugin wheels of GPU configurations (llama-cpp-python-cuda13, -vulkan), checked against the core"),
     ("validate", "Check wheels against the native manifest; refuse the release on any mismatch"),
     ("smoke", "Install each wheel in a clean venv per interpreter and run embeddings and MTP"),
-    ("publish", "Write the PEP 503 index of validated, smoke-tested wheels (local folder by default)"),
-    ("release", "vendor → native → wheels → validate → smoke → publish, reusing cached steps"),
+    ("publish", "Merge the validated, smoke-tested wheels and sdist into the PEP 503 index (--merge-from URL)"),
+    ("release", "vendor → sdist → native → wheels → validate → smoke → publish, reusing cached steps"),
     ("gpu-smoke", "On a GPU machine: install the CUDA wheel and compare GPU results with the CPU"),
 ):
     _release_step(_name, _doc)

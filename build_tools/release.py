@@ -1,10 +1,14 @@
-"""The release chain: vendor → native → wheels → validate → smoke → gate → publish, reusing what is cached.
+"""The release chain: vendor (→ sdist) → native → wheels → validate → smoke → gate → publish, reusing what is cached.
 
 Only composition: each step is a stage's ``run`` (:mod:`build_tools.stages`) and the gate is
 :func:`build_tools.dist.clear`. Per configuration everything lands in ``dist/<config>/``
 (:class:`~build_tools.dist.DistDir`). The native build comes from the content-keyed cache;
 wheels are reused when their content key is unchanged; smoke cells are reused per (wheel
-sha256, interpreter); so a second run with nothing changed compiles and rebuilds nothing.
+sha256, interpreter); so a second run with nothing changed compiles and rebuilds nothing. The sdist
+(``dist/sdist/``) is built and validated once per run, beside the configurations: a release whose
+sdist validate refuses publishes nothing. It is the local loop: a re-run after an edit replaces that
+version's files in its local index (``publish.run(replace_same_version=True)``, the old entries still
+verified); ``nox -s publish`` and the release workflow never rewrite a published file.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from .common.paths import REPO_ROOT
 from .errors import BuildToolsError, ReleaseError
 from .inputs.configs import BuildConfig
 from .inputs.lock import load_lock
-from .stages import publish, smoke, validate, vendor, wheels
+from .stages import publish, sdist, smoke, validate, vendor, wheels
 from .stages.native import build as native_build
 from .stages.wheels import BuiltWheel, WheelOptions
 
@@ -51,13 +55,16 @@ class ReleaseSummary:
     configs: list[ConfigSummary]
     index: publish.PublishedIndex | None = None
     seconds: float = 0.0
+    sdist: sdist.SdistReport | None = None
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.configs) and self.index is not None
+        return all(c.ok for c in self.configs) and self.index is not None and bool(self.sdist and self.sdist.ok)
 
     def render(self) -> str:
         lines = ["", "release summary"]
+        if self.sdist is not None:
+            lines.append(f"  sdist: {self.sdist.render()}".replace("\n", "\n  "))
         for c in self.configs:
             lines.append(f"  {c.config}: {'OK' if c.ok else 'FAILED'}" + (f" ({c.error})" if c.error else ""))
             lines += [f"    {s.name:<9} {s.state:<8} {s.seconds:7.1f} s" for s in c.steps]
@@ -83,6 +90,11 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
     lock = load_lock()
     tree = vendor.run(lock)
     vendor_s = time.monotonic() - t
+    sd = sdist.build(lock, dist_base / "sdist", repo=repo, tree=tree.path)
+    summary.sdist = sdist.check(sd.path, repo=repo, version=sd.version)
+    sdist.save_report(summary.sdist, sd.path.parent)
+    if not summary.sdist.ok:
+        log.error("validate refused the sdist:\n%s", summary.sdist.render())
     models: smoke.SmokeModels | None = None
     interps = interpreters.find_all(python_versions or interpreters.VERSIONS, strict=strict)
     for config in configs:
@@ -125,10 +137,11 @@ def release(configs: Sequence[BuildConfig], *, out: Path | None = None, dist_bas
         except BuildToolsError as exc:
             cs.error = str(exc).splitlines()[0]
             log.error("[%s] %s", config.name, exc)
-    if summary.configs and all(c.ok for c in summary.configs):
+    if summary.configs and all(c.ok for c in summary.configs) and summary.sdist.ok:
         t = time.monotonic()
         summary.index = publish.run([dist.DistDir.of(c, dist_base) for c in configs],
-                                        out or publish.DEFAULT_OUT)
+                                    out or publish.DEFAULT_OUT, sdist=publish.cleared_sdist(sd.path.parent),
+                                    replace_same_version=True)
         summary.configs[-1].steps.append(StepTime("publish", time.monotonic() - t, "written"))
     summary.seconds = time.monotonic() - started
     return summary

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -18,9 +19,15 @@ def snapshot_sources(root: Path) -> Path:
     while the working tree is being edited."""
     src = Path(wheels.REPO_ROOT)
     shutil.copytree(src / "llama_cpp", root / "llama_cpp", ignore=shutil.ignore_patterns("__pycache__", "lib"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "CMakeLists.txt", "manifests/llama.cpp.lock.json"):
         if (src / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src / name, root / name)
+    shutil.copytree(src / "cmake", root / "cmake", ignore=shutil.ignore_patterns("__pycache__"))
+    # a git checkout of its own: the sdist takes the project's tracked files
+    (root / ".gitignore").write_text("__pycache__/\nllama_cpp/lib/\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
     return root
 
 

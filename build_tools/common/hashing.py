@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +48,27 @@ def iter_tree(root: Path, exclude: Iterable[str] = (".git",)) -> Iterable[tuple[
     return out
 
 
-def tree_hash(root: Path, exclude: Iterable[str] = (".git",)) -> str:
-    """Hash of a directory tree: each file's path, executable bit and content (symlinks by target)."""
-    h = hashlib.sha256()
+def tree_listing(root: Path, exclude: Iterable[str] = (".git",)) -> list[tuple[str, str, str]]:
+    """Every file under ``root`` as (path, kind, digest): kind ``x``/``-`` (executable bit) with the
+    content's sha256, or ``L`` with a symlink's target. :func:`listing_hash` of it is :func:`tree_hash`."""
+    out = []
     for rel, st in iter_tree(root, exclude):
         path = root / rel
         if stat.S_ISLNK(st.st_mode):
-            h.update(f"L {rel}\0{os.readlink(path)}\0".encode())
+            out.append((rel, "L", os.readlink(path)))
         elif stat.S_ISREG(st.st_mode):
-            mode = "x" if st.st_mode & 0o111 else "-"
-            h.update(f"F {rel}\0{mode}\0{sha256_file(path)}\0".encode())
+            out.append((rel, "x" if st.st_mode & 0o111 else "-", sha256_file(path)))
+    return out
+
+
+def listing_hash(listing: Iterable[Sequence[str]]) -> str:
+    """The tree hash of a :func:`tree_listing` (so a listing can be checked against a pinned tree hash)."""
+    h = hashlib.sha256()
+    for rel, kind, digest in sorted((tuple(e) for e in listing), key=lambda e: e[0]):
+        h.update(f"L {rel}\0{digest}\0".encode() if kind == "L" else f"F {rel}\0{kind}\0{digest}\0".encode())
     return h.hexdigest()
+
+
+def tree_hash(root: Path, exclude: Iterable[str] = (".git",)) -> str:
+    """Hash of a directory tree: each file's path, executable bit and content (symlinks by target)."""
+    return listing_hash(tree_listing(root, exclude))

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 
 _VARIANT = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _WHEEL_CHARS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl$")
+_SDIST_CHARS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]*\.tar\.gz$")
 
 
 def wheel_filename_problem(name: object) -> str | None:
@@ -26,6 +27,19 @@ def wheel_filename_problem(name: object) -> str | None:
     except InvalidWheelFilename as exc:
         return f"{name!r} is not a valid wheel filename ({exc})"
     return None
+
+
+def dist_filename_problem(name: object) -> str | None:
+    """Why ``name`` is neither a plain wheel nor a plain sdist filename (``X-<version>.tar.gz``), or None."""
+    if isinstance(name, str) and name.endswith(".tar.gz"):
+        if not _SDIST_CHARS.match(name) or ".." in name:
+            return f"{name!r} is not a plain sdist filename (letters, digits, '._+!-', ending in .tar.gz)"
+        try:
+            parse_sdist_filename(name)
+        except InvalidSdistFilename as exc:
+            return f"{name!r} is not a valid sdist filename ({exc})"
+        return None
+    return wheel_filename_problem(name)
 
 
 def variant_problem(variant: object) -> str | None:

@@ -12,9 +12,15 @@ both passed); :func:`run` refuses any file whose sha256 is not in a clearance. O
     <out>/whl/<variant>/SHA256SUMS, release-manifest.json
 
 The whole ``<out>/whl`` tree is built in a temp dir beside it and renamed into place: a
-publish that fails half-way leaves the previous index exactly as it was. Files published
-earlier for other versions are carried over (re-verified against the old SHA256SUMS).
-Uploads (twine to ``$TWINE_REPOSITORY_URL``, GitHub Releases via ``gh``) run only on request.
+publish that fails half-way leaves the previous index exactly as it was.
+
+Publishing *merges* into the index already in ``<out>`` (for a hosted index, first fetched with
+:func:`fetch`): every file it serves must be listed, with the same sha256, by both its
+``SHA256SUMS`` and its ``release-manifest.json``, and hash to that on disk; a published file is
+never rewritten (the same name with other bytes is refused: bump the version), so every
+earlier release stays installable. The sdist (validated, ``dist/sdist/``) joins the variants
+whose wheels carry no local version (what PyPI receives). Uploads (twine to
+``$TWINE_REPOSITORY_URL``, GitHub Releases via ``gh``) run only on request.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +42,7 @@ from packaging.utils import canonicalize_name
 from ..common import proc
 from ..common.fsutil import replace_dir
 from ..common.hashing import sha256_file
-from ..common.names import sha256_problem, variant_problem, wheel_filename_problem
+from ..common.names import dist_filename_problem, sha256_problem, variant_problem
 from ..common.paths import REPO_ROOT
 from ..dist import CLEARANCE_FILE, PROJECT, Clearance, ClearedWheel, DistDir
 from ..errors import PublishError
@@ -44,6 +50,7 @@ from ..errors import PublishError
 log = logging.getLogger(__name__)
 
 RELEASE_MANIFEST = "release-manifest.json"  # per index variant: the files it serves and their releases
+SDIST_REPORT = "sdist-validation.json"  # dist/sdist/: validate's verdict on the sdist
 DEFAULT_OUT = REPO_ROOT / "dist" / "index"
 
 
@@ -104,7 +111,7 @@ def _read_sums(variant_dir: Path) -> dict[str, str]:
             continue
         digest, _, name = line.partition(" ")
         name = name.strip().lstrip("*")
-        problem = sha256_problem(digest) or wheel_filename_problem(name)
+        problem = sha256_problem(digest) or dist_filename_problem(name)
         if problem is not None:
             raise PublishError(f"the existing index's {path}, line {n}: {problem}; remove that variant folder "
                                "or fix the line, then re-publish")
@@ -112,13 +119,14 @@ def _read_sums(variant_dir: Path) -> dict[str, str]:
     return sums
 
 
-def _read_old_manifest(variant_dir: Path) -> tuple[dict[str, str | None], list[dict[str, Any]]]:
-    """requires_python by filename, and the releases, of the existing variant's release manifest."""
+def _read_old_manifest(variant_dir: Path) -> tuple[dict[str, tuple[str, str | None]] | None, list[dict[str, Any]]]:
+    """(sha256, requires_python) by filename, and the releases, of the existing variant's release
+    manifest; None for the files when the variant has no manifest."""
     path = variant_dir / RELEASE_MANIFEST
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return {}, []
+        return None, []
     except (ValueError, UnicodeDecodeError) as exc:
         raise PublishError(f"the existing index's {path} is not valid JSON ({exc}); remove it and re-publish") from None
 
@@ -128,20 +136,59 @@ def _read_old_manifest(variant_dir: Path) -> tuple[dict[str, str | None], list[d
     if not isinstance(data, dict) or not isinstance(data.get("files", []), list) \
             or not isinstance(data.get("releases", []), list):
         raise bad("expected an object with lists 'files' and 'releases'")
-    meta: dict[str, str | None] = {}
+    meta: dict[str, tuple[str, str | None]] = {}
     for i, f in enumerate(data.get("files", [])):
         if not isinstance(f, dict):
             raise bad(f"files[{i}] is not an object")
-        if (problem := wheel_filename_problem(f.get("filename"))) is not None:
+        if (problem := dist_filename_problem(f.get("filename"))) is not None:
             raise bad(f"files[{i}].filename {problem}")
+        if (problem := sha256_problem(f.get("sha256"))) is not None:
+            raise bad(f"files[{i}].sha256 {problem}")
         rp = f.get("requires_python")
         if rp is not None and not isinstance(rp, str):
             raise bad(f"files[{i}].requires_python must be a string or null")
-        meta[f["filename"]] = rp
+        meta[f["filename"]] = (f["sha256"], rp)
     releases = data.get("releases", [])
     if not all(isinstance(r, dict) for r in releases):
         raise bad("every entry of 'releases' must be an object")
     return meta, releases
+
+
+def verify_variant(variant: str, vdir: Path) -> tuple[list[PublishedFile], list[dict[str, Any]]]:
+    """The files an existing variant serves, each proven: listed alike by ``SHA256SUMS`` and
+    ``release-manifest.json`` and hashing to that on disk, with nothing else in its project folder."""
+    sums = _read_sums(vdir)
+    meta, releases = _read_old_manifest(vdir)
+    proj_dir = vdir / canonicalize_name(PROJECT)
+    if meta is None:
+        if sums:
+            raise PublishError(f"the existing index's {vdir} has a SHA256SUMS but no {RELEASE_MANIFEST}: its files "
+                               "cannot be checked against their releases; restore the manifest from the release "
+                               "that wrote it")
+        meta = {}
+    disagree = sorted(n for n in set(sums) | set(meta) if sums.get(n) != meta.get(n, (None,))[0])
+    if disagree:
+        raise PublishError(f"the existing index's {vdir}: SHA256SUMS and {RELEASE_MANIFEST} disagree on "
+                           f"{', '.join(disagree[:5])}; one of them was edited: restore both from the release "
+                           "that published the file")
+    files = []
+    for name, digest in sorted(sums.items()):
+        src = proj_dir / name
+        if src.is_symlink() or not src.is_file():
+            raise PublishError(f"the existing index is missing {src} (or it is a link), which its SHA256SUMS "
+                               "lists; restore it from the release that published it")
+        got = sha256_file(src)
+        if got != digest:
+            raise PublishError(f"the existing index's {src} was edited: its sha256 is {got[:16]}, but it was "
+                               f"published as {digest[:16]} (SHA256SUMS, {RELEASE_MANIFEST}); a published "
+                               "file is never rewritten: restore the original from the release that published it")
+        files.append(PublishedFile(variant, name, digest, meta[name][1], src))
+    if proj_dir.is_dir():
+        stray = sorted(p.name for p in proj_dir.iterdir() if p.name != "index.html" and p.name not in sums)
+        if stray:
+            raise PublishError(f"the existing index's {proj_dir} holds {', '.join(stray[:5])}, which neither its "
+                               f"SHA256SUMS nor its {RELEASE_MANIFEST} lists; remove it, then re-publish")
+    return files, releases
 
 
 def _page(title: str, links: list[str]) -> str:
@@ -186,8 +233,48 @@ def _previous_variants(root: Path) -> dict[str, Path]:
     return found
 
 
-def run(dist_dirs: Sequence[DistDir], out: Path = DEFAULT_OUT, *, allow_dev: bool = True) -> PublishedIndex:
-    """Write (atomically) the index of every cleared wheel in ``dist_dirs`` under ``out/whl``."""
+@dataclass(frozen=True)
+class ClearedSdist:
+    """An sdist validate passed (``dist/sdist/sdist-validation.json``, by sha256)."""
+
+    path: Path
+    sha256: str
+    version: str
+    requires_python: str | None
+
+
+def cleared_sdist(folder: Path) -> ClearedSdist | None:
+    """The sdist in ``folder`` whose validation report passed these bytes; None when there is none."""
+    report = folder / SDIST_REPORT
+    if not report.is_file():
+        return None
+    try:
+        data = json.loads(report.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise PublishError(f"{report} is not valid JSON ({exc}); re-run nox -s sdist") from None
+    name = data.get("filename") if isinstance(data, dict) else None
+    if (problem := dist_filename_problem(name)) is not None or not str(name).endswith(".tar.gz"):
+        raise PublishError(f"{report}: filename {problem or 'is not an sdist'}; re-run nox -s sdist")
+    path = folder / name
+    if not data.get("ok"):
+        raise PublishError(f"{report}: validate refused {name}; fix it and re-run nox -s sdist")
+    if path.is_symlink() or not path.is_file() or sha256_file(path) != data.get("sha256"):
+        raise PublishError(f"refusing {path}: missing, a link, or not the bytes {report} validated")
+    from packaging.utils import parse_sdist_filename
+
+    from .wheels.build import read_project
+
+    return ClearedSdist(path, data["sha256"], str(parse_sdist_filename(name)[1]), read_project().requires_python)
+
+
+def run(dist_dirs: Sequence[DistDir], out: Path = DEFAULT_OUT, *, allow_dev: bool = True,
+        sdist: ClearedSdist | None = None, replace_same_version: bool = False) -> PublishedIndex:
+    """Merge every cleared wheel in ``dist_dirs`` (and ``sdist``) into the index under ``out/whl``, atomically.
+
+    ``replace_same_version`` is the local loop's (``nox -s release`` re-run after an edit, into a
+    local index): a file this run rebuilt under a published name replaces it, with a warning. The old
+    entries are verified either way; ``nox -s publish`` and the release workflow never rewrite a file.
+    """
     cleared = _cleared(dist_dirs)
     if not cleared:
         raise PublishError("nothing to publish: the clearances list no wheels")
@@ -195,45 +282,50 @@ def run(dist_dirs: Sequence[DistDir], out: Path = DEFAULT_OUT, *, allow_dev: boo
         if not rel.release and not allow_dev:
             raise PublishError(f"{rel.config} is a development configuration (release = false)")
     root = out / "whl"
-    previous = {v: (vdir, _read_sums(vdir), _read_old_manifest(vdir)) for v, vdir in _previous_variants(root).items()}
+    previous = {v: verify_variant(v, vdir) for v, vdir in _previous_variants(root).items()}
     out.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=".whl.tmp-", dir=out))
     index = PublishedIndex(root)
     try:
-        by_variant: dict[str, list[PublishedFile]] = {}
+        by_variant: dict[str, dict[str, PublishedFile]] = {}
         releases: dict[str, list[dict[str, Any]]] = {}
         proj = canonicalize_name(PROJECT)
-        for rel, w, path in cleared:
-            v = rel.variant
-            target = stage / v / proj / w.filename
+        for v, (files, old_releases) in previous.items():
+            for f in files:
+                _place(f.path, stage / v / proj / f.filename)
+                by_variant.setdefault(v, {})[f.filename] = replace(f, path=root / v / proj / f.filename)
+            releases[v] = list(old_releases)
+        new: list[tuple[str, str, str, str | None, Path]] = [
+            (rel.variant, w.filename, w.sha256, w.requires_python, path) for rel, w, path in cleared]
+        if sdist is not None:
+            for v in sorted({rel.variant for rel, _w, _p in cleared if rel.version == sdist.version}):
+                new.append((v, sdist.path.name, sdist.sha256, sdist.requires_python, sdist.path))
+        for v, filename, digest, requires_python, path in new:
+            target = stage / v / proj / filename
             if target.resolve().parent != (stage / v / proj).resolve():
-                raise PublishError(f"refusing {w.filename}: it would be written outside {root / v}")
-            f = PublishedFile(v, w.filename, w.sha256, w.requires_python, root / v / proj / w.filename)
+                raise PublishError(f"refusing {filename}: it would be written outside {root / v}")
+            old = by_variant.get(v, {}).get(filename)
+            if old is not None and old.sha256 != digest and replace_same_version:
+                log.warning("replacing %s in the local index %s (rebuilt: sha256 %s, was %s)", filename, root / v,
+                            digest[:16], old.sha256[:16])
+                target.unlink()  # a hard link to the live index's file: never written through
+            elif old is not None:
+                if old.sha256 != digest:
+                    raise PublishError(f"refusing {filename}: {root / v} already serves a file of that name with "
+                                       f"sha256 {old.sha256[:16]}, and this one is {digest[:16]}; a published file "
+                                       "is never rewritten: bump the version (llama_cpp/_version.py) and release again")
+                continue  # published before, byte for byte: nothing to write
+            f = PublishedFile(v, filename, digest, requires_python, root / v / proj / filename)
             _place(path, target)
-            by_variant.setdefault(v, []).append(f)
+            by_variant.setdefault(v, {})[filename] = f
             index.new.append(f)
-            rels = releases.setdefault(v, [])
+        for rel, _w, _p in cleared:
+            rels = releases.setdefault(rel.variant, [])
             if not any(r.get("config") == rel.config and r.get("version") == rel.version for r in rels):
                 rels.append(rel.raw)
-        for v, (vdir, sums, (old_meta, old_releases)) in previous.items():
-            names = {f.filename for f in by_variant.get(v, [])}
-            for name, digest in sums.items():
-                src = vdir / proj / name
-                if name in names:
-                    continue  # replaced by this release
-                if src.is_symlink() or not src.is_file() or sha256_file(src) != digest:
-                    raise PublishError(f"the existing index has a damaged {src} (missing, a link, or its sha256 "
-                                       "differs from its SHA256SUMS); remove it or re-publish that release")
-                _place(src, stage / v / proj / name)
-                by_variant.setdefault(v, []).append(PublishedFile(
-                    v, name, digest, old_meta.get(name), root / v / proj / name))
-            seen = {(r.get("config"), r.get("version")) for r in releases.get(v, [])}
-            for r in old_releases:
-                if (r.get("config"), r.get("version")) not in seen:
-                    releases.setdefault(v, []).append(r)
         for v, files in by_variant.items():
-            _write_variant(stage, v, files, releases.get(v, []))
-            index.files += files
+            _write_variant(stage, v, list(files.values()), releases.get(v, []))
+            index.files += files.values()
         (stage / "index.html").write_text(
             _page("llama-cpp-python wheel variants", [f'<a href="{v}/">{v}</a>' for v in sorted(by_variant)]),
             encoding="utf-8")

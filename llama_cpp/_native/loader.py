@@ -11,9 +11,11 @@ lock:
 3. probe every backend file (``libggml-<name>[-<variant>].so``) with ``dlopen`` to capture the
    loader's error (e.g. ``libcuda.so.1: cannot open shared object file``), pick the best-scoring
    variant per backend like ggml does, and register it with ``ggml_backend_load``;
-4. ``llama_backend_init()``.
+4. probe the backend modules of installed plugin wheels the same way, after the core wheel's own
+   (:mod:`llama_cpp._native.plugins`: the ``llama_cpp.backends`` entry points);
+5. ``llama_backend_init()``.
 
-:func:`backends` reports, per backend file, whether it loaded and why not.
+:func:`backends` reports, per backend file, whether it loaded and why not, and which plugin it came from.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import os
 import re
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from ..ggml_cpp import (
 )
 from . import cuda_runtime
 from . import dll_search as _dll_search
+from . import plugins as _plugins
 from .sites import ENV_LIB_PATH, PACKAGE_LIB_DIR
 
 log = logging.getLogger("llama_cpp")
@@ -78,6 +81,7 @@ class BackendStatus:
     loaded: bool
     reason: str | None = None
     devices: list[DeviceInfo] = field(default_factory=list)
+    plugin: str | None = None  # the plugin wheel it came from (``llama-cpp-python-vulkan``), None for the core's
 
 
 @dataclass
@@ -269,7 +273,8 @@ def _devices(ggml: ctypes.CDLL, reg: int) -> list[DeviceInfo]:
     return out
 
 
-def _load_backends(directory: Path, ggml: ctypes.CDLL) -> list[BackendStatus]:
+def _load_backends(directory: Path, ggml: ctypes.CDLL,
+                   plugins: list[_plugins.Plugin] | tuple[()] = ()) -> list[BackendStatus]:
     vp = ctypes.c_void_p
     backend_load = _fn(ggml, "ggml_backend_load", [ctypes.c_char_p], vp)
     reg_name = _fn(ggml, "ggml_backend_reg_name", [vp], ctypes.c_char_p)
@@ -278,7 +283,14 @@ def _load_backends(directory: Path, ggml: ctypes.CDLL) -> list[BackendStatus]:
 
     # probe: dlopen each file, note errors and scores
     probes: dict[Path, tuple[ctypes.CDLL | None, str | None, int]] = {}
-    for path in _backend_files(directory):
+    origin: dict[Path, str] = {}  # plugin modules, after the core's own backends
+    files = _backend_files(directory)
+    for plugin in plugins:
+        if plugin.lib_dir is not None:
+            for path in _backend_files(plugin.lib_dir):
+                files.append(path)
+                origin[path] = plugin.name
+    for path in files:
         handle, err = _dlopen(path)
         score = 0
         if handle is not None:
@@ -294,7 +306,9 @@ def _load_backends(directory: Path, ggml: ctypes.CDLL) -> list[BackendStatus]:
     for path in probes:
         families.setdefault(_family(path)[0], []).append(path)
 
-    statuses: list[BackendStatus] = []
+    statuses: list[BackendStatus] = [
+        BackendStatus(_DISPLAY.get(p.family, p.family), None, False, p.problem, plugin=p.name)
+        for p in plugins if p.problem is not None]
     from_files: set[int] = set()
     for fam, paths in families.items():
         display = _DISPLAY.get(fam, fam)
@@ -319,6 +333,9 @@ def _load_backends(directory: Path, ggml: ctypes.CDLL) -> list[BackendStatus]:
                     from_files.add(reg)
                     rname = (reg_name(reg) or display.encode()).decode("utf-8", "replace")
                     statuses.append(loaded_status(fam, rname, path, _devices(ggml, reg)))
+        for i, st in enumerate(statuses):
+            if st.path in origin and st.plugin is None:
+                statuses[i] = replace(st, plugin=origin[st.path])
         for path in paths:
             if probes[path][0] is not None:
                 _dlclose(probes[path][0])  # type: ignore[arg-type]
@@ -391,13 +408,17 @@ def _load_locked() -> Libraries:
     # ggml's abort handler otherwise attaches gdb/lldb for a backtrace, which hangs when two threads
     # assert at once: an unavoidable abort must end the process.
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-    _preload_cuda_runtime(directory)
+    from .._version import __version__
+
+    plugins = _plugins.discover(__version__)
+    for d in [directory, *(p.lib_dir for p in plugins if p.lib_dir is not None and p.family == "cuda")]:
+        _preload_cuda_runtime(d)
     handles, paths = _load_core(directory)
     _check_exports(handles)
     from . import log_routing as _logging
 
     _logging.install(handles["llama"], handles["mtmd"])
-    statuses = _load_backends(directory, handles["ggml"])  # type: ignore[arg-type]
+    statuses = _load_backends(directory, handles["ggml"], plugins)  # type: ignore[arg-type]
     _backend_init(handles, statuses)
     _state = Libraries(directory, handles["llama"], handles["ggml"], handles["ggml_base"],  # type: ignore[arg-type]
                        handles["mtmd"], paths, statuses)
@@ -480,14 +501,15 @@ def ensure_backends(require_gpu: bool = False, *, _libs: Libraries | None = None
             "for this platform"
         )
     if (require_gpu or _env_require_gpu()) and not _gpu_loaded(statuses):
-        failed = [f"{s.name} backend not loaded: {s.reason}" for s in statuses
-                  if not s.loaded and s.name.upper() != "CPU"]
+        failed = [f"{s.name} backend{f' (plugin {s.plugin})' if s.plugin else ''} not loaded: {s.reason}"
+                  for s in statuses if not s.loaded and s.name.upper() != "CPU"]
         if failed:
             detail = "; ".join(failed)
             fix = "install the missing driver/runtime"
         else:
             detail = "this installation has no GPU backend"
-            fix = "install a GPU build (e.g. a CUDA wheel variant)"
+            fix = ('install a GPU backend plugin (pip install "llama-cpp-python[cuda13]", [cuda12] or [vulkan]) '
+                   "or a GPU wheel variant")
         raise BackendUnavailableError(
             f"a GPU backend is required ({ENV_REQUIRE_GPU}=1 or llama_cpp.ensure_backends(require_gpu=True)) "
             f"but none loaded: {detail}; {fix}, or allow the CPU (unset {ENV_REQUIRE_GPU}, require_gpu=False)"

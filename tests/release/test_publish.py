@@ -157,10 +157,13 @@ def test_earlier_files_are_carried_over(cleared, tmp_path):
     shutil.copyfile(ws[0].path, vdir / old)
     sums = vdir.parent / "SHA256SUMS"
     sums.write_text(sums.read_text() + f"{ws[0].sha256}  {old}\n")
+    manifest = vdir.parent / "release-manifest.json"
+    _edit_json(manifest, lambda m: m["files"].append({"filename": old, "sha256": ws[0].sha256,
+                                                      "requires_python": ">=3.10"}))
     publish.run([dist.DistDir(d)], out)
     assert old in (vdir / "index.html").read_text() and (vdir / old).is_file()
     (vdir / old).write_bytes(b"damaged")
-    with pytest.raises(publish.PublishError, match="damaged"):
+    with pytest.raises(publish.PublishError, match="was edited"):
         publish.run([dist.DistDir(d)], out)
 
 

@@ -55,19 +55,20 @@ def test_no_permissions_by_default(name):
     for job_name, job in data["jobs"].items():
         perms = job.get("permissions", {})
         assert isinstance(perms, dict), job_name
-        if job_name not in ("publish", "pypi"):
+        if job_name not in ("publish", "pypi", "pages"):
             assert set(perms.values()) <= {"read"}, f"{job_name} asks for {perms}"
 
 
 def test_release_job_graph():
     jobs = _load("release.yml")["jobs"]
-    assert set(jobs) == {"matrix", "native", "wheels", "smoke", "publish", "pypi"}
+    assert set(jobs) == {"matrix", "native", "wheels", "smoke", "publish", "pypi", "pages"}
     assert _needs(jobs["matrix"]) == set()
     assert _needs(jobs["native"]) == {"matrix"}
     assert _needs(jobs["wheels"]) == {"matrix", "native"}
     assert _needs(jobs["smoke"]) == {"matrix", "wheels"}
     assert _needs(jobs["publish"]) == {"matrix", "native", "wheels", "smoke"}
     assert _needs(jobs["pypi"]) == {"publish"}
+    assert _needs(jobs["pages"]) == {"publish"}
     smoke_run = " ".join(s.get("run", "") for s in jobs["smoke"]["steps"])
     assert "--strict" in smoke_run and "build_tools smoke" in smoke_run
     assert "refs/tags/v" in jobs["publish"]["if"]
@@ -364,3 +365,29 @@ def test_two_assets_of_one_name_are_refused(tmp_path):
              whl.format("cpu"): "w", whl.format("other"): "w"}
     rc, uploaded, out = _release_upload(tmp_path, files)
     assert rc != 0 and "same name" in out and not uploaded
+
+
+def test_the_hosted_index_is_merged_then_deployed():
+    """Each release fetches what Pages serves, merges into it (never rewriting a file) and deploys the
+    result; the sdist goes to PyPI beside the cpu wheels."""
+    jobs = _load("release.yml")["jobs"]
+    publish = " ".join(s.get("run", "") for s in jobs["publish"]["steps"])
+    assert "build_tools publish" in publish and "--merge-from" in publish and "build_tools sdist" in publish
+    assert "dist/sdist/llama_cpp_python-" in publish
+    upload = next(s for s in jobs["publish"]["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact@"))
+    assert upload["with"]["path"] == "dist/index/"
+    pages = jobs["pages"]
+    assert pages["permissions"] == {"pages": "write", "id-token": "write"}
+    assert [s["uses"].split("@")[0] for s in pages["steps"]] == ["actions/deploy-pages"]
+
+
+def test_plugin_wheels_are_built_beside_the_wheels_and_checked_before_publishing():
+    jobs = _load("release.yml")["jobs"]
+    wheels = " ".join(s.get("run", "") for s in jobs["wheels"]["steps"])
+    assert "build_tools plugins" in wheels and "--no-check" in wheels
+    publish_steps = jobs["publish"]["steps"]
+    runs = [s.get("run", "") for s in publish_steps]
+    check = next(i for i, r in enumerate(runs) if "build_tools plugins" in r and "--check-only" in r)
+    assert "build_tools publish" in runs[check]
+    assert runs[check].index("--check-only") < runs[check].index("build_tools publish")
+    assert any("plugins/*.whl" in r and "pypi/" in r for r in runs)

@@ -319,13 +319,22 @@ def stage_import(ctx: Context) -> str:
     return f"llama_cpp {llama_cpp.__version__} from {pkg}"
 
 
+def _expected_libraries(ctx: Context, pkg: Path) -> dict[str, str]:
+    """sha256 by file name of the libraries the package must load: a wheel's embedded native manifest;
+    for a source build (``--source-build``: ``pip install <sdist>``, which has no manifest) what its
+    build installed into ``lib/``, so every loaded library must still come from there."""
+    if ctx.args.source_build:
+        return {p.name: _sha256(p) for p in sorted((pkg / "lib").iterdir()) if p.is_file()}
+    manifest = json.loads((pkg / "native-manifest.json").read_text(encoding="utf-8"))
+    return {rec["path"].rsplit("/", 1)[-1]: rec["sha256"] for rec in manifest["libraries"]}
+
+
 def stage_libraries(ctx: Context) -> str:
     import llama_cpp
 
     pkg = ctx.pkg or Path(llama_cpp.__file__).resolve().parent
     lib_dir = (pkg / "lib").resolve()
-    manifest = json.loads((pkg / "native-manifest.json").read_text(encoding="utf-8"))
-    expected = {rec["path"].rsplit("/", 1)[-1]: rec["sha256"] for rec in manifest["libraries"]}
+    expected = _expected_libraries(ctx, pkg)
     try:
         from llama_cpp._native import loader
     except ImportError as exc:
@@ -574,8 +583,7 @@ def stage_chat(ctx: Context) -> str:
     except ImportError as exc:
         raise AssertionError(f"llama_cpp._chat.native_chat is not available ({exc})") from None
     pkg = ctx.pkg or Path(llama_cpp.__file__).resolve().parent
-    manifest = json.loads((pkg / "native-manifest.json").read_text(encoding="utf-8"))
-    expected = {rec["path"].rsplit("/", 1)[-1]: rec["sha256"] for rec in manifest["libraries"]}
+    expected = _expected_libraries(ctx, pkg)
     lib = native_chat.load_library()
     path = Path(lib.path).resolve()
     if path.parent != (pkg / "lib").resolve():
@@ -644,6 +652,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for role in MODEL_ROLES:
         p.add_argument(f"--{role}-model", default="")
     p.add_argument("--require-gpu", action="store_true", help="libraries: a GPU backend must be loaded")
+    p.add_argument("--source-build", action="store_true",
+                   help="libraries, chat: the package was built from the sdist (no embedded native manifest)")
     p.add_argument("--allow-cpu", action="store_true", help="backends: run the GPU side on the CPU")
     p.add_argument("--cpu-reference", choices=("generation", "embedding"), default="",
                    help=argparse.SUPPRESS)  # the child process that computes the CPU side of a comparison

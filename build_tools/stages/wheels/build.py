@@ -79,6 +79,9 @@ class ProjectMetadata:
         return canonicalize_name(self.name).replace("-", "_")
 
 
+PLUGIN_PREFIX = "llama-cpp-python-"  # backend plugin wheels: llama-cpp-python-<key>, the extra <key>
+
+
 def package_version(repo: Path = REPO_ROOT) -> str:
     path = repo / PACKAGE / "_version.py"
     try:
@@ -119,9 +122,12 @@ def read_project(repo: Path = REPO_ROOT) -> ProjectMetadata:
             raise WheelBuildError(f"{path}: optional-dependencies.{extra} must be a normalized name with a list")
         for dep in deps:
             try:
-                Requirement(dep)
+                req = Requirement(dep)
             except InvalidRequirement as exc:
                 raise WheelBuildError(f"{path}: optional dependency {dep!r} ({extra}) is invalid ({exc})") from None
+            if canonicalize_name(req.name).startswith(PLUGIN_PREFIX) and str(req.specifier) != f"=={version}":
+                raise WheelBuildError(f"{path}: optional-dependencies.{extra} pins {dep!r}, but a backend plugin "
+                                      f"must be pinned to this version: {req.name}=={version}")
         extras.append((extra, tuple(deps)))
     readme, readme_type = "", "text/markdown"
     rd = project.get("readme")

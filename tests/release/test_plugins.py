@@ -1,0 +1,187 @@
+"""Backend plugin wheels, on a stand-in backend: the packaging, validate's refusals, and the loader's
+discovery in a fresh venv (core wheel + plugin installed by pip through the core's extra).
+
+The stand-in: a native build described as a Vulkan configuration's, whose base libraries are the
+cpu-host build's and whose ``libggml-vulkan.so`` is that build's CPU backend module under the
+Vulkan name (a real ggml backend module that loads here, without a Vulkan driver). A real Vulkan
+build (vulkan-dev, glslc + libvulkan-dev) goes through the same functions.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from build_tools.inputs.configs import load_matrix
+from build_tools.stages import plugins
+from build_tools.stages.plugins.build import BASE_LIBRARY
+from build_tools.stages.smoke import runner
+from build_tools.stages.wheels import build as wheels
+
+from ..native_fakes import fake_native_build
+
+
+def _cpu_module(native_build) -> str:
+    mods = sorted(lib.name for lib in native_build.manifest.libraries if lib.name.startswith("libggml-cpu"))
+    if not mods:
+        pytest.skip("the cpu-host build has no CPU backend module (not a GGML_BACKEND_DL build)")
+    return mods[0]
+
+
+def _stand_in(native_build, root: Path, *, edit_base: bool = False):
+    """A 'vulkan' native build: the cpu-host base libraries + its CPU module named libggml-vulkan.so."""
+    config = load_matrix().get("vulkan-dev")
+    libs = {}
+    for lib in native_build.manifest.libraries:
+        data = (native_build.root / lib.path).read_bytes()
+        if BASE_LIBRARY.match(lib.name):
+            if edit_base and lib.name.startswith("libggml-base"):
+                data = data + b"\0"  # another build of the base library
+            libs[lib.name] = data
+    libs["libggml-vulkan.so"] = (native_build.root / native_build.manifest.library(_cpu_module(native_build)).path
+                                 ).read_bytes()
+    return config, fake_native_build(root, config, libs, ["vulkan"])
+
+
+@pytest.fixture(scope="module")
+def core_wheel(built):
+    return next(w for w in built.wheels if w.python_tag.startswith("cp"))
+
+
+def _plugin(native_build, core_wheel, root: Path, repo: Path, **kw):
+    config, nb = _stand_in(native_build, root / "native", **kw)
+    return plugins.build(config, nb.manifest, nb.root, root / "out", platform_tag=core_wheel.platform_tag, repo=repo)
+
+
+def test_plugin_wheel_holds_only_the_module(native_build, core_wheel, repo, tmp_path):
+    p = _plugin(native_build, core_wheel, tmp_path, repo)
+    version = wheels.read_project(repo).version
+    assert p.filename == f"llama_cpp_python_vulkan-{version}-py3-none-{core_wheel.platform_tag}.whl"
+    with zipfile.ZipFile(p.path) as zf:
+        names = sorted(n for n in zf.namelist() if ".dist-info/" not in n)
+        meta = zf.read(f"llama_cpp_python_vulkan-{version}.dist-info/METADATA").decode()
+        eps = zf.read(f"llama_cpp_python_vulkan-{version}.dist-info/entry_points.txt").decode()
+    assert names == ["llama_cpp_backend_vulkan/__init__.py", "llama_cpp_backend_vulkan/lib/libggml-vulkan.so",
+                     "llama_cpp_backend_vulkan/plugin.json"]
+    assert f"Requires-Dist: llama-cpp-python=={version}\n" in meta
+    assert eps == "[llama_cpp.backends]\nvulkan = llama_cpp_backend_vulkan\n"
+    report = plugins.check(p.path, core_wheel.path)
+    assert report.ok, report.render()
+    # the core wheel declares the extra that installs it
+    with zipfile.ZipFile(core_wheel.path) as zf:
+        core_meta = zf.read(next(n for n in zf.namelist() if n.endswith("METADATA"))).decode()
+    for key in ("vulkan", "cuda12", "cuda13"):
+        assert f"Provides-Extra: {key}\n" in core_meta
+        assert f'Requires-Dist: llama-cpp-python-{key}=={version}; extra == "{key}"\n' in core_meta
+
+
+def test_validate_refuses_other_base_libraries(native_build, core_wheel, repo, tmp_path):
+    p = _plugin(native_build, core_wheel, tmp_path, repo, edit_base=True)
+    report = plugins.check(p.path, core_wheel.path)
+    assert [c for c, _m in report.failures] == ["base-libraries"], report.render()
+    assert "libggml-base" in report.failures[0][1]
+
+
+def test_validate_refuses_a_plugin_of_another_version(native_build, core_wheel, repo, tmp_path):
+    other = tmp_path / "repo"
+    shutil.copytree(repo, other)
+    v = other / "llama_cpp" / "_version.py"
+    v.write_text(v.read_text().replace('__version__ = "', '__version__ = "9.'))
+    pyproject = other / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("==0.", "==9.0."))
+    p = _plugin(native_build, core_wheel, tmp_path, other)
+    report = plugins.check(p.path, core_wheel.path)
+    assert {c for c, _m in report.failures} == {"version"}, report.render()
+
+
+def test_validate_refuses_a_driver_or_extra_file(native_build, core_wheel, repo, tmp_path):
+    from build_tools.stages.wheels.inwheel import rewrite
+
+    p = _plugin(native_build, core_wheel, tmp_path, repo)
+    out = rewrite(p.path, tmp_path / "edited", replace={"llama_cpp_backend_vulkan/lib/libvulkan.so.1": b"x",
+                                                          "llama_cpp_backend_vulkan/extra.py": b""})
+    report = plugins.check(out, core_wheel.path)
+    assert {c for c, _m in report.failures} == {"driver-library", "module"}, report.render()
+
+
+@pytest.mark.slow
+def test_pip_installs_the_extra_and_the_loader_names_the_plugin(native_build, built, core_wheel, repo, tmp_path,
+                                                                 smoke_interpreter):
+    """pip install "llama-cpp-python[vulkan]" from a local index: the plugin comes with the extra, the loader
+    loads its module after the CPU variants and backends() names it; without the extra nothing names it;
+    a plugin of another version is reported with the pip command that fixes it."""
+    wheel = next((w for w in built.wheels if w.python_tag == smoke_interpreter.tag), None)
+    if wheel is None:
+        pytest.skip(f"no wheel for {smoke_interpreter.tag}")
+    p = _plugin(native_build, core_wheel, tmp_path, repo)
+    # a PEP 503 "PyPI" on 127.0.0.1 holding the core wheel and the plugin wheel, each under its project
+    simple = tmp_path / "pypi" / "simple"
+    for project, f in (("llama-cpp-python", wheel.path), ("llama-cpp-python-vulkan", p.path)):
+        (simple / project).mkdir(parents=True)
+        shutil.copyfile(f, simple / project / f.name)
+        digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        (simple / project / "index.html").write_text(f'<a href="{f.name}#sha256={digest}">{f.name}</a>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "pypi"))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    index_url = f"http://127.0.0.1:{httpd.server_address[1]}/simple/"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_CPP_", "PIP_", "PYTHON"))}
+    probe = ("import json, llama_cpp; print(json.dumps([[s.name, s.path and s.path.name, s.loaded, s.reason, "
+             "s.plugin] for s in llama_cpp.backends()]))")
+
+    def venv(name: str, spec: str) -> Path:
+        v = tmp_path / name
+        subprocess.run([str(smoke_interpreter.path), "-m", "venv", str(v)], check=True, timeout=180, env=env)
+        py = v / "bin" / "python"
+        deps = runner.dependency_wheelhouse(py, smoke_interpreter, runner.requires_dist(wheel.path), timeout=300)
+        done = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                               "--index-url", index_url, "--find-links", str(deps), spec],
+                              capture_output=True, text=True, timeout=300, env=env, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return py
+
+    def statuses(py: Path) -> list:
+        done = subprocess.run([str(py), "-I", "-c", probe], capture_output=True, text=True, timeout=120, env=env,
+                              cwd=tmp_path, check=False)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    with_plugin = venv("with", "llama-cpp-python[vulkan]")
+    got = statuses(with_plugin)
+    mine = [s for s in got if s[4] == "llama-cpp-python-vulkan"]
+    assert mine and mine[0][1] == "libggml-vulkan.so" and mine[0][2] is True, got
+    assert [s[4] for s in got if s[4] is None and s[0] == "CPU"]  # the core's CPU backends come first
+    assert got.index(mine[0]) > max(i for i, s in enumerate(got) if s[4] is None)
+
+    plain = venv("plain", "llama-cpp-python")
+    assert not [s for s in statuses(plain) if s[4] or "vulkan" in (s[1] or "")]
+
+    # the plugin of another version, forced in: reported by name with the fix, not loaded
+    site = next((with_plugin.parent.parent / "lib").glob("python3*/site-packages"))
+    meta = next(site.glob("llama_cpp_python_vulkan-*.dist-info")) / "METADATA"
+    meta.write_text(meta.read_text().replace("\nVersion: ", "\nVersion: 9.", 1))
+    got = statuses(with_plugin)
+    mine = [s for s in got if s[4] == "llama-cpp-python-vulkan"]
+    assert len(mine) == 1 and mine[0][2] is False and "pip install llama-cpp-python-vulkan==" in mine[0][3], got
+    done = subprocess.run([str(with_plugin), "-I", "-c", "import llama_cpp; llama_cpp.ensure_backends(require_gpu=True)"],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path, check=False)
+    assert done.returncode != 0 and "plugin llama-cpp-python-vulkan" in done.stderr, done.stderr
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_plugin_key_of_each_gpu_configuration():
+    m = load_matrix()
+    keys = {name: plugins.plugin_key(c) for name, c in m.configs.items()}
+    assert keys["cuda-13.0"] == "cuda13" and keys["cuda-12.8"] == "cuda12" and keys["vulkan"] == "vulkan"
+    assert keys["cpu"] is None
