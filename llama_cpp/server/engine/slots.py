@@ -39,6 +39,7 @@ from ...llama import Llama
 from .counters import Counters
 from .jobs import Cancelled, GenRequest, Job, Outbox, QueueFull, ShuttingDown, completion_chunk
 from .lifecycle import Lifecycle
+from .prompt_cache import PromptCache
 from .speculation import SlotSpeculating
 from .state import Slot, common_prefix, stop_word
 
@@ -51,7 +52,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
     serial = False
 
     def __init__(self, llama: Llama, n_slots: int, n_ctx_slot: int, max_queue: int,
-                 cache_prompt: bool = True, spec: Any = None) -> None:
+                 cache_prompt: bool = True, spec: Any = None, cache_ram: int = 0,
+                 slot_prompt_similarity: float = 0.0) -> None:
         self.llama = llama
         self.model = llama._need_model()
         self.ctx = llama._need_ctx()
@@ -75,6 +77,16 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         self.cache_prompt = cache_prompt
         # what each free sequence still holds in the KV cache (its last request's tokens)
         self.cached: list[list[int]] = [[] for _ in range(n_slots)]
+        self._last_used = [-1] * n_slots  # when each sequence last finished a request (LRU choice)
+        self._uses = 0
+        self.slot_prompt_similarity = slot_prompt_similarity
+        # memory that cannot drop a suffix (recurrent, hybrid) reuses only whole saved states
+        self._exact = bool(self.model.is_recurrent() or self.model.is_hybrid())
+        # the states of prompts the slots gave up (cache_ram MiB, -1 no limit, 0 none); an MTP head keeps
+        # hidden rows per sequence that a saved state does not hold, so it reuses only its own slot's prefix
+        self.prompt_cache: PromptCache | None = None
+        if cache_prompt and cache_ram != 0 and getattr(spec, "mtp", None) is None:
+            self.prompt_cache = PromptCache(self.ctx, cache_ram, self._exact)
         self._accepting = True
         self._stop = False
         self.steps = 0  # llama_decode calls
@@ -142,6 +154,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                                       "drafted": st.drafted, "accepted": st.accepted,
                                       "acceptance_rate": st.acceptance_rate, "drafted_by": dict(st.drafted_by),
                                       "accepted_by": dict(st.accepted_by)}
+            if self.prompt_cache is not None:
+                out["prompt_cache"] = self.prompt_cache.stats()
             return out
 
     def kv_tokens(self) -> int:
@@ -219,16 +233,24 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             self._out.flush()
 
     def _take_seq(self, prompt: list[int]) -> int:
-        """The free sequence whose cached tokens share the longest prefix with ``prompt``, the lowest id among
-        equals (caller holds the lock): busy sequences stay numbered from 0 up, which recurrent memory
-        decodes in one micro-batch (see :meth:`_step`)."""
+        """The free sequence for ``prompt`` (caller holds the lock), as llama-server picks a slot: the one
+        whose cached tokens cover the largest fraction of the prompt, above ``slot_prompt_similarity``
+        (0: not by similarity); else the least recently used one (unused ones first), the lowest id among
+        equals: busy sequences stay numbered from 0 up, which recurrent memory decodes in one
+        micro-batch (see :meth:`_step`)."""
         free = self._free_seqs
-        best, best_key = len(free) - 1, (-1, 0)
-        for k, seq in enumerate(free):
-            key = (common_prefix(self.cached[seq], prompt) if self.cache_prompt else 0, -seq)
-            if key > best_key:
-                best, best_key = k, key
-        return free.pop(best)
+        k_best = None
+        if self.cache_prompt and self.slot_prompt_similarity > 0.0 and prompt:
+            best_key: tuple[float, int] = (self.slot_prompt_similarity, 0)
+            for k, seq in enumerate(free):
+                if self.cached[seq]:
+                    key = (common_prefix(self.cached[seq], prompt) / len(prompt), -seq)
+                    if key > best_key:
+                        k_best, best_key = k, key
+        if k_best is None:
+            k_best = min(range(len(free)), key=lambda k: (self._last_used[free[k]] if self.cache_prompt else 0,
+                                                           free[k]))
+        return free.pop(k_best)
 
     def _start(self, s: Slot) -> None:
         req = s.req
@@ -262,12 +284,33 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             self._active.append(s)
         self._out.put(s.job, "started")
 
+    def _usable(self, cached: list[int], prompt: list[int]) -> int:
+        """Prompt tokens a sequence holding ``cached`` lets skip (at least the last one is evaluated again,
+        for its logits; recurrent memory only from a state that is all a prefix of the prompt)."""
+        if self.prompt_cache is not None:
+            return self.prompt_cache.usable(cached, prompt)
+        return min(common_prefix(cached, prompt), len(prompt) - 1)
+
     def _reuse_prefix(self, s: Slot) -> None:
-        """Keep the part of the sequence's KV that the new prompt starts with (at least its last token is
-        evaluated again, for its logits); memory that cannot drop a suffix (recurrent) starts over."""
+        """Keep the part of the sequence's KV that the new prompt starts with, or restore the saved state
+        that covers more of it (the shared :class:`PromptCache`, the slot's own state saved first);
+        memory that cannot drop a suffix (recurrent) starts over."""
         prompt = s.req.prompt_tokens
         cached = self.cached[s.seq]
-        keep = min(common_prefix(cached, prompt), len(prompt) - 1) if self.cache_prompt else 0
+        keep = self._usable(cached, prompt) if self.cache_prompt else 0
+        pc = self.prompt_cache
+        if pc is not None:
+            saved = pc.best(prompt, keep)
+            if saved is not None:
+                pc.save(s.seq, cached)  # this slot's prompt, before another state takes its sequence
+                if pc.restore(saved, s.seq):
+                    cached = saved.tokens
+                    keep = pc.usable(cached, prompt)
+                    pc.restored_tokens += keep
+                else:
+                    cached, keep = [], 0
+            elif cached and keep < len(cached) / 2:  # most of it is about to go: keep it for a later prompt
+                pc.save(s.seq, cached)
         mtp = self.spec.mtp if self.spec is not None else None
         if mtp is not None:  # the MTP head needs h_{keep-1}: where it is not kept, that token is decoded again
             keep = mtp.reuse(s.seq, keep)
@@ -437,7 +480,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             final["choices"][0]["stop_sequence"] = stop
         n_prompt = len(req.prompt_tokens)
         final["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": s.n_gen,
-                          "total_tokens": n_prompt + s.n_gen}
+                          "total_tokens": n_prompt + s.n_gen,
+                          "prompt_tokens_details": {"cached_tokens": s.n_cached}}
         now = time.perf_counter()
         gen_s = now - s.t_first if s.t_first else 0.0
         self.counters.add(n_prompt, s.n_cached, (s.t_first or now) - s.t_start, s.n_gen, gen_s)
@@ -474,6 +518,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         with self._cv:
             if active and s in self._active:
                 self._active.remove(s)
+            self._uses += 1
+            self._last_used[s.seq] = self._uses
             self._free_seqs.append(s.seq)
 
 
