@@ -199,3 +199,34 @@ def test_cache_ram_zero_turns_the_shared_cache_off(start_server, spm_path):
     assert srv.engine("spm").prompt_cache is None
     r = srv.client().completions.create(model="spm", prompt="hello", max_tokens=2, temperature=0)
     assert r.usage.prompt_tokens_details.cached_tokens == 0
+
+
+@pytest.mark.parametrize("between", [False, True])
+def test_a_hybrid_prompt_that_ends_differently_resumes_at_a_context_checkpoint(start_server, between):
+    """Recurrent memory cannot drop the end of a prompt: a checkpoint taken a few tokens before the end
+    (as llama-server takes them) is where the next prompt starts, in its slot or through the cache."""
+    from llama_cpp.server.engine.prompt_cache import CHECKPOINT_OFFSET
+
+    model = str(fixture_path("qwen35_mtp", form="random"))
+    common = {"model": model, "n_parallel": 1, "n_ctx": 512}
+    srv = start_server([{**common, "model_alias": "on"}, {**common, "model_alias": "off", "cache_prompt": False}])
+    c = srv.client()
+    import httpx
+
+    def tokens(text: str) -> list[int]:
+        return httpx.post(srv.url + "/extras/tokenize", json={"model": "on", "input": text}).json()["tokens"]
+
+    first = tokens("the river ran past the old mill and the children sat by the water to watch the boats go")
+    # the same words in another order: the tiny vocabulary has no others to spare
+    second = first[:-2] + [t for t in first[1:] if t != first[-2]][:3]
+    assert second[:len(first) - 2] == first[:-2] and second[len(first) - 2] != first[-2]
+    c.completions.create(model="on", prompt=first, max_tokens=4, temperature=0)
+    if between:  # another prompt takes the only slot: the first one's state goes to the cache
+        c.completions.create(model="on", prompt=tokens("a different story about mountains and snow"),
+                             max_tokens=4, temperature=0)
+    got = c.completions.create(model="on", prompt=second, max_tokens=8, temperature=0)
+    want = c.completions.create(model="off", prompt=second, max_tokens=8, temperature=0)
+    assert got.choices[0].text == want.choices[0].text
+    assert got.usage.prompt_tokens_details.cached_tokens == len(first) - CHECKPOINT_OFFSET
+    pc = srv.engine("on").prompt_cache
+    assert pc.exact and (pc.restored == 1) == between

@@ -8,7 +8,10 @@ state is written back into the slot's sequence (``llama_state_seq_set_data_ext``
 as llama-server moves it.
 
 Memory that cannot drop a suffix (recurrent and hybrid models: a recurrent state is one point, not a
-list of cells) restores only a state whose tokens are all a prefix of the prompt, an exact checkpoint.
+list of cells) reuses a state whose tokens are all a prefix of the prompt, or else one of its context
+checkpoints: the recurrent part alone (``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``) taken a few tokens before
+the end of an earlier prompt, as llama-server takes them, so that a prompt whose end the chat template
+renders differently next turn still starts there. A checkpoint travels with its state.
 The states together never exceed ``limit`` bytes: the least recently used go first, and a state larger
 than the limit is not stored. A state that does not restore is dropped and the prompt evaluated in full.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from .state import common_prefix
@@ -24,16 +28,85 @@ from .state import common_prefix
 log = logging.getLogger("llama_cpp.server")
 
 MIB = 1024 * 1024
+PARTIAL_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: the part of the memory that cannot roll back
+# llama-server's checkpoint offset before the end of a prompt (server-context.cpp, checkpoint_offsets):
+# the generation prompt the template appends is what a later turn renders differently
+CHECKPOINT_OFFSET = 4
+MAX_CHECKPOINTS = 8  # per sequence, the oldest dropped first
+
+# (tokens the memory had evaluated, its recurrent part then)
+Checkpoint = tuple[int, bytearray]
+
+
+def _get(ctx: Any, seq: int, flags: int) -> bytearray | None:
+    C, ptr = ctx._C, ctx.ptr
+    size = int(C.llama_state_seq_get_size_ext(ptr, seq, flags))
+    if size <= 0:
+        return None
+    data = bytearray(size)
+    n = int(C.llama_state_seq_get_data_ext(ptr, (ctypes.c_uint8 * size).from_buffer(data), size, seq, flags))
+    if n <= 0:
+        return None
+    if n < size:
+        del data[n:]
+    return data
+
+
+def _set(ctx: Any, seq: int, data: bytearray, flags: int) -> bool:
+    try:
+        buf = (ctypes.c_uint8 * len(data)).from_buffer(data)
+        return int(ctx._C.llama_state_seq_set_data_ext(ctx.ptr, buf, len(data), seq, flags)) == len(data)
+    except Exception:  # noqa: BLE001 - a state that does not restore is only a miss
+        log.debug("prompt cache: restore raised", exc_info=True)
+        return False
+
+
+def take_checkpoint(ctx: Any, seq: int, n_tokens: int, into: list[Checkpoint]) -> None:
+    """Append sequence ``seq``'s recurrent part, after ``n_tokens`` tokens, to ``into`` (bounded)."""
+    data = _get(ctx, seq, PARTIAL_ONLY)
+    if data is None:
+        return
+    into[:] = [c for c in into if c[0] != n_tokens][-(MAX_CHECKPOINTS - 1):]
+    into.append((n_tokens, data))
+
+
+def plan(exact: bool, tokens: list[int], checkpoints: Sequence[Checkpoint],
+         prompt: list[int]) -> tuple[int, Checkpoint | None]:
+    """Prompt tokens a sequence holding ``tokens`` lets skip, and the checkpoint to rewind to first (None:
+    the memory as it is). At least the prompt's last token is evaluated again, for its logits."""
+    lcp = common_prefix(tokens, prompt)
+    if not exact:
+        return min(lcp, len(prompt) - 1), None
+    if 0 < len(tokens) < len(prompt) and lcp == len(tokens):
+        return len(tokens), None
+    best = None
+    for c in checkpoints:
+        if 0 < c[0] <= min(lcp, len(prompt) - 1) and (best is None or c[0] > best[0]):
+            best = c
+    return (0, None) if best is None else (best[0], best)
+
+
+def rewind(ctx: Any, seq: int, ckpt: Checkpoint) -> bool:
+    """Put sequence ``seq`` back to checkpoint ``ckpt`` (its recurrent part, then the cells after it
+    dropped); False, and the sequence emptied, where it does not restore."""
+    if _set(ctx, seq, ckpt[1], PARTIAL_ONLY) and ctx.seq_rm(seq, ckpt[0], -1):
+        return True
+    log.warning("a context checkpoint at %d tokens did not restore into sequence %d; evaluating the prompt "
+                "instead", ckpt[0], seq)
+    ctx.seq_rm(seq, -1, -1)
+    return False
 
 
 class SavedPrompt:
-    """One saved sequence state and the tokens it holds."""
+    """One saved sequence state, the tokens it holds and its context checkpoints."""
 
-    __slots__ = ("tokens", "data")
+    __slots__ = ("tokens", "data", "checkpoints", "size")
 
-    def __init__(self, tokens: list[int], data: bytearray) -> None:
+    def __init__(self, tokens: list[int], data: bytearray, checkpoints: list[Checkpoint]) -> None:
         self.tokens = tokens
         self.data = data
+        self.checkpoints = checkpoints
+        self.size = len(data) + sum(len(c[1]) for c in checkpoints)
 
 
 class PromptCache:
@@ -54,13 +127,9 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def usable(self, tokens: list[int], prompt: list[int]) -> int:
-        """Prompt tokens a sequence holding ``tokens`` lets skip (the prompt's last token is always
-        evaluated again, for its logits)."""
-        if self.exact:
-            n = len(tokens)
-            return n if 0 < n < len(prompt) and common_prefix(tokens, prompt) == n else 0
-        return min(common_prefix(tokens, prompt), len(prompt) - 1)
+    def usable(self, tokens: list[int], prompt: list[int], checkpoints: Sequence[Checkpoint] = ()) -> int:
+        """Prompt tokens a sequence holding ``tokens`` (and ``checkpoints``) lets skip."""
+        return plan(self.exact, tokens, checkpoints, prompt)[0]
 
     def _covered(self, tokens: list[int]) -> bool:
         """Whether a saved state already serves every prompt ``tokens`` would."""
@@ -69,17 +138,18 @@ class PromptCache:
                 return True
         return False
 
-    def save(self, seq: int, tokens: list[int]) -> bool:
-        """Copy sequence ``seq`` (holding ``tokens``) to the cache; False where it is not stored (empty,
-        already covered, or larger than the limit)."""
+    def save(self, seq: int, tokens: list[int], checkpoints: Sequence[Checkpoint] = ()) -> bool:
+        """Copy sequence ``seq`` (holding ``tokens``, with ``checkpoints``) to the cache; False where it is
+        not stored (empty, already covered, or larger than the limit)."""
         if not tokens or self._covered(tokens):
             return False
-        C, ptr = self._C, self.ctx.ptr
-        size = int(C.llama_state_seq_get_size_ext(ptr, seq, 0))
-        if size <= 0 or (self.limit is not None and size > self.limit):
-            if size > 0:
-                log.info("prompt cache: a state of %.1f MiB exceeds the limit of %.1f MiB, not stored",
-                         size / MIB, self.limit / MIB)
+        ckpts = list(checkpoints)
+        size = int(self._C.llama_state_seq_get_size_ext(self.ctx.ptr, seq, 0)) + sum(len(c[1]) for c in ckpts)
+        if size <= 0:
+            return False
+        if self.limit is not None and size > self.limit:
+            log.info("prompt cache: a state of %.1f MiB exceeds the limit of %.1f MiB, not stored",
+                     size / MIB, self.limit / MIB)
             return False
         # states this one contains serve nothing it does not
         if not self.exact:
@@ -89,17 +159,20 @@ class PromptCache:
             self._drop(self.entries[0])
             self.evicted += 1
         try:
-            data = bytearray(size)
+            data = _get(self.ctx, seq, 0)
         except MemoryError:
             log.warning("prompt cache: no host memory for a state of %.1f MiB", size / MIB)
             return False
-        n = int(C.llama_state_seq_get_data_ext(ptr, (ctypes.c_uint8 * size).from_buffer(data), size, seq, 0))
-        if n <= 0:
+        except Exception:  # noqa: BLE001 - a state that cannot be copied is not cached; the request goes on
+            log.warning("prompt cache: copying sequence %d's state failed", seq, exc_info=True)
             return False
-        if n < size:
-            del data[n:]
-        self.entries.append(SavedPrompt(list(tokens), data))
-        self.size += len(data)
+        if data is None:
+            return False
+        e = SavedPrompt(list(tokens), data, ckpts)
+        if self.limit is not None and self.size + e.size > self.limit:  # the state grew since it was sized
+            return False
+        self.entries.append(e)
+        self.size += e.size
         self.n_tokens += len(tokens)
         self.saved += 1
         return True
@@ -108,7 +181,7 @@ class PromptCache:
         """The saved state that skips the most of ``prompt``, more than ``at_least`` tokens, or None."""
         best, best_n = None, at_least
         for e in self.entries:
-            n = self.usable(e.tokens, prompt)
+            n = plan(self.exact, e.tokens, e.checkpoints, prompt)[0]
             if n > best_n:
                 best, best_n = e, n
         return best
@@ -117,15 +190,8 @@ class PromptCache:
         """Write ``e`` into sequence ``seq`` (emptied first) and take it out of the cache; a state that does
         not restore is dropped and the sequence left empty."""
         self._drop(e)
-        C, ptr = self._C, self.ctx.ptr
         self.ctx.seq_rm(seq, -1, -1)
-        try:
-            buf = (ctypes.c_uint8 * len(e.data)).from_buffer(e.data)
-            ok = int(C.llama_state_seq_set_data_ext(ptr, buf, len(e.data), seq, 0)) == len(e.data)
-        except Exception:  # noqa: BLE001 - a state that does not restore is only a miss
-            log.debug("prompt cache: restore raised", exc_info=True)
-            ok = False
-        if not ok:
+        if not _set(self.ctx, seq, e.data, 0):
             log.warning("prompt cache: a saved state of %d tokens did not restore into sequence %d; "
                         "evaluating the prompt instead", len(e.tokens), seq)
             self.failed += 1
@@ -136,7 +202,7 @@ class PromptCache:
 
     def _drop(self, e: SavedPrompt) -> None:
         self.entries.remove(e)
-        self.size -= len(e.data)
+        self.size -= e.size
         self.n_tokens -= len(e.tokens)
 
     def clear(self) -> None:
@@ -150,4 +216,4 @@ class PromptCache:
                 "failed_restores": self.failed}
 
 
-__all__ = ["PromptCache", "SavedPrompt"]
+__all__ = ["CHECKPOINT_OFFSET", "Checkpoint", "PromptCache", "SavedPrompt", "plan", "rewind", "take_checkpoint"]

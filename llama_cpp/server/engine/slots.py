@@ -39,7 +39,7 @@ from ...llama import Llama
 from .counters import Counters
 from .jobs import Cancelled, GenRequest, Job, Outbox, QueueFull, ShuttingDown, completion_chunk
 from .lifecycle import Lifecycle
-from .prompt_cache import PromptCache
+from .prompt_cache import CHECKPOINT_OFFSET, Checkpoint, PromptCache, plan, rewind, take_checkpoint
 from .speculation import SlotSpeculating
 from .state import Slot, common_prefix, stop_word
 
@@ -82,6 +82,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         self.slot_prompt_similarity = slot_prompt_similarity
         # memory that cannot drop a suffix (recurrent, hybrid) reuses only whole saved states
         self._exact = bool(self.model.is_recurrent() or self.model.is_hybrid())
+        # their context checkpoints (recurrent memory): each sequence's, for the tokens in self.cached
+        self.ckpts: list[list[Checkpoint]] = [[] for _ in range(n_slots)]
         # the states of prompts the slots gave up (cache_ram MiB, -1 no limit, 0 none); an MTP head keeps
         # hidden rows per sequence that a saved state does not hold, so it reuses only its own slot's prefix
         self.prompt_cache: PromptCache | None = None
@@ -230,6 +232,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                                 self._active.remove(s)
                 self.ctx.memory_clear(True)
                 self.cached = [[] for _ in range(self.n_slots)]
+                self.ckpts = [[] for _ in range(self.n_slots)]
             self._out.flush()
 
     def _take_seq(self, prompt: list[int]) -> int:
@@ -284,33 +287,29 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             self._active.append(s)
         self._out.put(s.job, "started")
 
-    def _usable(self, cached: list[int], prompt: list[int]) -> int:
-        """Prompt tokens a sequence holding ``cached`` lets skip (at least the last one is evaluated again,
-        for its logits; recurrent memory only from a state that is all a prefix of the prompt)."""
-        if self.prompt_cache is not None:
-            return self.prompt_cache.usable(cached, prompt)
-        return min(common_prefix(cached, prompt), len(prompt) - 1)
-
     def _reuse_prefix(self, s: Slot) -> None:
-        """Keep the part of the sequence's KV that the new prompt starts with, or restore the saved state
-        that covers more of it (the shared :class:`PromptCache`, the slot's own state saved first);
-        memory that cannot drop a suffix (recurrent) starts over."""
+        """Keep the part of the sequence's memory that the new prompt starts with, or restore the saved
+        state that covers more of it (the shared :class:`PromptCache`, the slot's own state saved first).
+        Memory that cannot drop a suffix (recurrent) keeps a state that is all a prefix of the prompt, or
+        rewinds to a context checkpoint, or starts over."""
         prompt = s.req.prompt_tokens
-        cached = self.cached[s.seq]
-        keep = self._usable(cached, prompt) if self.cache_prompt else 0
+        cached, ckpts = self.cached[s.seq], self.ckpts[s.seq]
+        keep, ckpt = plan(self._exact, cached, ckpts, prompt) if self.cache_prompt else (0, None)
         pc = self.prompt_cache
         if pc is not None:
             saved = pc.best(prompt, keep)
             if saved is not None:
-                pc.save(s.seq, cached)  # this slot's prompt, before another state takes its sequence
+                pc.save(s.seq, cached, ckpts)  # this slot's prompt, before another state takes its sequence
                 if pc.restore(saved, s.seq):
-                    cached = saved.tokens
-                    keep = pc.usable(cached, prompt)
+                    cached, ckpts = saved.tokens, saved.checkpoints
+                    keep, ckpt = plan(self._exact, cached, ckpts, prompt)
                     pc.restored_tokens += keep
                 else:
-                    cached, keep = [], 0
+                    cached, ckpts, keep, ckpt = [], [], 0, None
             elif cached and keep < len(cached) / 2:  # most of it is about to go: keep it for a later prompt
-                pc.save(s.seq, cached)
+                pc.save(s.seq, cached, ckpts)
+        if ckpt is not None and not rewind(self.ctx, s.seq, ckpt):
+            cached, keep = [], 0
         mtp = self.spec.mtp if self.spec is not None else None
         if mtp is not None:  # the MTP head needs h_{keep-1}: where it is not kept, that token is decoded again
             keep = mtp.reuse(s.seq, keep)
@@ -320,10 +319,15 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 keep = 0
         if mtp is not None:
             mtp.restart(s.seq, keep)
-        self.cached[s.seq] = []
+        self.cached[s.seq], self.ckpts[s.seq] = [], []
         s.n_fed = keep
         s.kv = list(prompt)
         s.n_cached = keep
+        if self._exact and self.cache_prompt:
+            s.ckpts = [c for c in ckpts if c[0] <= keep]
+            at = len(prompt) - CHECKPOINT_OFFSET
+            if at > keep and all(c[0] != at for c in s.ckpts):
+                s.ckpt_at = at
 
     def _step(self) -> None:
         batch = self._batch
@@ -386,7 +390,10 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 break
             if s.prefilling:
                 prompt = s.req.prompt_tokens
-                chunk = prompt[s.n_fed:min(s.n_fed + budget, s.end)]
+                stop = min(s.n_fed + budget, s.end)
+                if s.n_fed < s.ckpt_at < stop:  # pause there for a context checkpoint (after this decode)
+                    stop = s.ckpt_at
+                chunk = prompt[s.n_fed:stop]
                 last = s.n_fed + len(chunk) == s.end
                 first, k = batch.add_sequence(np.asarray(chunk, dtype=np.int32), s.seq, s.n_fed,
                                               logits="last" if last and s.spec is None else False)
@@ -407,6 +414,10 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             raise DecodeError(f"llama_decode returned {rc} for a batch of {batch.n_tokens} tokens "
                               f"({len(self._active)} requests)")
         self.steps += 1
+        for s in self._active:
+            if s.ckpt_at > 0 and s.n_fed == s.ckpt_at:
+                take_checkpoint(self.ctx, s.seq, s.n_fed, s.ckpts)
+                s.ckpt_at = -1
         if mtp is not None:
             self._h = mtp.target_rows(batch.n_tokens)
             for seq, p0, toks, first in mtp_rows:
@@ -504,8 +515,9 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         sequence is removed at once."""
         if keep_cache and self.cache_prompt:
             self.cached[s.seq] = s.kv[:s.pos]
+            self.ckpts[s.seq] = [c for c in s.ckpts if c[0] <= s.pos]
         else:
-            self.cached[s.seq] = []
+            self.cached[s.seq], self.ckpts[s.seq] = [], []
             try:
                 self.ctx.seq_rm(s.seq, -1, -1)
             except Exception:  # the context is gone (shutdown): nothing left to free
