@@ -82,6 +82,10 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         self.slot_prompt_similarity = slot_prompt_similarity
         # memory that cannot drop a suffix (recurrent, hybrid) reuses only whole saved states
         self._exact = bool(self.model.is_recurrent() or self.model.is_hybrid())
+        # sliding-window attention drops cells a window behind the newest (unless swa_full): a prefix is
+        # usable only while the window before its end is still there
+        self._n_swa = 0 if getattr(self.ctx.params, "swa_full", False) else int(
+            self.model._C.llama_model_n_swa(self.model.ptr))
         # their context checkpoints (recurrent memory): each sequence's, for the tokens in self.cached
         self.ckpts: list[list[Checkpoint]] = [[] for _ in range(n_slots)]
         # the states of prompts the slots gave up (cache_ram MiB, -1 no limit, 0 none); an MTP head keeps
@@ -317,6 +321,9 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             if keep == 0 or not self.ctx.seq_rm(s.seq, keep, -1):
                 self.ctx.seq_rm(s.seq, -1, -1)
                 keep = 0
+        if keep > 0 and self._n_swa > 0 and self.ctx.seq_pos_min(s.seq) > max(0, keep - self._n_swa):
+            self.ctx.seq_rm(s.seq, -1, -1)  # the window before the kept prefix is gone: evaluate it all
+            keep = 0
         if mtp is not None:
             mtp.restart(s.seq, keep)
         self.cached[s.seq], self.ckpts[s.seq] = [], []
