@@ -230,3 +230,24 @@ def test_a_hybrid_prompt_that_ends_differently_resumes_at_a_context_checkpoint(s
     assert got.usage.prompt_tokens_details.cached_tokens == len(first) - CHECKPOINT_OFFSET
     pc = srv.engine("on").prompt_cache
     assert pc.exact and (pc.restored == 1) == between
+
+
+def test_saving_a_slot_never_evicts_the_state_about_to_be_restored(two_seqs):
+    llama = two_seqs
+    ctx = llama._need_ctx()
+    ctx.memory_clear(True)
+    a = llama.tokenize(b"the first prompt that will be restored in a moment")
+    b = llama.tokenize(b"another prompt which the slot holds now, longer than the first one was")
+    _decode(llama, a, 0)
+    pc = PromptCache(ctx, 1, exact=False)
+    assert pc.save(0, a)
+    ctx.seq_rm(0, -1, -1)
+    _decode(llama, b, 0)
+    size_b = int(ctx._C.llama_state_seq_get_size_ext(ctx.ptr, 0, 0))
+    pc.limit = pc.size + size_b - 1  # storing b needs a's room
+    saved = pc.best(a + [a[-1]], 0)
+    assert not pc.save(0, b, pin=saved)
+    assert pc.entries == [saved]
+    assert pc.save(0, b)  # without the pin the oldest goes, as the limit wants
+    assert [e.tokens for e in pc.entries] == [b] and pc.size <= pc.limit
+    ctx.memory_clear(True)

@@ -138,9 +138,11 @@ class PromptCache:
                 return True
         return False
 
-    def save(self, seq: int, tokens: list[int], checkpoints: Sequence[Checkpoint] = ()) -> bool:
+    def save(self, seq: int, tokens: list[int], checkpoints: Sequence[Checkpoint] = (),
+             pin: SavedPrompt | None = None) -> bool:
         """Copy sequence ``seq`` (holding ``tokens``, with ``checkpoints``) to the cache; False where it is
-        not stored (empty, already covered, or larger than the limit)."""
+        not stored (empty, already covered, or no room without evicting ``pin``, the state about to be
+        restored, or larger than the limit)."""
         if not tokens or self._covered(tokens):
             return False
         ckpts = list(checkpoints)
@@ -152,11 +154,14 @@ class PromptCache:
                      size / MIB, self.limit / MIB)
             return False
         # states this one contains serve nothing it does not
+        pinned = pin.size if pin is not None and pin in self.entries else 0
+        if self.limit is not None and pinned + size > self.limit:
+            return False
         if not self.exact:
-            for e in [e for e in self.entries if common_prefix(e.tokens, tokens) == len(e.tokens)]:
+            for e in [e for e in self.entries if e is not pin and common_prefix(e.tokens, tokens) == len(e.tokens)]:
                 self._drop(e)
-        while self.limit is not None and self.entries and self.size + size > self.limit:
-            self._drop(self.entries[0])
+        while self.limit is not None and self.size + size > self.limit:
+            self._drop(next(e for e in self.entries if e is not pin))
             self.evicted += 1
         try:
             data = _get(self.ctx, seq, 0)

@@ -303,7 +303,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         if pc is not None:
             saved = pc.best(prompt, keep)
             if saved is not None:
-                pc.save(s.seq, cached, ckpts)  # this slot's prompt, before another state takes its sequence
+                pc.save(s.seq, cached, ckpts, pin=saved)  # this slot's prompt, before another state takes it
                 if pc.restore(saved, s.seq):
                     cached, ckpts = saved.tokens, saved.checkpoints
                     keep, ckpt = plan(self._exact, cached, ckpts, prompt)
