@@ -251,3 +251,14 @@ def test_saving_a_slot_never_evicts_the_state_about_to_be_restored(two_seqs):
     assert pc.save(0, b)  # without the pin the oldest goes, as the limit wants
     assert [e.tokens for e in pc.entries] == [b] and pc.size <= pc.limit
     ctx.memory_clear(True)
+
+
+def test_several_choices_report_the_prompts_cached_tokens_once(start_server, spm_path):
+    srv = start_server([{"model": str(spm_path), "model_alias": "spm", "n_parallel": 2, "n_ctx": 256}])
+    c = srv.client()
+    prompt = "the story of the lighthouse keeper and the storm that came in the night"
+    first = c.completions.create(model="spm", prompt=prompt, max_tokens=2, temperature=0)
+    both = c.completions.create(model="spm", prompt=prompt + " and", max_tokens=2, temperature=0, n=2)
+    assert len(both.choices) == 2
+    cached = both.usage.prompt_tokens_details.cached_tokens
+    assert first.usage.prompt_tokens - 1 <= cached < both.usage.prompt_tokens
