@@ -85,8 +85,8 @@ def test_mixed_endpoints_under_load(start_server, spm_path, embed_path, monkeypa
     over: list[tuple[int, int]] = []
     save = PromptCache.save
 
-    def checked_save(self, *args):  # the cache's size after every store, against its limit
-        ok = save(self, *args)
+    def checked_save(self, *args, **kw):  # the cache's size after every store, against its limit
+        ok = save(self, *args, **kw)
         if self.limit is not None and self.size > self.limit:
             over.append((self.size, self.limit))
         return ok

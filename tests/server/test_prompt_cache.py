@@ -262,3 +262,22 @@ def test_several_choices_report_the_prompts_cached_tokens_once(start_server, spm
     assert len(both.choices) == 2
     cached = both.usage.prompt_tokens_details.cached_tokens
     assert first.usage.prompt_tokens - 1 <= cached < both.usage.prompt_tokens
+
+
+def test_a_failing_cache_is_a_miss_not_an_error(start_server, spm_path, monkeypatch):
+    srv = start_server([{"model": str(spm_path), "model_alias": "spm", "n_parallel": 1, "n_ctx": 256}])
+    c = srv.client()
+    first = "the long road to the sea was empty that morning"
+    c.completions.create(model="spm", prompt=first, max_tokens=2, temperature=0)
+
+    def broken(*args, **kw):
+        raise RuntimeError("the cache broke")
+
+    monkeypatch.setattr(PromptCache, "save", broken)
+    monkeypatch.setattr(PromptCache, "best", broken)
+    other = c.completions.create(model="spm", prompt="something unrelated about clouds", max_tokens=4, temperature=0)
+    with Llama(spm_path, n_ctx=256, verbose=False, **THREADS) as solo:
+        want = solo.create_completion("something unrelated about clouds", max_tokens=4, temperature=0,
+                                      repeat_penalty=1.1)
+    assert other.choices[0].text == want["choices"][0]["text"]
+    assert other.usage.prompt_tokens_details.cached_tokens == 0

@@ -301,17 +301,22 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         keep, ckpt = plan(self._exact, cached, ckpts, prompt) if self.cache_prompt else (0, None)
         pc = self.prompt_cache
         if pc is not None:
-            saved = pc.best(prompt, keep)
-            if saved is not None:
-                pc.save(s.seq, cached, ckpts, pin=saved)  # this slot's prompt, before another state takes it
-                if pc.restore(saved, s.seq):
-                    cached, ckpts = saved.tokens, saved.checkpoints
-                    keep, ckpt = plan(self._exact, cached, ckpts, prompt)
-                    pc.restored_tokens += keep
-                else:
-                    cached, ckpts, keep, ckpt = [], [], 0, None
-            elif cached and keep < len(cached) / 2:  # most of it is about to go: keep it for a later prompt
-                pc.save(s.seq, cached, ckpts)
+            try:
+                saved = pc.best(prompt, keep)
+                if saved is not None:
+                    pc.save(s.seq, cached, ckpts, pin=saved)  # this slot's prompt, before another state takes it
+                    if pc.restore(saved, s.seq):
+                        cached, ckpts = saved.tokens, saved.checkpoints
+                        keep, ckpt = plan(self._exact, cached, ckpts, prompt)
+                        pc.restored_tokens += keep
+                    else:
+                        cached, ckpts, keep, ckpt = [], [], 0, None
+                elif cached and keep < len(cached) / 2:  # most of it is about to go: keep it for a later prompt
+                    pc.save(s.seq, cached, ckpts)
+            except Exception:  # the cache is only an optimisation: the prompt is evaluated in full instead
+                log.warning("prompt cache failed for slot %d; evaluating the prompt", s.seq, exc_info=True)
+                self.ctx.seq_rm(s.seq, -1, -1)
+                cached, ckpts, keep, ckpt = [], [], 0, None
         if ckpt is not None and not rewind(self.ctx, s.seq, ckpt):
             cached, keep = [], 0
         mtp = self.spec.mtp if self.spec is not None else None
