@@ -13,7 +13,9 @@ Three servers on loopback, the same model, threads, batch sizes and per-request 
 each turn resending the whole history plus a new user message to ``/v1/chat/completions`` (streaming,
 greedy, ``G`` tokens), as agent clients do; it reports the median time to first token at the last turn and
 the total time, for this server (``slots``), the same with ``--cache_prompt false`` (``cache-off``) and
-llama-server with its defaults.
+llama-server with its defaults, each with one slot per conversation or ``--slots N`` (then conversations
+move between slots, and what they reuse comes from the prompt cache the slots share, as llama-server's
+``--cache-ram``); it also prints this server's prompt-reuse counters from ``/metrics``.
 
 Each client streams ``R`` greedy completions of ``G`` tokens back to back (``--no-stream``: whole
 responses); the score is the sum of ``usage.completion_tokens`` (the last streamed chunk's, with
@@ -284,13 +286,28 @@ def agent_round(url: str, conversations: int, turns: int, n_gen: int) -> tuple[f
     return statistics.median(c[-1] for c in out), time.perf_counter() - t0
 
 
+def reuse_metrics(url: str) -> list[tuple[str, float]]:
+    """This server's prompt-reuse counters from ``/metrics``."""
+    import httpx
+
+    names = ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_cache_restored_total",
+             "prompt_cache_restored_tokens_total", "prompt_cache_evicted_total", "prompt_cache_bytes")
+    out = []
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        name = line.split("{")[0].removeprefix("llamacpp:")
+        if name in names:
+            out.append((name, float(line.rsplit(" ", 1)[1])))
+    return out
+
+
 def agent_main(args: argparse.Namespace, model: Path, tools: Path, env: dict[str, str], lib_dir: Path,
                have_server: bool) -> None:
     n = args.conversations
-    makers = [lambda: ours("slots", model, args, n, lib_dir),
-              lambda: ours("cache-off", model, args, n, lib_dir, ("--cache_prompt", "false"))]
+    n_slots = args.slots or n
+    makers = [lambda: ours("slots", model, args, n_slots, lib_dir),
+              lambda: ours("cache-off", model, args, n_slots, lib_dir, ("--cache_prompt", "false"))]
     if have_server:
-        makers.append(lambda: llama_server(tools, env, model, args, n))
+        makers.append(lambda: llama_server(tools, env, model, args, n_slots))
     servers = [make() for make in makers]
     results: dict[str, tuple[float, float]] = {}
     try:
@@ -305,6 +322,7 @@ def agent_main(args: argparse.Namespace, model: Path, tools: Path, env: dict[str
             results[srv.name] = (statistics.median(x[0] for x in r), statistics.median(x[1] for x in r))
             print(f"  {srv.name:>12}: last-turn TTFT {results[srv.name][0] * 1000:8.1f} ms, "
                   f"total {results[srv.name][1]:7.2f} s", flush=True)
+        print("slots' prompt reuse (/metrics): " + ", ".join(f"{k} {v:g}" for k, v in reuse_metrics(servers[0].url)))
     finally:
         for srv in servers:
             srv.stop()
@@ -318,7 +336,7 @@ def agent_main(args: argparse.Namespace, model: Path, tools: Path, env: dict[str
                   f"total {results[ref][1] / results['slots'][1]:.2f}x faster")
     if args.json:
         args.json.write_text(json.dumps({"model": model.name, "threads": args.threads, "agent": {
-            "conversations": n, "turns": args.turns, "n_gen": args.n_gen,
+            "conversations": n, "slots": n_slots, "turns": args.turns, "n_gen": args.n_gen,
             "results": {k: {"last_turn_ttft_s": v[0], "total_s": v[1]} for k, v in results.items()}}}, indent=2))
 
 
@@ -338,6 +356,8 @@ def main() -> None:
     ap.add_argument("--agent", action="store_true", help="the agent workload: conversations resending their history")
     ap.add_argument("--conversations", type=int, default=8)
     ap.add_argument("--turns", type=int, default=8)
+    ap.add_argument("--slots", type=int, default=0, help="--agent: slots of every server (default: one per "
+                    "conversation; fewer move conversations between slots, through the shared prompt cache)")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers (finally) when terminated
     if args.agent:

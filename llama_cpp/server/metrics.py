@@ -6,7 +6,9 @@ Per model (label ``model``), llama-server's metric names: ``llamacpp:prompt_toke
 ``spec_decode_num_draft_tokens_total`` / ``…accepted_tokens_total`` / ``…drafts_total`` (counters),
 and ``prompt_tokens_seconds``, ``predicted_tokens_seconds``, ``requests_processing``,
 ``requests_deferred``, ``kv_cache_tokens``, ``kv_cache_usage_ratio`` (gauges; the last two as
-older llama-server versions named them). Per API key (label ``key``: a hash of the key, never the
+older llama-server versions named them), and the shared prompt cache's ``prompt_cache_bytes``,
+``…_limit_bytes``, ``…_states``, ``…_tokens`` (gauges), ``…_restored_total``,
+``…_restored_tokens_total``, ``…_evicted_total`` (counters; llama-server logs these). Per API key (label ``key``: a hash of the key, never the
 key): ``llamacpp:key_requests_total`` (with ``status``), ``llamacpp:key_prompt_tokens_total`` and
 ``llamacpp:key_tokens_predicted_total``.
 """
@@ -90,6 +92,15 @@ _MODEL_METRICS = [
     ("requests_deferred", "gauge", "Number of requests deferred"),
     ("kv_cache_tokens", "gauge", "KV cache tokens in use (running requests and prompts kept for reuse)"),
     ("kv_cache_usage_ratio", "gauge", "KV cache usage (1 = full)"),
+    ("prompt_cache_bytes", "gauge", "Host memory held by the prompt cache the slots share"),
+    ("prompt_cache_limit_bytes", "gauge", "The prompt cache's limit (cache_ram; -1: none)"),
+    ("prompt_cache_states", "gauge", "Prompt states held by the prompt cache"),
+    ("prompt_cache_tokens", "gauge", "Tokens of the prompt states held by the prompt cache"),
+    ("prompt_cache_restored_total", "counter", "Prompt states restored from the prompt cache into a slot"),
+    ("prompt_cache_restored_tokens_total", "counter", "Prompt tokens reused from states restored from the "
+     "prompt cache"),
+    ("prompt_cache_evicted_total", "counter", "Prompt states evicted from the prompt cache to stay within its "
+     "limit"),
 ]
 
 
@@ -108,6 +119,15 @@ def model_values(engine: Any) -> dict[str, float]:
         used = engine.kv_tokens()
         out["kv_cache_tokens"] = used
         out["kv_cache_usage_ratio"] = used / max(engine.n_slots * engine.n_ctx_slot, 1)
+        pc = getattr(engine, "prompt_cache", None)
+        if pc is not None:
+            out["prompt_cache_bytes"] = pc.size
+            out["prompt_cache_limit_bytes"] = -1 if pc.limit is None else pc.limit
+            out["prompt_cache_states"] = len(pc)
+            out["prompt_cache_tokens"] = pc.n_tokens
+            out["prompt_cache_restored_total"] = pc.restored
+            out["prompt_cache_restored_tokens_total"] = pc.restored_tokens
+            out["prompt_cache_evicted_total"] = pc.evicted
         spec = st.get("speculative")
         if spec is not None:
             out["spec_decode_num_draft_tokens_total"] = spec["drafted"]

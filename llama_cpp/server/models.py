@@ -136,7 +136,8 @@ class ServedModel:
                 self.n_ctx_slot = llama.n_ctx() // s.n_parallel
                 spec = self._slot_speculation(llama)
                 engine = SlotEngine(llama, s.n_parallel, self.n_ctx_slot, s.max_queue, cache_prompt=s.cache_prompt,
-                                    spec=spec)
+                                    spec=spec, cache_ram=s.cache_ram,
+                                    slot_prompt_similarity=s.slot_prompt_similarity)
         except BaseException:
             if spec is not None:
                 spec.close()

@@ -141,6 +141,14 @@ class ModelSettings(_Base):
                             "through Llama itself.")
     cache_prompt: bool = Field(default=True, description="Keep a finished request's tokens in its slot's KV "
                                "cache, so that a later prompt starting with them skips that prefix.")
+    cache_ram: int = Field(default=8192, ge=-1, description="MiB of host memory for the prompt cache the slots "
+                           "share (llama-server's --cache-ram): the states of prompts a slot gave up, restored "
+                           "into whichever slot a later prompt starting with them lands on. -1: no limit, "
+                           "0: off.")
+    slot_prompt_similarity: float = Field(default=0.1, ge=0.0, le=1.0, description="How much of a request's "
+                                          "prompt a free slot's cached tokens must cover for the request to "
+                                          "take that slot (llama-server's --slot-prompt-similarity); else "
+                                          "the least recently used slot. 0: always the least recently used.")
     max_queue: int = Field(default=32, ge=0, description="Requests that may wait for a slot; beyond that "
                            "the server answers 429 at once.")
     verbose: bool = Field(default=True, description="Accepted for compatibility; logs go to logging.")

@@ -26,7 +26,7 @@ target layers, chained NextN heads, image chat, embedding models, or ``n_paralle
 
 The package by responsibility: :mod:`.jobs` (a request's channel and errors), :mod:`.state` (a
 slot's state), :mod:`.slots` (the scheduler and its batch step), :mod:`.speculation` (drafts and
-their verify in the slots), :mod:`.serial` (one at a time), :mod:`.lifecycle` (shutdown).
+their verify in the slots), :mod:`.prompt_cache` (saved prompt states the slots share), :mod:`.serial` (one at a time), :mod:`.lifecycle` (shutdown).
 """
 
 from .jobs import Cancelled, GenRequest, Job, Outbox, QueueFull, ShuttingDown, completion_chunk

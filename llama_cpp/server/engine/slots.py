@@ -39,6 +39,7 @@ from ...llama import Llama
 from .counters import Counters
 from .jobs import Cancelled, GenRequest, Job, Outbox, QueueFull, ShuttingDown, completion_chunk
 from .lifecycle import Lifecycle
+from .prompt_cache import CHECKPOINT_OFFSET, Checkpoint, PromptCache, plan, rewind, take_checkpoint
 from .speculation import SlotSpeculating
 from .state import Slot, common_prefix, stop_word
 
@@ -51,7 +52,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
     serial = False
 
     def __init__(self, llama: Llama, n_slots: int, n_ctx_slot: int, max_queue: int,
-                 cache_prompt: bool = True, spec: Any = None) -> None:
+                 cache_prompt: bool = True, spec: Any = None, cache_ram: int = 0,
+                 slot_prompt_similarity: float = 0.0) -> None:
         self.llama = llama
         self.model = llama._need_model()
         self.ctx = llama._need_ctx()
@@ -75,6 +77,22 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         self.cache_prompt = cache_prompt
         # what each free sequence still holds in the KV cache (its last request's tokens)
         self.cached: list[list[int]] = [[] for _ in range(n_slots)]
+        self._last_used = [-1] * n_slots  # when each sequence last finished a request (LRU choice)
+        self._uses = 0
+        self.slot_prompt_similarity = slot_prompt_similarity
+        # memory that cannot drop a suffix (recurrent, hybrid) reuses only whole saved states
+        self._exact = bool(self.model.is_recurrent() or self.model.is_hybrid())
+        # sliding-window attention drops cells a window behind the newest (unless swa_full): a prefix is
+        # usable only while the window before its end is still there
+        self._n_swa = 0 if getattr(self.ctx.params, "swa_full", False) else int(
+            self.model._C.llama_model_n_swa(self.model.ptr))
+        # their context checkpoints (recurrent memory): each sequence's, for the tokens in self.cached
+        self.ckpts: list[list[Checkpoint]] = [[] for _ in range(n_slots)]
+        # the states of prompts the slots gave up (cache_ram MiB, -1 no limit, 0 none); an MTP head keeps
+        # hidden rows per sequence that a saved state does not hold, so it reuses only its own slot's prefix
+        self.prompt_cache: PromptCache | None = None
+        if cache_prompt and cache_ram != 0 and getattr(spec, "mtp", None) is None:
+            self.prompt_cache = PromptCache(self.ctx, cache_ram, self._exact)
         self._accepting = True
         self._stop = False
         self.steps = 0  # llama_decode calls
@@ -142,6 +160,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                                       "drafted": st.drafted, "accepted": st.accepted,
                                       "acceptance_rate": st.acceptance_rate, "drafted_by": dict(st.drafted_by),
                                       "accepted_by": dict(st.accepted_by)}
+            if self.prompt_cache is not None:
+                out["prompt_cache"] = self.prompt_cache.stats()
             return out
 
     def kv_tokens(self) -> int:
@@ -216,19 +236,28 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                                 self._active.remove(s)
                 self.ctx.memory_clear(True)
                 self.cached = [[] for _ in range(self.n_slots)]
+                self.ckpts = [[] for _ in range(self.n_slots)]
             self._out.flush()
 
     def _take_seq(self, prompt: list[int]) -> int:
-        """The free sequence whose cached tokens share the longest prefix with ``prompt``, the lowest id among
-        equals (caller holds the lock): busy sequences stay numbered from 0 up, which recurrent memory
-        decodes in one micro-batch (see :meth:`_step`)."""
+        """The free sequence for ``prompt`` (caller holds the lock), as llama-server picks a slot: the one
+        whose cached tokens cover the largest fraction of the prompt, above ``slot_prompt_similarity``
+        (0: not by similarity); else the least recently used one (unused ones first), the lowest id among
+        equals: busy sequences stay numbered from 0 up, which recurrent memory decodes in one
+        micro-batch (see :meth:`_step`)."""
         free = self._free_seqs
-        best, best_key = len(free) - 1, (-1, 0)
-        for k, seq in enumerate(free):
-            key = (common_prefix(self.cached[seq], prompt) if self.cache_prompt else 0, -seq)
-            if key > best_key:
-                best, best_key = k, key
-        return free.pop(best)
+        k_best = None
+        if self.cache_prompt and self.slot_prompt_similarity > 0.0 and prompt:
+            best_key: tuple[float, int] = (self.slot_prompt_similarity, 0)
+            for k, seq in enumerate(free):
+                if self.cached[seq]:
+                    key = (common_prefix(self.cached[seq], prompt) / len(prompt), -seq)
+                    if key > best_key:
+                        k_best, best_key = k, key
+        if k_best is None:
+            k_best = min(range(len(free)), key=lambda k: (self._last_used[free[k]] if self.cache_prompt else 0,
+                                                           free[k]))
+        return free.pop(k_best)
 
     def _start(self, s: Slot) -> None:
         req = s.req
@@ -263,11 +292,33 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         self._out.put(s.job, "started")
 
     def _reuse_prefix(self, s: Slot) -> None:
-        """Keep the part of the sequence's KV that the new prompt starts with (at least its last token is
-        evaluated again, for its logits); memory that cannot drop a suffix (recurrent) starts over."""
+        """Keep the part of the sequence's memory that the new prompt starts with, or restore the saved
+        state that covers more of it (the shared :class:`PromptCache`, the slot's own state saved first).
+        Memory that cannot drop a suffix (recurrent) keeps a state that is all a prefix of the prompt, or
+        rewinds to a context checkpoint, or starts over."""
         prompt = s.req.prompt_tokens
-        cached = self.cached[s.seq]
-        keep = min(common_prefix(cached, prompt), len(prompt) - 1) if self.cache_prompt else 0
+        cached, ckpts = self.cached[s.seq], self.ckpts[s.seq]
+        keep, ckpt = plan(self._exact, cached, ckpts, prompt) if self.cache_prompt else (0, None)
+        pc = self.prompt_cache
+        if pc is not None:
+            try:
+                saved = pc.best(prompt, keep)
+                if saved is not None:
+                    pc.save(s.seq, cached, ckpts, pin=saved)  # this slot's prompt, before another state takes it
+                    if pc.restore(saved, s.seq):
+                        cached, ckpts = saved.tokens, saved.checkpoints
+                        keep, ckpt = plan(self._exact, cached, ckpts, prompt)
+                        pc.restored_tokens += keep
+                    else:
+                        cached, ckpts, keep, ckpt = [], [], 0, None
+                elif cached and keep < len(cached) / 2:  # most of it is about to go: keep it for a later prompt
+                    pc.save(s.seq, cached, ckpts)
+            except Exception:  # the cache is only an optimisation: the prompt is evaluated in full instead
+                log.warning("prompt cache failed for slot %d; evaluating the prompt", s.seq, exc_info=True)
+                self.ctx.seq_rm(s.seq, -1, -1)
+                cached, ckpts, keep, ckpt = [], [], 0, None
+        if ckpt is not None and not rewind(self.ctx, s.seq, ckpt):
+            cached, keep = [], 0
         mtp = self.spec.mtp if self.spec is not None else None
         if mtp is not None:  # the MTP head needs h_{keep-1}: where it is not kept, that token is decoded again
             keep = mtp.reuse(s.seq, keep)
@@ -275,12 +326,20 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             if keep == 0 or not self.ctx.seq_rm(s.seq, keep, -1):
                 self.ctx.seq_rm(s.seq, -1, -1)
                 keep = 0
+        if keep > 0 and self._n_swa > 0 and self.ctx.seq_pos_min(s.seq) > max(0, keep - self._n_swa):
+            self.ctx.seq_rm(s.seq, -1, -1)  # the window before the kept prefix is gone: evaluate it all
+            keep = 0
         if mtp is not None:
             mtp.restart(s.seq, keep)
-        self.cached[s.seq] = []
+        self.cached[s.seq], self.ckpts[s.seq] = [], []
         s.n_fed = keep
         s.kv = list(prompt)
         s.n_cached = keep
+        if self._exact and self.cache_prompt:
+            s.ckpts = [c for c in ckpts if c[0] <= keep]
+            at = len(prompt) - CHECKPOINT_OFFSET
+            if at > keep and all(c[0] != at for c in s.ckpts):
+                s.ckpt_at = at
 
     def _step(self) -> None:
         batch = self._batch
@@ -343,7 +402,10 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 break
             if s.prefilling:
                 prompt = s.req.prompt_tokens
-                chunk = prompt[s.n_fed:min(s.n_fed + budget, s.end)]
+                stop = min(s.n_fed + budget, s.end)
+                if s.n_fed < s.ckpt_at < stop:  # pause there for a context checkpoint (after this decode)
+                    stop = s.ckpt_at
+                chunk = prompt[s.n_fed:stop]
                 last = s.n_fed + len(chunk) == s.end
                 first, k = batch.add_sequence(np.asarray(chunk, dtype=np.int32), s.seq, s.n_fed,
                                               logits="last" if last and s.spec is None else False)
@@ -364,6 +426,10 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             raise DecodeError(f"llama_decode returned {rc} for a batch of {batch.n_tokens} tokens "
                               f"({len(self._active)} requests)")
         self.steps += 1
+        for s in self._active:
+            if s.ckpt_at > 0 and s.n_fed == s.ckpt_at:
+                take_checkpoint(self.ctx, s.seq, s.n_fed, s.ckpts)
+                s.ckpt_at = -1
         if mtp is not None:
             self._h = mtp.target_rows(batch.n_tokens)
             for seq, p0, toks, first in mtp_rows:
@@ -437,7 +503,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             final["choices"][0]["stop_sequence"] = stop
         n_prompt = len(req.prompt_tokens)
         final["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": s.n_gen,
-                          "total_tokens": n_prompt + s.n_gen}
+                          "total_tokens": n_prompt + s.n_gen,
+                          "prompt_tokens_details": {"cached_tokens": s.n_cached}}
         now = time.perf_counter()
         gen_s = now - s.t_first if s.t_first else 0.0
         self.counters.add(n_prompt, s.n_cached, (s.t_first or now) - s.t_start, s.n_gen, gen_s)
@@ -460,8 +527,9 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         sequence is removed at once."""
         if keep_cache and self.cache_prompt:
             self.cached[s.seq] = s.kv[:s.pos]
+            self.ckpts[s.seq] = [c for c in s.ckpts if c[0] <= s.pos]
         else:
-            self.cached[s.seq] = []
+            self.cached[s.seq], self.ckpts[s.seq] = [], []
             try:
                 self.ctx.seq_rm(s.seq, -1, -1)
             except Exception:  # the context is gone (shutdown): nothing left to free
@@ -474,6 +542,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         with self._cv:
             if active and s in self._active:
                 self._active.remove(s)
+            self._uses += 1
+            self._last_used[s.seq] = self._uses
             self._free_seqs.append(s.seq)
 
 

@@ -22,7 +22,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 class Slot:
     __slots__ = ("seq", "job", "req", "chain", "grammar", "pick", "text", "lp", "pending", "n_fed", "pos",
                  "next_tok", "produced", "n_gen", "t_start", "t_first", "kv", "n_cached", "chars", "spec",
-                 "replay", "end", "stop_len")
+                 "replay", "end", "stop_len", "ckpt_at", "ckpts")
 
     def __init__(self, seq: int, job: Job, req: GenRequest) -> None:
         self.seq = seq
@@ -52,6 +52,10 @@ class Slot:
         self.end = len(req.prompt_tokens)
         # the longest stop string in bytes: that many bytes before each push find which stop hit
         self.stop_len = max((len(x.encode("utf-8")) for x in req.stop if x), default=0)
+        # recurrent memory: where prefill pauses for a context checkpoint (-1: none), and the
+        # checkpoints of this sequence's tokens, (n_tokens, recurrent state)
+        self.ckpt_at = -1
+        self.ckpts: list[Any] = []
 
     @property
     def prefilling(self) -> bool:

@@ -306,6 +306,10 @@ def merge_choices(responses: list[dict[str, Any]]) -> dict[str, Any]:
     completion = sum(u.get("completion_tokens", 0) for u in usage)
     prompt = usage[0].get("prompt_tokens", 0)
     first["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if "prompt_tokens_cached" in usage[0]:  # the prompt's reused part, counted once as the prompt is
+        cached = max(u.get("prompt_tokens_cached", 0) for u in usage)
+        first["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+        first["usage"]["prompt_tokens_cached"] = cached
     return first
 
 
