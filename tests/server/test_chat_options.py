@@ -89,3 +89,29 @@ def test_model_settings_refuse_a_bad_reasoning_format(thinking_path):
 
     with pytest.raises(ValueError, match="reasoning_format"):
         ModelSettings(model=str(thinking_path), reasoning_format="bogus")
+
+
+@pytest.fixture(scope="module")
+def preserving(start_server, tmp_path_factory):
+    """Qwen 3's template on a vocabulary where its preserved tokens are control tokens (one token each, as
+    in the real model's vocabulary): the slots must detokenize them as text for the chat parser."""
+    from tests.chat.forcing import model_with_template
+    from tests.server.conftest import TEMPLATES
+
+    path = model_with_template(tmp_path_factory.mktemp("preserving") / "qwen3-control.gguf",
+                               (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text(),
+                               ["<tool_call>", "</tool_call>", "<think>", "</think>"])
+    return start_server([{"model": str(path), "model_alias": "ctl", "n_parallel": 2, "n_ctx": 1024}],
+                        max_tokens_limit=200)
+
+
+def test_slots_render_preserved_tokens_as_text_for_the_parser(preserving, script):
+    engine = preserving.engine("ctl")
+    (single,) = engine.model.tokenize(b"<tool_call>", add_special=False, parse_special=True)
+    assert engine.model.token_to_piece(single) == b""  # a control token: hidden unless asked for
+    script(preserving, "ctl", THOUGHT + CALL)
+    r = preserving.client().chat.completions.create(model="ctl", messages=ASK, tools=[UNIT], max_tokens=100,
+                                                    temperature=0)
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls" and msg.tool_calls[0].function.name == "get_unit"
+    assert msg.model_extra["reasoning_content"].strip() == "Pick one." and not msg.content

@@ -264,6 +264,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         try:
             s.chain = self.llama._make_sampler(**req.sampling)
             s.grammar = _sampling.grammar_sampler(self.model, req.grammar)
+            s.special = _sampling.special_tokens(req.grammar)  # a chat template's preserved tokens, as text
             _sampling.prime_penalties(s.chain, req.prompt_tokens, self.llama.last_n_tokens_size,
                                       self.llama.sampling_convention)
             want_lp = req.logprobs is not None and req.logprobs >= 0
@@ -475,9 +476,12 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             self._finish(s, "stop")
             return
         s.n_gen += 1
-        piece = self._pieces.get(tok)
-        if piece is None:
-            piece = self._pieces[tok] = self.model.token_to_piece(tok)
+        if tok in s.special:  # the chat parser reads these (harmony's <|channel|>, Qwen's <tool_call>...)
+            piece = self.model.token_to_piece(tok, special=True)
+        else:
+            piece = self._pieces.get(tok)
+            if piece is None:
+                piece = self._pieces[tok] = self.model.token_to_piece(tok)
         if s.lp.enabled:
             s.pending.append((tok, row, s.chars))
             s.chars += char_len(piece)

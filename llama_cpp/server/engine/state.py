@@ -20,7 +20,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class Slot:
-    __slots__ = ("seq", "job", "req", "chain", "grammar", "pick", "text", "lp", "pending", "n_fed", "pos",
+    __slots__ = ("seq", "job", "req", "chain", "grammar", "special", "pick", "text", "lp", "pending", "n_fed", "pos",
                  "next_tok", "produced", "n_gen", "t_start", "t_first", "kv", "n_cached", "chars", "spec",
                  "replay", "end", "stop_len", "ckpt_at", "ckpts")
 
@@ -30,6 +30,7 @@ class Slot:
         self.req = req
         self.chain: Any = None
         self.grammar: Any = None
+        self.special: frozenset[int] = frozenset()  # control tokens detokenized as text (the grammar's)
         self.pick: Any = None
         self.text = TextStream(req.stop)
         self.lp: Logprobs | None = None
