@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .._errors import LlamaError, ParameterError
+from .._safety.tool_limits import check_tools
 from ..llama_grammar import LlamaGrammar
 from .base import validate_messages
 from .constraint import ChatConstraint
@@ -323,6 +324,8 @@ def chat_route(llama: Any, handler: Any, call: Mapping[str, Any]) -> tuple[Any, 
     handler that does not take them are refused, never dropped. Handlers written for upstream get
     ``logits_processor``, ``stopping_criteria``, ``logprobs``, ``tfs_z``, mirostat and
     ``special_in_content`` only when they are set."""
+    check_tools(call.get("tools"))
+    check_tools(call.get("functions"), "functions")
     own = check_chat_options(call.get("chat_template_kwargs"), call.get("reasoning_format"),
                              call.get("reasoning_budget"))
     defaults = getattr(llama, "chat_options", {})

@@ -20,6 +20,7 @@ from .._errors import ContextOverflowError
 from .._generation import responses as _responses
 from .._safety.chat_tokens import message_texts, tokenize_chat_prompt
 from .._safety.prompt_chars import check_prompt_chars
+from .._safety.tool_limits import check_tools
 from ..llama import Llama
 from ..llama_grammar import LlamaGrammar, json_schema_to_gbnf
 from .errors import APIError
@@ -125,6 +126,11 @@ def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt
     """The chat's prompt tokens, template stops, grammar and forced tool (as Llama builds them):
     with tools, through llama.cpp's chat layer where ``Llama.create_chat_completion`` goes there."""
     msgs = _chat.validate_messages(body.messages)
+    try:
+        check_tools(body.tools)
+        check_tools(body.functions, "functions")
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="tools") from exc
     tools, tool_choice = body.tools, body.tool_choice
     if body.functions and not tools:
         tools = [{"type": "function", "function": f} for f in body.functions]

@@ -115,3 +115,20 @@ def test_slots_render_preserved_tokens_as_text_for_the_parser(preserving, script
     msg = r.choices[0].message
     assert r.choices[0].finish_reason == "tool_calls" and msg.tool_calls[0].function.name == "get_unit"
     assert msg.model_extra["reasoning_content"].strip() == "Pick one." and not msg.content
+
+
+def test_tools_over_the_bounds_are_400_naming_the_tool(srv):
+    too_many = [{"type": "function", "function": {"name": f"t{i}"}} for i in range(129)]
+    r = httpx.post(srv.url + "/v1/chat/completions", json={"model": "think", "messages": ASK, "tools": too_many},
+                   timeout=60)
+    assert r.status_code == 400 and "at most 128" in r.json()["error"]["message"]
+    unnamed = [{"type": "function", "function": {"name": "has space", "parameters": {"type": "object"}}}]
+    r = httpx.post(srv.url + "/v1/chat/completions", json={"model": "think", "messages": ASK, "tools": unnamed},
+                   timeout=60)
+    assert r.status_code == 400 and "has space" in r.json()["error"]["message"]
+
+
+def test_llama_refuses_the_same_tools(srv):
+    llm = srv.app.state.registry.get("think").llama
+    with pytest.raises(ValueError, match="used twice"):
+        llm.create_chat_completion(ASK, tools=[UNIT, UNIT], max_tokens=1)
