@@ -195,7 +195,7 @@ def test_the_smoke_stage_passes_on_this_build(nc, native_build, tmp_path):
     pkg.mkdir()
     (pkg / "lib").symlink_to(Path(nc.load_library().path).parent, target_is_directory=True)
     (pkg / "native-manifest.json").write_text((native_build.root / "native-manifest.json").read_text())
-    ctx = workload.Context(argparse.Namespace())
+    ctx = workload.Context(argparse.Namespace(source_build=False))
     ctx.pkg = pkg
     detail = workload.stage_chat(ctx)
     assert "tool call and reasoning parsed" in detail and "libllama-cpp-ext" in detail
