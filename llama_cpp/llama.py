@@ -7,15 +7,11 @@ validated (token ids, length against ``n_ctx``) before any native call.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import logging
 import os
-import time
-import uuid
 import warnings
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,8 +19,9 @@ import numpy as np
 from . import llama_chat_format as _chat
 from . import llama_types as T
 from . import speculative as _spec
+from ._chat import template_chat as _template_chat
+from ._compat import snapshot as _snapshot
 from ._compat.hooks import (
-    HookedSource,
     LogitsProcessor,
     LogitsProcessorList,
     MinTokensLogitsProcessor,
@@ -32,19 +29,21 @@ from ._compat.hooks import (
     StoppingCriteriaList,
     TokenHooks,
 )
+from ._compat.keywords import unknown_keywords
 from ._compat.state import LlamaState, longest_token_prefix
 from ._core.context import LlamaBatch, LlamaContext
 from ._core.model import LlamaLoraAdapter, LlamaModel, flash_attn_type
 from ._core.sampler import LlamaSampler
+from ._core.vocab_only import VocabOnlyContext
 from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError, ModelNotFoundError
+from ._generation import completion as _completion
 from ._generation import loop as _gen
-from ._generation import responses as _responses
 from ._generation import sampling as _sampling
+from ._generation import streams as _streams
 from ._placement.load import prepare as _place
 from ._safety import boundary as _boundary
 from ._safety import checks as _checks
 from ._safety.call_guard import CallGuard, serialized
-from ._safety.chat_tokens import message_texts, tokenize_chat_prompt
 from .llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache
 from .llama_cpp import (
     LLAMA_ATTENTION_TYPE_UNSPECIFIED,
@@ -55,53 +54,12 @@ from .llama_cpp import (
     LLAMA_SPLIT_MODE_LAYER,
 )
 from .llama_embedding import embed_token_lists
-from .llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+from .llama_grammar import LlamaGrammar
 from .llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 from .llama_tokenizer import BaseLlamaTokenizer, LlamaHFTokenizer, LlamaTokenizer
 from .llama_types import *  # noqa: F403 (upstream's llama module re-exports its types)
 
 log = logging.getLogger("llama_cpp")
-
-
-#: keywords that older upstream releases (or wrappers written for them, LangChain's ``device``) pass
-#: and that mean nothing here: a DeprecationWarning, which Python shows for the caller's own code
-_OBSOLETE_KEYWORDS = frozenset({"f16_kv", "n_parts", "low_vram", "mul_mat_q", "n_gqa", "rms_norm_eps", "device",
-                                "logits_all_fallback", "embedding_only", "cache", "cache_type", "cache_size"})
-
-
-def _unknown_keywords(kwargs: dict[str, Any], known: dict[str, Any]) -> None:
-    """Upstream accepts and ignores any keyword; so do we, with a warning naming them. A near miss of a
-    real parameter (``n_ctxx``) is a typo, not an old keyword: TypeError with the right name."""
-    old = sorted(k for k in kwargs if k in _OBSOLETE_KEYWORDS)
-    other = sorted(k for k in kwargs if k not in _OBSOLETE_KEYWORDS)
-    for name in other:
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
-        if close:
-            raise TypeError(f"Llama() got an unexpected keyword argument {name!r}: did you mean {close[0]!r}?")
-    if old:
-        warnings.warn(f"Llama() ignores the obsolete keyword argument(s) {', '.join(old)}: llama.cpp no longer "
-                      "has them", DeprecationWarning, stacklevel=3)
-    if other:
-        warnings.warn(f"Llama() ignores the unknown keyword argument(s) {', '.join(other)}", UserWarning,
-                      stacklevel=3)
-
-
-class VocabOnlyContext:
-    """``Llama._ctx`` of a ``vocab_only`` model. llama.cpp makes no context without weights, so this
-    keeps the sizes and the vocabulary handle (``ctx``, never None); generation refuses it."""
-
-    def __init__(self, model: LlamaModel, n_ctx: int, n_batch: int) -> None:
-        self.ctx: Any = model.vocab
-        self._n_ctx, self._n_batch = int(n_ctx), int(n_batch)
-
-    def n_ctx(self) -> int:
-        return self._n_ctx
-
-    def n_batch(self) -> int:
-        return self._n_batch
-
-    def close(self) -> None:
-        self.ctx = None
 
 
 class Llama:
@@ -199,7 +157,7 @@ class Llama:
         # the constructor's arguments, for pickling (__getstate__ re-creates the object from them)
         self._init_args = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
         if kwargs:
-            _unknown_keywords(kwargs, self._init_args)
+            unknown_keywords(kwargs, self._init_args)
         if draft_model is not None and not callable(draft_model):
             raise TypeError(f"draft_model must be a LlamaDraftModel (a callable), got {type(draft_model).__name__}")
         if tokenizer is not None and not isinstance(tokenizer, BaseLlamaTokenizer):
@@ -694,101 +652,16 @@ class Llama:
     def _token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
                       grammar: LlamaSampler | None, want_logprobs: bool, reuse_prefix: bool = True,
                       hooks: TokenHooks | None = None, prime: bool = True) -> Iterator[_gen.TokenRow]:
-        """Evaluate the prompt now and return the ``(token, logits_row_or_None)`` source: tokens until
-        EOG (yielded last) or ``max_tokens``. Called from inside the generators that consume it.
-        ``prime=False``: the chain's penalties have already seen the prompt."""
-        self._need_ctx()
-        model = self._model
-        want_row = want_logprobs or (hooks is not None and bool(hooks.criteria))
-        pick = _sampling.token_picker(model, chain, grammar, want_row, hooks)
-        source: Iterator[_gen.TokenRow]
-        if self._running_spec() is not None:
-            source = self._spec_token_stream(prompt_tokens, max_tokens, chain, pick, reuse_prefix, prime)
-        else:
-            self._prepare(prompt_tokens, reuse_prefix)
-            if prime:
-                _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size, self.sampling_convention)
-            if self.draft_model is not None and not (self._is_recurrent or self._is_hybrid):
-                source = self._draft_token_stream(pick, max_tokens)
-            else:
-                source = self._plain_token_stream(pick, max_tokens)
-        return HookedSource(source, hooks) if hooks is not None else source  # type: ignore[return-value]
-
-    def _plain_token_stream(self, pick: _sampling.Pick, max_tokens: int) -> Iterator[_gen.TokenRow]:
-        try:
-            yield from _gen.decode_loop(self._model, self._step, pick, len(self._input_ids), max_tokens,
-                                        self._input_ids.append)
-        except GeneratorExit:
-            raise
-        except BaseException:
-            self._fresh = False  # a decode may have failed half-way
-            raise
-
-    def _draft_token_stream(self, pick: _sampling.Pick, max_tokens: int) -> Iterator[_gen.TokenRow]:
-        """``_token_stream`` with ``draft_model``: the same tokens, drafted tokens verified in batches."""
-        try:
-            yield from _gen.draft_loop(self._model, self._ctx, self._batch, pick, self.draft_model,
-                                       list(self._input_ids), len(self._input_ids), max_tokens,
-                                       self._input_ids.append)
-        finally:
-            self._fresh = False  # the last batch's logits may be a rejected draft's
-
-    def _spec_token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
-                           pick: _sampling.Pick, reuse_prefix: bool, prime: bool = True) -> Iterator[_gen.TokenRow]:
-        """``_token_stream`` through the MTP decoder: the same tokens, several per target decode."""
-        dec = self._spec
-        assert dec is not None
-        if not reuse_prefix:
-            dec.invalidate()
-        dec.stats.reset()
-        self._fresh = False
-        dec.prefill(prompt_tokens)
-        self._input_ids = dec.kv_tokens
-        if prime:
-            _sampling.prime_penalties(chain, prompt_tokens, self.last_n_tokens_size, self.sampling_convention)
-        try:
-            yield from _gen.speculative_loop(dec, pick, max_tokens)
-        finally:
-            self._input_ids = dec.kv_tokens
-            st = dec.stats
-            self.last_speculative_stats = dataclasses.replace(
-                st, drafted_at=list(st.drafted_at), accepted_at=list(st.accepted_at))
+        """The prompt evaluated, then ``(token, logits_row_or_None)`` rows (``_generation.streams``)."""
+        return _streams.token_stream(self, prompt_tokens, max_tokens, chain, grammar, want_logprobs,
+                                     reuse_prefix=reuse_prefix, hooks=hooks, prime=prime)
 
     # ------------------------------------------------------------------------------------------
     # completion
     # ------------------------------------------------------------------------------------------
     def _prompt_tokens(self, prompt: str | bytes | Sequence[int], suffix: str | None,
                        add_bos: bool = True) -> list[int]:
-        m = self._need_model()
-        if isinstance(prompt, (str, bytes)):
-            data = prompt.encode("utf-8") if isinstance(prompt, str) else prompt
-            if suffix is not None:
-                return self._infill_tokens(data, suffix.encode("utf-8"))
-            if self._init_args["tokenizer"] is not None:  # Llama(tokenizer=...) tokenizes text prompts
-                toks = [int(t) for t in self.tokenizer_.tokenize(data, add_bos, True)] if data or add_bos else []
-            else:
-                toks = m.tokenize(data, add_special=add_bos, parse_special=True) if data or add_bos else []
-        else:
-            if suffix is not None:
-                raise ValueError("suffix needs a text prompt")
-            toks = [int(t) for t in prompt]
-        if not toks and m.add_bos() and m.token_bos() >= 0:
-            toks = [m.token_bos()]
-        return toks
-
-    def _infill_tokens(self, prefix: bytes, suffix: bytes) -> list[int]:
-        m = self._need_model()
-        C = m._C
-        pre, suf, mid = (int(C.llama_vocab_fim_pre(m.vocab)), int(C.llama_vocab_fim_suf(m.vocab)),
-                         int(C.llama_vocab_fim_mid(m.vocab)))
-        if min(pre, suf, mid) < 0:
-            raise ValueError("suffix (fill-in-the-middle) needs a model with FIM tokens; this one has none")
-        p = m.tokenize(prefix, add_special=False, parse_special=False)
-        s = m.tokenize(suffix, add_special=False, parse_special=False)
-        bos = [m.token_bos()] if m.add_bos() and m.token_bos() >= 0 else []
-        if self.spm_infill:
-            return bos + [suf] + s + [pre] + p + [mid]
-        return bos + [pre] + p + [suf] + s + [mid]
+        return _completion.prompt_tokens(self, prompt, suffix, add_bos)
 
     def _completion_chunks(self, prompt_tokens: list[int], *, max_tokens: int | None, stop: Any,
                            logprobs: int | None, echo: bool, chain: LlamaSampler,
@@ -796,72 +669,10 @@ class Llama:
                            hooks: TokenHooks | None = None, prompt_chars: int | None = None,
                            special_tokens: frozenset[int] = frozenset()) -> Iterator[dict[str, Any]]:
         """The one generation path: streaming yields these chunks, non-streaming joins them."""
-        m = self._need_model()
-        ctx = self._need_ctx()
-        self._check_prompt(prompt_tokens)
-        room = ctx.n_ctx() - len(prompt_tokens)
-        if max_tokens is None or max_tokens <= 0:
-            max_tokens = room
-        max_tokens = min(int(max_tokens), room)
-        want_lp = logprobs is not None and logprobs >= 0
-        if self.cache is not None:
-            self._cache_restore(prompt_tokens)
-        head = m.detokenize(prompt_tokens) if echo else b""
-        prompt_lp = self._prompt_logprobs(prompt_tokens, _gen.Logprobs(m, logprobs)) if want_lp and echo else ()
-        base = 0  # logprob offsets count from the end of the prompt when it is not echoed
-        if want_lp and not echo:
-            base = _gen.char_len(m.detokenize(prompt_tokens)) if prompt_chars is None else prompt_chars
-        tokens = self._token_stream(prompt_tokens, max_tokens, chain, grammar, want_lp, hooks=hooks)
-        yield from _gen.completion_chunks(
-            m, tokens, n_prompt=len(prompt_tokens), stop=stop, logprobs=logprobs, head=head,
-            completion_id=completion_id, created=created, model_name=model_name, prompt_logprobs=prompt_lp,
-            offset_base=base, special_tokens=special_tokens)
-        if self.cache is not None and self._input_ids:
-            self.cache[list(self._input_ids)] = self.save_state()
-
-    _PROMPT_LOGPROB_ROWS = 64  # rows per batch when scoring a prompt: bounds the logits buffer
-
-    def _prompt_logprobs(self, tokens: Sequence[int], lp: _gen.Logprobs) -> list[_gen.LogprobEntry]:
-        """Evaluate ``tokens`` afresh keeping every position's logits, and return the echoed prompt's
-        logprob entries (a leading BOS is left out; the first token has no logprob, as upstream).
-        The context then holds the prompt with its last logits, so generation evaluates nothing."""
-        ctx, m = self._need_ctx(), self._need_model()
-        first = 1 if len(tokens) > 1 and tokens[0] == m.token_bos() else 0
-        # offsets[k]: characters of detokenize(tokens[:k]); after the first piece (whose leading space
-        # detokenize may drop) each token adds its own piece, so one pass instead of one per prefix
-        offsets = [0] * len(tokens)
-        if first + 1 < len(tokens):
-            offsets[first + 1] = _gen.char_len(m.detokenize(tokens[:first + 1]))
-        for k in range(first + 2, len(tokens)):
-            offsets[k] = offsets[k - 1] + _gen.char_len(m.token_to_piece(int(tokens[k - 1])))
-        entries = [lp.entry(int(tokens[first]), None, offsets[first])]
-        self._input_ids.clear()
-        self._fresh = False
-        ctx.memory_clear(True)
-        step = max(1, min(ctx.n_batch(), self._PROMPT_LOGPROB_ROWS))
-        for i in range(0, len(tokens), step):
-            chunk = [int(t) for t in tokens[i:i + step]]
-            self._decode_tokens(chunk, i, True)
-            self._input_ids.extend(chunk)
-            for j in range(len(chunk)):
-                nxt = i + j + 1  # the row of position i + j scores the token after it
-                if first < nxt < len(tokens):
-                    entries.append(lp.entry(int(tokens[nxt]), ctx.logits_ith(j - len(chunk)), offsets[nxt]))
-        self._fresh = True
-        return entries
-
-    def _cache_restore(self, prompt_tokens: Sequence[int]) -> None:
-        """Load the cached state sharing the most with the prompt, if it shares more than the context."""
-        try:
-            item = self.cache[prompt_tokens]  # type: ignore[index]
-        except KeyError:
-            return
-        cached = [int(t) for t in np.asarray(item.input_ids)[: item.n_tokens]]
-        if longest_token_prefix(cached, prompt_tokens) > longest_token_prefix(self._input_ids, prompt_tokens):
-            try:
-                self.load_state(item)
-            except LlamaError as exc:  # another model's or another context's entry: evaluate afresh
-                log.warning("prompt cache entry not used: %s", exc)
+        return _completion.completion_chunks(
+            self, prompt_tokens, max_tokens=max_tokens, stop=stop, logprobs=logprobs, echo=echo, chain=chain,
+            grammar=grammar, completion_id=completion_id, created=created, model_name=model_name, hooks=hooks,
+            prompt_chars=prompt_chars, special_tokens=special_tokens)
 
     @serialized()
     def create_completion(
@@ -903,38 +714,7 @@ class Llama:
         (``finish_reason`` ``stop``). Without ``seed`` the object's seed advances per call.
         """
         _boundary.check_args(locals())
-        self._need_ctx()
-        prompt_tokens = self._prompt_tokens(prompt, suffix)
-        self._check_prompt(prompt_tokens)
-        hooks = TokenHooks.build(prompt_tokens, self._n_vocab, logits_processor, stopping_criteria)
-        chain = self._make_sampler(
-            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-            presence_penalty=presence_penalty, penalty_last_n=penalty_last_n, mirostat_mode=mirostat_mode,
-            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, seed=self._call_seed(seed),
-            logit_bias=logit_bias)
-        try:
-            gsampler = _sampling.grammar_sampler(self._need_model(), grammar)
-        except BaseException:
-            chain.close()
-            raise
-        chunks = self._completion_chunks(
-            prompt_tokens, max_tokens=max_tokens, stop=stop, logprobs=logprobs, echo=echo, chain=chain,
-            grammar=gsampler, completion_id=f"cmpl-{uuid.uuid4()}", created=int(time.time()),
-            model_name=model or self.model_path, hooks=hooks, special_tokens=_sampling.special_tokens(grammar),
-            prompt_chars=len(prompt) if isinstance(prompt, str) and suffix is None else None)
-
-        def closing() -> Iterator[dict[str, Any]]:
-            try:
-                yield from chunks
-            finally:
-                chain.close()
-                if gsampler is not None:
-                    gsampler.close()
-
-        if stream:
-            return self._guard.stream(closing())  # type: ignore[return-value]
-        return _responses.join_chunks(list(closing()))  # type: ignore[return-value]
+        return _completion.create_completion(self, locals())  # type: ignore[no-any-return]
 
     __call__ = create_completion
 
@@ -955,63 +735,7 @@ class Llama:
         ``send(more_tokens)`` instead of ``next()`` appends ``more_tokens`` after the token just
         yielded and returns the token sampled after them (the penalties see them; a grammar does not).
         """
-        tokens = [int(t) for t in tokens]
-        if not reset:
-            tokens = list(self._input_ids) + tokens
-        self._check_prompt(tokens)
-        hooks = TokenHooks.build(tokens, self._n_vocab, logits_processor, stopping_criteria)
-        chain = self._make_sampler(
-            temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-            penalty_last_n=None, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-            mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias)
-        try:
-            g = _sampling.grammar_sampler(self._need_model(), grammar)
-        except BaseException:
-            chain.close()
-            raise
-
-        def token_ids() -> Generator[int, Sequence[int] | None, None]:
-            history, h, prime = list(tokens), hooks, True
-            try:
-                while True:
-                    stream = self._token_stream(history, self.n_ctx() - len(history), chain, g, False,
-                                                reuse_prefix=True, hooks=h, prime=prime)
-                    more: list[int] = []
-                    for tok, _ in stream:
-                        history.append(tok)
-                        sent = yield tok
-                        if sent is not None and len(sent):
-                            more = self._sent_tokens(sent, len(history))
-                            break
-                    close = getattr(stream, "close", None)
-                    if close is not None:
-                        close()
-                    if not more:
-                        return
-                    # the token just yielded was not decoded yet: it is evaluated with ``more``
-                    _sampling.prime_penalties(chain, more, self.last_n_tokens_size, self.sampling_convention)
-                    history += more
-                    h = TokenHooks.build(history, self._n_vocab, logits_processor, stopping_criteria)
-                    prime = False
-            finally:
-                chain.close()
-                if g is not None:
-                    g.close()
-
-        return self._guard.stream(token_ids())
-
-    def _sent_tokens(self, sent: Sequence[int], n_history: int) -> list[int]:
-        """Tokens sent into :meth:`generate`, checked before they reach the context."""
-        if isinstance(sent, (str, bytes)) or not isinstance(sent, Sequence | np.ndarray):
-            raise TypeError(f"generate().send() takes a sequence of token ids, got {type(sent).__name__}")
-        more = [int(t) for t in sent]
-        self._model.check_tokens(more, "sent token")
-        if n_history + len(more) >= self.n_ctx():
-            raise ContextOverflowError(
-                f"{n_history} tokens so far + {len(more)} sent leave no room in n_ctx={self.n_ctx()}: "
-                "send fewer tokens or create Llama(n_ctx=...) larger")
-        return more
+        return _completion.generate(self, locals())
 
     @serialized()
     def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
@@ -1023,45 +747,13 @@ class Llama:
                logit_bias: dict[int, float] | None = None) -> int:
         """Sample one token after ``eval``: from the last evaluated position, or ``idx`` (a position
         in ``input_ids`` whose logits the last batch kept, e.g. any with ``logits_all``)."""
-        ctx = self._need_ctx()
-        if not self._input_ids:
-            raise LlamaError("nothing evaluated yet: call eval(tokens) first")
-        self._refresh_logits()
-        ridx = -1 if idx is None else int(idx) - len(self._input_ids)
-        if not -max(1, self._n_outputs) <= ridx < 0:
-            raise IndexError(f"idx={idx} has no logits: the last batch kept positions "
-                             f"{len(self._input_ids) - max(1, self._n_outputs)}..{len(self._input_ids) - 1} "
-                             "(create Llama(logits_all=True) to keep every position)")
-        chain = self._make_sampler(
-            temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-            penalty_last_n=None, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-            mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias)
-        try:
-            hooks = TokenHooks.build(self._input_ids[:len(self._input_ids) + ridx + 1], self._n_vocab,
-                                     logits_processor, None)
-            _sampling.prime_penalties(chain, self._input_ids, self.last_n_tokens_size, self.sampling_convention)
-            g = _sampling.grammar_sampler(self._model, grammar)
-            try:
-                return _sampling.sample_once(self._model, ctx, chain, g, hooks, ridx)
-            finally:
-                if g is not None:
-                    g.close()
-        finally:
-            chain.close()
+        return _completion.sample(self, locals())
 
     # ------------------------------------------------------------------------------------------
     # chat
     # ------------------------------------------------------------------------------------------
     def _chat_formatter(self) -> _chat.Jinja2ChatFormatter:
-        if self._formatter is None:
-            m = self._need_model()
-            fmt = _chat.model_chat_formatter(m, chat_format=self.chat_format)
-            if fmt is None:
-                log.info("the model has no chat template; using the llama-2 chat format")
-                fmt = _chat.model_chat_formatter(m, chat_format="llama-2")
-            self._formatter = fmt
-        return self._formatter
+        return _template_chat.chat_formatter(self)
 
     @serialized()
     def create_chat_completion(
@@ -1103,82 +795,10 @@ class Llama:
         and a template that knows them, through llama.cpp's chat layer (``tool_calls`` parsed). Special-
         token text in message content is tokenized as text (no forged turns) unless ``special_in_content``."""
         _boundary.check_args(locals(), {"logprobs": "bool?"})
-        handler, extra = _chat.chat_route(self, self.chat_handler, locals())
-        if handler is not None:
-            return handler(
-                llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
-                tool_choice=tool_choice, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-                typical_p=typical_p, stream=stream, stop=stop, seed=seed, response_format=response_format,
-                max_tokens=max_tokens, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                repeat_penalty=repeat_penalty, model=model, grammar=grammar, logit_bias=logit_bias, **extra)
-        msgs = _chat.validate_messages(messages)
-        if functions and not tools:
-            tools = [{"type": "function", "function": f} for f in functions]
-            if isinstance(function_call, dict):
-                tool_choice = {"type": "function", "function": {"name": function_call["name"]}}
-        fmt = self._chat_formatter()
-        result = fmt(messages=msgs, tools=tools)
-        tool_name: str | None = None
-        if tools and tool_choice not in (None, "none", "auto"):
-            tool = self._select_tool(tools, tool_choice)
-            tool_name = tool["function"]["name"]
-            if grammar is None:
-                grammar = json_schema_to_gbnf(tool["function"].get("parameters") or {"type": "object"})
-        if grammar is None and response_format:
-            grammar = self._response_format_grammar(response_format)
-        m = self._need_model()
-        # Message content is text: special-token text in it (a forged turn marker) stays text.
-        prompt_tokens = tokenize_chat_prompt(m, result.prompt, message_texts(msgs),
-                                             add_special=not result.added_special,
-                                             special_in_content=special_in_content,
-                                             render=lambda ms: fmt(messages=ms, tools=tools).prompt, messages=msgs)
-        stops = list(result.stop)
-        if stop:
-            stops += [stop] if isinstance(stop, str) else list(stop)
-        completion = self.create_completion(
-            prompt_tokens, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-            typical_p=typical_p, logprobs=(top_logprobs or 0) if logprobs else None, stop=stops,
-            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
-            stream=stream, seed=seed, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-            mirostat_eta=mirostat_eta, model=model, grammar=grammar, logit_bias=logit_bias,
-            logits_processor=logits_processor, stopping_criteria=stopping_criteria)
-        if stream:
-            return _responses.chat_stream(completion, tool_name)  # type: ignore[arg-type,return-value]
-        return _responses.chat_response(completion, tool_name)  # type: ignore[arg-type,return-value]
+        return _template_chat.create_chat_completion(self, locals())  # type: ignore[no-any-return]
 
-    @staticmethod
-    def _response_format_grammar(response_format: Any) -> str | None:
-        """The GBNF an OpenAI ``response_format`` asks for (None for plain text)."""
-        kind = response_format.get("type")
-        if kind == "json_object":
-            schema = response_format.get("schema")
-            return json_schema_to_gbnf(schema) if schema else JSON_GBNF
-        if kind == "json_schema":
-            js = response_format.get("json_schema") or {}
-            return json_schema_to_gbnf(js.get("schema", js) if isinstance(js, dict) else js)
-        if kind not in (None, "text"):
-            raise ValueError(f"unsupported response_format type {kind!r}")
-        return None
-
-    @staticmethod
-    def _select_tool(tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
-        if isinstance(choice, dict):
-            name = (choice.get("function") or {}).get("name")
-            for t in tools:
-                if t.get("function", {}).get("name") == name:
-                    return t
-            raise ValueError(f"tool_choice names {name!r}, which is not in tools")
-        if choice == "required":
-            if len(tools) != 1:
-                raise ValueError("tool_choice='required' with several tools is not supported: name the tool")
-            return tools[0]
-        if isinstance(choice, str):  # a bare tool name (LangChain's bind_tools(tool_choice="name"))
-            for t in tools:
-                if t.get("function", {}).get("name") == choice:
-                    return t
-            names = [t.get("function", {}).get("name") for t in tools]
-            raise ValueError(f"tool_choice {choice!r} is neither 'none', 'auto', 'required' nor one of the tools {names}")
-        raise ValueError(f"unsupported tool_choice {choice!r}")
+    _response_format_grammar = staticmethod(_template_chat.response_format_grammar)
+    _select_tool = staticmethod(_template_chat.select_tool)
 
     # ------------------------------------------------------------------------------------------
     # embeddings
@@ -1225,17 +845,7 @@ class Llama:
     @serialized()
     def save_state(self) -> LlamaState:
         """Snapshot the KV cache and token history (``scores`` holds the last logits row)."""
-        ctx = self._need_ctx()
-        data = ctx.state_get()
-        scores = None
-        if self._input_ids and self._fresh:
-            scores = np.array(ctx.logits_ith(-1), dtype=np.single)[None, :]
-        spec = None
-        if self._spec is not None and self._input_ids and self._spec.kv_tokens == self._input_ids:
-            spec = self._spec.save_state()
-        return _boundary.seal(self, LlamaState(
-            input_ids=self.input_ids.copy(), scores=scores, n_tokens=len(self._input_ids), llama_state=data,
-            llama_state_size=len(data), seed=self._seed, speculative=spec, fingerprint=self._state_fingerprint()))
+        return _snapshot.save_state(self)
 
     def _state_fingerprint(self) -> str:
         return _boundary.model_fingerprint(self)
@@ -1248,35 +858,7 @@ class Llama:
         a recurrent or hybrid model only once its logits are needed, since that rebuilds the memory,
         and a prompt that extends the state evaluates only the new tokens).
         """
-        ctx = self._need_ctx()
-        if self._spec is not None and getattr(state, "speculative", None) is not None:
-            # the decoder restores both contexts, its pending token and hidden row
-            self._spec.load_state(state.speculative)
-            self._input_ids = self._spec.kv_tokens
-            self._seed = state.seed
-            self._fresh = False
-            return
-        if getattr(state, "fingerprint", None) and state.fingerprint != self._state_fingerprint():
-            raise ContextError("this state was saved from another model (or another file of it): load it into "
-                               "a Llama of the model that saved it")
-        _boundary.check_before_load(self, state)
-        tokens = [int(t) for t in np.asarray(state.input_ids)[: int(state.n_tokens)]]
-        self._model.check_tokens(tokens, "state token")
-        if len(tokens) > ctx.n_ctx():
-            raise ContextOverflowError(f"the state holds {len(tokens)} tokens; this context holds "
-                                       f"n_ctx={ctx.n_ctx()}: load it into a Llama with a larger n_ctx")
-        self._fresh = False
-        if self._spec is not None:
-            self._spec.invalidate()
-        try:  # on a refusal the memory is cleared: the history must say so too
-            _boundary.restore_state(ctx, state, len(tokens))
-        except LlamaError:
-            self._input_ids = []
-            raise
-        self._input_ids = tokens
-        self._seed = int(state.seed)
-        if tokens and not (self._is_recurrent or self._is_hybrid):
-            self._refresh_logits()  # one token; recurrent memory would be rebuilt, so it waits for a need
+        _snapshot.load_state(self, state)
 
     # ------------------------------------------------------------------------------------------
     # compatibility: pickling, Hugging Face, OpenAI types

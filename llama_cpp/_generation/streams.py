@@ -1,0 +1,88 @@
+"""``Llama``'s token sources: the prompt evaluated, then ``(token, logits_row_or_None)`` rows from
+plain decoding, a ``draft_model``'s verify loop or the speculative (MTP / n-gram) decoder.
+
+Functions take the ``Llama`` and call its methods (``_prepare``, ``_running_spec``), so a subclass or
+a test that replaces those is still followed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .._compat.hooks import HookedSource, TokenHooks
+from .._core.sampler import LlamaSampler
+from . import loop as _gen
+from . import sampling as _sampling
+
+
+def token_stream(llama: Any, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
+                 grammar: LlamaSampler | None, want_logprobs: bool, reuse_prefix: bool = True,
+                 hooks: TokenHooks | None = None, prime: bool = True) -> Iterator[_gen.TokenRow]:
+    """Evaluate the prompt now and return the ``(token, logits_row_or_None)`` source: tokens until
+    EOG (yielded last) or ``max_tokens``. Called from inside the generators that consume it.
+    ``prime=False``: the chain's penalties have already seen the prompt."""
+    llama._need_ctx()
+    model = llama._model
+    want_row = want_logprobs or (hooks is not None and bool(hooks.criteria))
+    pick = _sampling.token_picker(model, chain, grammar, want_row, hooks)
+    source: Iterator[_gen.TokenRow]
+    if llama._running_spec() is not None:
+        source = spec_token_stream(llama, prompt_tokens, max_tokens, chain, pick, reuse_prefix, prime)
+    else:
+        llama._prepare(prompt_tokens, reuse_prefix)
+        if prime:
+            _sampling.prime_penalties(chain, prompt_tokens, llama.last_n_tokens_size, llama.sampling_convention)
+        if llama.draft_model is not None and not (llama._is_recurrent or llama._is_hybrid):
+            source = draft_token_stream(llama, pick, max_tokens)
+        else:
+            source = plain_token_stream(llama, pick, max_tokens)
+    return HookedSource(source, hooks) if hooks is not None else source  # type: ignore[return-value]
+
+
+def plain_token_stream(llama: Any, pick: _sampling.Pick, max_tokens: int) -> Iterator[_gen.TokenRow]:
+    """One decode per token."""
+    try:
+        yield from _gen.decode_loop(llama._model, llama._step, pick, len(llama._input_ids), max_tokens,
+                                    llama._input_ids.append)
+    except GeneratorExit:
+        raise
+    except BaseException:
+        llama._fresh = False  # a decode may have failed half-way
+        raise
+
+
+def draft_token_stream(llama: Any, pick: _sampling.Pick, max_tokens: int) -> Iterator[_gen.TokenRow]:
+    """``token_stream`` with ``draft_model``: the same tokens, drafted tokens verified in batches."""
+    try:
+        yield from _gen.draft_loop(llama._model, llama._ctx, llama._batch, pick, llama.draft_model,
+                                   list(llama._input_ids), len(llama._input_ids), max_tokens,
+                                   llama._input_ids.append)
+    finally:
+        llama._fresh = False  # the last batch's logits may be a rejected draft's
+
+
+def spec_token_stream(llama: Any, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
+                      pick: _sampling.Pick, reuse_prefix: bool, prime: bool = True) -> Iterator[_gen.TokenRow]:
+    """``token_stream`` through the MTP decoder: the same tokens, several per target decode."""
+    dec = llama._spec
+    assert dec is not None
+    if not reuse_prefix:
+        dec.invalidate()
+    dec.stats.reset()
+    llama._fresh = False
+    dec.prefill(prompt_tokens)
+    llama._input_ids = dec.kv_tokens
+    if prime:
+        _sampling.prime_penalties(chain, prompt_tokens, llama.last_n_tokens_size, llama.sampling_convention)
+    try:
+        yield from _gen.speculative_loop(dec, pick, max_tokens)
+    finally:
+        llama._input_ids = dec.kv_tokens
+        st = dec.stats
+        llama.last_speculative_stats = dataclasses.replace(
+            st, drafted_at=list(st.drafted_at), accepted_at=list(st.accepted_at))
+
+
+__all__ = ["draft_token_stream", "plain_token_stream", "spec_token_stream", "token_stream"]
