@@ -194,3 +194,39 @@ def test_cli_parses_lora_flags():
                          '{"path": "c:d.gguf", "scale": 2}'])
     s = parse_model_from_args(ModelSettings, args)
     assert [(a.path, a.scale) for a in s.lora_adapters] == [("a.gguf", 1.0), ("b.gguf", 0.25), ("c:d.gguf", 2.0)]
+
+
+def test_responses_and_messages_pass_lora_through(served):
+    bad = [{"id": 9, "scale": 1.0}]
+    r = httpx.post(served.url + "/v1/responses", timeout=120,
+                   json={"model": "spm", "input": "hi", "max_output_tokens": 4, "lora": bad})
+    assert r.status_code == 400 and "not an adapter" in r.text
+    r = httpx.post(served.url + "/v1/messages", timeout=120,
+                   json={"model": "spm", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}],
+                         "lora": bad})
+    assert r.status_code == 400 and "not an adapter" in r.text
+    ok = {"model": "spm", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}],
+          "lora": [{"id": 1, "scale": 1.0}]}
+    assert httpx.post(served.url + "/v1/messages", timeout=120, json=ok).status_code == 200
+
+
+def test_speculating_slots_keep_each_adapter_set_apart(start_server, spm_path, adapters):
+    srv = start_server([{"model": str(spm_path), "model_alias": "spm", "n_parallel": 3, "n_ctx": 256,
+                         "spec_type": "ngram-simple", "lora_adapters": [{"path": str(p)} for p in adapters],
+                         "lora_init_without_apply": True}])
+    cases = [([{"id": 0, "scale": 1.0}], adapters[0]), ([{"id": 1, "scale": 1.0}], adapters[1]), ([], None)]
+    n = 32
+    want = [solo(spm_path, PROMPTS[2], n, path) for _, path in cases]
+    got: dict[int, str] = {}
+    barrier = threading.Barrier(len(cases))
+
+    def client(i: int) -> None:
+        barrier.wait()
+        got[i] = text(complete(srv, PROMPTS[2], n, cases[i][0]))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert [got.get(i) for i in range(len(cases))] == want
