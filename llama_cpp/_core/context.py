@@ -453,8 +453,8 @@ class LlamaContext(Owned):
         n = len(adapters)
         arr = (ctypes.c_void_p * max(n, 1))(*[a._ptr_int() for a in adapters])
         sc = (ctypes.c_float * max(n, 1))(*[float(s) for s in scales])
-        rc = int(self._C.llama_set_adapters_lora(self._ptr(), ctypes.cast(arr, ctypes.c_void_p) if n else None,
-                                                 n, sc if n else None))
+        # the array itself: ctypes passes a c_void_p *instance* for a pointer argument by its address
+        rc = int(self._C.llama_set_adapters_lora(self._ptr(), arr if n else None, n, sc if n else None))
         if rc != 0:
             raise LlamaError(f"llama_set_adapters_lora failed ({rc}): adapter does not fit this model")
         self._adapters = list(adapters)  # keep them alive while attached

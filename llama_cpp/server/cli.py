@@ -67,7 +67,8 @@ def add_args_from_model(parser: argparse.ArgumentParser, model: type[BaseModel])
         if kind == "bool":
             parser.add_argument(f"--{name}", dest=name, type=parse_bool, metavar="BOOL", help=help_text)
         elif kind == "list":
-            parser.add_argument(f"--{name}", dest=name, nargs="*", type=elem, help=help_text)
+            parser.add_argument(f"--{name}", dest=name, nargs="*", type=getattr(elem, "from_arg", elem),
+                                help=help_text)
         elif kind == "dict":
             parser.add_argument(f"--{name}", dest=name, type=parse_json_object, metavar="JSON", help=help_text)
         else:

@@ -14,6 +14,7 @@ from typing import Any
 from ..llama import Llama
 from .engine import SerialEngine, SlotEngine
 from .errors import APIError
+from .lora import LoraSet
 from .settings import ModelSettings
 
 log = logging.getLogger("llama_cpp.server")
@@ -52,6 +53,7 @@ class ServedModel:
         self.llama: Llama | None = None
         self.engine: SlotEngine | SerialEngine | None = None
         self.n_ctx_slot = 0
+        self.lora: LoraSet | None = None  # its LoRA adapters (None: it has none)
         self.serial = settings.serial  # one request at a time (else slots)
         # why a speculating model is served one request at a time (None: it speculates in its slots)
         self.spec_note: str | None = settings.spec_serial_reason
@@ -79,7 +81,7 @@ class ServedModel:
             yarn_attn_factor=s.yarn_attn_factor, yarn_beta_fast=s.yarn_beta_fast, yarn_beta_slow=s.yarn_beta_slow,
             yarn_orig_ctx=s.yarn_orig_ctx, embedding=s.embedding, offload_kqv=s.offload_kqv,
             flash_attn=s.flash_attn, last_n_tokens_size=s.last_n_tokens_size, lora_base=s.lora_base,
-            lora_path=s.lora_path, numa=bool(s.numa), chat_format=s.chat_format, type_k=s.type_k, type_v=s.type_v,
+            numa=bool(s.numa), chat_format=s.chat_format, type_k=s.type_k, type_v=s.type_v,
             verbose=False, isolate_load=s.isolate_load, devices=s.devices, cpu_moe=s.cpu_moe, n_cpu_moe=s.n_cpu_moe,
             override_tensor=s.override_tensor, rpc_servers=s.rpc_servers, fit=s.fit,
             chat_template_kwargs=s.chat_template_kwargs, reasoning_format=s.reasoning_format,
@@ -123,6 +125,11 @@ class ServedModel:
         log.info("loading model %s from %s (%s)", self.alias, s.model,
                  "one request at a time" if serial else f"{s.n_parallel} slots of {s.n_ctx} tokens")
         llama = Llama(s.model, progress_callback=progress, **self._llama_kwargs(serial))
+        try:
+            lora = self._load_lora(llama)
+        except BaseException:
+            llama.close()
+            raise
         if self.spec_note is not None:
             log.warning("model %s: speculation (%s) %s", self.alias, ", ".join(self.spec_types()), self.spec_note)
         spec = None
@@ -131,20 +138,37 @@ class ServedModel:
                 engine = None
             elif serial:
                 self.n_ctx_slot = llama.n_ctx()
-                engine = SerialEngine(llama, s.max_queue, interrupt=self.interrupt_requests)
+                engine = SerialEngine(llama, s.max_queue, interrupt=self.interrupt_requests, lora=lora)
             else:
                 self.n_ctx_slot = llama.n_ctx() // s.n_parallel
                 spec = self._slot_speculation(llama)
                 engine = SlotEngine(llama, s.n_parallel, self.n_ctx_slot, s.max_queue, cache_prompt=s.cache_prompt,
                                     spec=spec, cache_ram=s.cache_ram,
-                                    slot_prompt_similarity=s.slot_prompt_similarity)
+                                    slot_prompt_similarity=s.slot_prompt_similarity, lora=lora)
         except BaseException:
             if spec is not None:
                 spec.close()
+            if lora is not None:
+                lora.close()
             llama.close()
             raise
-        self.llama, self.engine = llama, engine
+        self.llama, self.engine, self.lora = llama, engine, lora
         log.info("model %s ready", self.alias)
+
+    def _load_lora(self, llama: Llama) -> LoraSet | None:
+        """The model's LoRA adapters (``lora_path`` first), applied at their global scales."""
+        s = self.settings
+        specs = ([(s.lora_path, 1.0)] if s.lora_path else []) + [(a.path, a.scale) for a in s.lora_adapters or []]
+        if not specs or s.vocab_only:
+            return None
+        lora = LoraSet(llama._need_model(), specs, s.lora_init_without_apply)
+        try:
+            lora.apply(llama._need_ctx(), lora.scales)
+        except BaseException:
+            lora.close()
+            raise
+        log.info("model %s: %d LoRA adapter(s) %s", self.alias, len(lora), lora.info())
+        return lora
 
     def spec_types(self) -> list[str]:
         """The speculative types this model runs (upstream's prompt lookup as ``prompt-lookup``)."""
@@ -192,8 +216,11 @@ class ServedModel:
             handler = self.llama.chat_handler if self.llama is not None else None
             if handler is not None and hasattr(handler, "close"):
                 handler.close()
+            if self.engine is None and self.lora is not None:
+                self.lora.close()
             self.engine = None
             self.llama = None
+            self.lora = None
 
 
 class ModelRegistry:

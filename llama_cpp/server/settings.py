@@ -9,7 +9,7 @@ from __future__ import annotations
 import multiprocessing
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .._chat.native_completion import check_chat_options
@@ -25,6 +25,26 @@ _DEFAULT_SEED = 0xFFFFFFFF
 class _Base(BaseSettings):
     # "model" and "model_alias" are upstream's field names
     model_config = SettingsConfigDict(protected_namespaces=(), extra="ignore")
+
+
+class LoraAdapterSetting(BaseModel):
+    """One LoRA adapter of a model: its GGUF file and global scale."""
+
+    path: str
+    scale: float = 1.0
+
+    @classmethod
+    def from_arg(cls, text: str) -> LoraAdapterSetting:
+        """``PATH``, ``PATH:SCALE`` or a JSON object (a command-line value)."""
+        if text.lstrip().startswith("{"):
+            return cls.model_validate_json(text)
+        path, sep, tail = text.rpartition(":")
+        if sep and path:
+            try:
+                return cls(path=path, scale=float(tail))
+            except ValueError:
+                pass
+        return cls(path=text)
 
 
 class ModelSettings(_Base):
@@ -82,7 +102,13 @@ class ModelSettings(_Base):
     last_n_tokens_size: int = Field(default=64, ge=0, description="Tokens the repeat penalty looks back at.")
     # LoRA
     lora_base: str | None = Field(default=None, description="Accepted for compatibility (ignored).")
-    lora_path: str | None = Field(default=None, description="A LoRA adapter to apply.")
+    lora_path: str | None = Field(default=None, description="A LoRA adapter to apply at scale 1 (adapter id 0).")
+    lora_adapters: list[LoraAdapterSetting] | None = Field(
+        default=None, description="LoRA adapters (ids after lora_path's), each PATH or PATH:SCALE on the command "
+        'line or {"path": ..., "scale": ...} in a config file (llama-server\'s --lora / --lora-scaled); '
+        "requests pick scales with their lora field, GET/POST /lora-adapters the global ones.")
+    lora_init_without_apply: bool = Field(default=False, description="Load the LoRA adapters at global scale 0 "
+                                          "(llama-server's --lora-init-without-apply).")
     # backend
     numa: bool | int = Field(default=False, description="Enable NUMA support.")
     # chat

@@ -38,6 +38,8 @@ class _Sampling(_Body):
     mirostat_tau: float = Field(default=5.0, ge=0.0, le=10.0)
     mirostat_eta: float = Field(default=0.1, ge=0.001, le=1.0)
     grammar: str | None = Field(default=None, description="A GBNF grammar the output must follow.")
+    lora: Any = Field(default=None, description='LoRA adapter scales for this request, [{"id": N, "scale": s}] '
+                      "(llama-server's; adapters not named: 0; absent: the global scales of /lora-adapters).")
     user: str | None = None
 
 
@@ -93,6 +95,7 @@ class CreateResponseRequest(_Body):
     metadata: dict[str, Any] | None = None
     seed: int | None = None
     user: str | None = None
+    lora: Any = None  # llama-server's per-request LoRA scales, [{"id": N, "scale": s}]
 
 
 class CountMessageTokensRequest(_Body):
@@ -117,6 +120,7 @@ class CreateMessageRequest(CountMessageTokensRequest):
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=0)
     metadata: dict[str, Any] | None = None
+    lora: Any = None  # llama-server's per-request LoRA scales, [{"id": N, "scale": s}]
 
 
 class CreateEmbeddingRequest(_Body):

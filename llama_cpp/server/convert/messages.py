@@ -205,7 +205,7 @@ def chat_request(body: Any) -> dict[str, Any]:
         "tool_choice": choice if tools else None, "parallel_tool_calls": parallel, "max_tokens": body.max_tokens,
         "stop": body.stop_sequences or None, "stream": body.stream,
     }
-    for name in ("temperature", "top_p", "top_k", "chat_template_kwargs"):
+    for name in ("temperature", "top_p", "top_k", "chat_template_kwargs", "lora"):
         if getattr(body, name, None) is not None:
             kw[name] = getattr(body, name)
     thinking = body.thinking or {}

@@ -194,6 +194,9 @@ def chat_request(body: Any) -> dict[str, Any]:
         kw["temperature"] = body.temperature
     if body.top_p is not None:
         kw["top_p"] = body.top_p
+    lora = getattr(body, "lora", None)
+    if lora is not None:  # llama-server's per-request LoRA scales, passed through
+        kw["lora"] = lora
     return kw
 
 

@@ -107,6 +107,7 @@ class GenRequest:
     created: int = 0
     model_name: str = ""
     prompt_chars: int | None = None  # the text prompt's length: logprob offsets start after it
+    lora: tuple[float, ...] = ()  # one scale per LoRA adapter of the model (the server's lora.LoraSet)
 
 
 

@@ -25,8 +25,9 @@ class SerialEngine(Lifecycle):
 
     serial = True
 
-    def __init__(self, llama: Llama, max_queue: int, interrupt: bool = False) -> None:
+    def __init__(self, llama: Llama, max_queue: int, interrupt: bool = False, lora: Any = None) -> None:
         self.llama = llama
+        self.lora = lora  # the model's LoraSet (work items switch its scales), freed with the model
         self.max_queue = max_queue
         self.interrupt = interrupt
         self._cv = threading.Condition()
@@ -130,6 +131,8 @@ class SerialEngine(Lifecycle):
             self._current.cancel()  # a running request sees it at its next chunk
 
     def _free(self) -> None:
+        if self.lora is not None:
+            self.lora.close()
         self.llama.close()
 
 

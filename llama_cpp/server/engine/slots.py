@@ -53,7 +53,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
 
     def __init__(self, llama: Llama, n_slots: int, n_ctx_slot: int, max_queue: int,
                  cache_prompt: bool = True, spec: Any = None, cache_ram: int = 0,
-                 slot_prompt_similarity: float = 0.0) -> None:
+                 slot_prompt_similarity: float = 0.0, lora: Any = None) -> None:
         self.llama = llama
         self.model = llama._need_model()
         self.ctx = llama._need_ctx()
@@ -91,7 +91,12 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         # the states of prompts the slots gave up (cache_ram MiB, -1 no limit, 0 none); an MTP head keeps
         # hidden rows per sequence that a saved state does not hold, so it reuses only its own slot's prefix
         self.prompt_cache: PromptCache | None = None
-        if cache_prompt and cache_ram != 0 and getattr(spec, "mtp", None) is None:
+        # the model's LoRA adapters (server.lora.LoraSet): a step decodes the slots of one adapter set
+        self.lora = lora if lora is not None and len(lora) else None
+        self.cached_lora: list[tuple[float, ...]] = [() for _ in range(n_slots)]  # the set cached[seq] was made with
+        self._lora_turn = 0
+        # (a saved prompt state does not record the adapter set it was computed with: none are shared then)
+        if cache_prompt and cache_ram != 0 and getattr(spec, "mtp", None) is None and self.lora is None:
             self.prompt_cache = PromptCache(self.ctx, cache_ram, self._exact)
         self._accepting = True
         self._stop = False
@@ -198,6 +203,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         self._batch.close()
         if self.spec is not None:
             self.spec.close()
+        if self.lora is not None:
+            self.lora.close()
         self.llama.close()
 
     # -- the scheduler thread -----------------------------------------------------------------
@@ -298,6 +305,9 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         Memory that cannot drop a suffix (recurrent) keeps a state that is all a prefix of the prompt, or
         rewinds to a context checkpoint, or starts over."""
         prompt = s.req.prompt_tokens
+        if self.lora is not None and self.cached_lora[s.seq] != s.req.lora and self.cached[s.seq]:
+            self.ctx.seq_rm(s.seq, -1, -1)  # computed under other adapter scales: of no use to this request
+            self.cached[s.seq], self.ckpts[s.seq] = [], []
         cached, ckpts = self.cached[s.seq], self.ckpts[s.seq]
         keep, ckpt = plan(self._exact, cached, ckpts, prompt) if self.cache_prompt else (0, None)
         pc = self.prompt_cache
@@ -342,7 +352,19 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             if at > keep and all(c[0] != at for c in s.ckpts):
                 s.ckpt_at = at
 
+    def _lora_group(self) -> list[Slot]:
+        """The slots this step decodes: all of them, or with LoRA adapters those of one adapter set,
+        the sets taking turns (adapters are per context, as llama-server batches only equal sets)."""
+        if self.lora is None:
+            return self._active
+        keys = list(dict.fromkeys(s.req.lora for s in sorted(self._active, key=lambda s: s.seq)))
+        key = keys[self._lora_turn % len(keys)]
+        self._lora_turn += 1
+        self.lora.apply(self.ctx, key)
+        return [s for s in self._active if s.req.lora == key]
+
     def _step(self) -> None:
+        active = self._lora_group()
         batch = self._batch
         batch.clear()
         tok_arr, pos_arr, seq_arr, nseq_arr, logit_arr = (batch.token_arr, batch.pos, batch.seq_ids,
@@ -350,7 +372,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         outputs: list[tuple[Slot, int]] = []
         # speculating slots: (slot, row of its pending token, its draft, the drafter, that token's position)
         verifies: list[tuple[Slot, int, list[int], Any, int]] = []
-        drafts = self._drafts() if self.spec is not None else {}
+        drafts = self._drafts(active) if self.spec is not None else {}
         ckpts = self.spec.checkpoints if self.spec is not None else None
         mtp = self.spec.mtp if self.spec is not None else None
         # rows whose NextN hidden states the MTP head pairs with their tokens: (seq, position, tokens, first row)
@@ -358,7 +380,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         n = 0
         # rows in sequence order: recurrent memory puts only consecutive sequence ids (0, 1, 2, ...) into one
         # micro-batch (llama.cpp's sequential split_equal), so any other order decodes a slot at a time
-        for s in sorted(self._active, key=lambda s: s.seq):
+        for s in sorted(active, key=lambda s: s.seq):
             if s.next_tok is not None:
                 if s.replay:
                     r = len(s.replay)
@@ -398,7 +420,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 n += 1
         batch.n_tokens = n
         budget = self.n_batch - n
-        for s in self._active:
+        for s in active:
             if budget <= 0:
                 break
             if s.prefilling:
@@ -427,7 +449,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             raise DecodeError(f"llama_decode returned {rc} for a batch of {batch.n_tokens} tokens "
                               f"({len(self._active)} requests)")
         self.steps += 1
-        for s in self._active:
+        for s in active:
             if s.ckpt_at > 0 and s.n_fed == s.ckpt_at:
                 take_checkpoint(self.ctx, s.seq, s.n_fed, s.ckpts)
                 s.ckpt_at = -1
@@ -531,6 +553,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         sequence is removed at once."""
         if keep_cache and self.cache_prompt:
             self.cached[s.seq] = s.kv[:s.pos]
+            self.cached_lora[s.seq] = s.req.lora
             self.ckpts[s.seq] = [c for c in s.ckpts if c[0] <= s.pos]
         else:
             self.cached[s.seq], self.ckpts[s.seq] = [], []

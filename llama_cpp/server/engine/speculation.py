@@ -36,14 +36,15 @@ class SlotSpeculating:
         s.next_tok = prompt[-1]
 
 
-    def _drafts(self) -> dict[int, tuple[list[int], Any]]:
-        """Each generating slot's draft for this step (by sequence), within the context and the batch."""
+    def _drafts(self, active: list[Slot]) -> dict[int, tuple[list[int], Any]]:
+        """Each generating slot of ``active`` (this step's)'s draft (by sequence), within the context and
+        the batch."""
         # a slot replaying rolled-back tokens drafts again once they are in the memory (a checkpoint is taken
         # before a step's rows, so drafting now would grow the replay with every rejection)
-        gen = [s for s in self._active if s.next_tok is not None and s.spec is not None and not s.replay]
+        gen = [s for s in active if s.next_tok is not None and s.spec is not None and not s.replay]
         if not gen:
             return {}
-        n_rows = sum(1 + len(s.replay) for s in self._active if s.next_tok is not None)
+        n_rows = sum(1 + len(s.replay) for s in active if s.next_tok is not None)
         share = (self.n_batch - n_rows) // len(gen)
         items = []
         for s in gen:

@@ -4,9 +4,9 @@ app includes, in order."""
 
 from __future__ import annotations
 
-from . import chat, completions, embeddings, messages, models, observability, responses, tokenize
+from . import chat, completions, embeddings, lora, messages, models, observability, responses, tokenize
 
 ROUTERS = [models.router, completions.router, chat.router, responses.router, messages.router, embeddings.router,
-           tokenize.router, observability.router]
+           tokenize.router, observability.router, lora.router]
 
 __all__ = ["ROUTERS"]

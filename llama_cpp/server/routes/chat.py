@@ -25,6 +25,7 @@ from .common import (
     events,
     first_events,
     guarded,
+    lora_scales,
     merge_choices,
     ping_interval,
     sampling,
@@ -71,6 +72,7 @@ async def start_chat(request: Request, body: CreateChatCompletionRequest) -> dic
     s = server_settings(request)
     created = int(time.time())
     model_name = body.model or served.alias
+    lora = lora_scales(served, body.lora)
     if llama.chat_handler is not None:  # image chat: the handler runs the whole request
         return await handler_chat(request, served, body, max_tokens)
     prompts.refuse_media(body.messages, served.alias)
@@ -80,7 +82,7 @@ async def start_chat(request: Request, body: CreateChatCompletionRequest) -> dic
     stop = chat.stops + prompts.stops(body.stop)
     reqs = [GenRequest(prompt_tokens=chat.tokens, max_tokens=limit, sampling=sampling(body, llama),
                        grammar=chat.grammar, stop=stop, logprobs=(body.top_logprobs or 0) if body.logprobs else None,
-                       completion_id=f"cmpl-{uuid.uuid4()}", created=created, model_name=model_name)
+                       completion_id=f"cmpl-{uuid.uuid4()}", created=created, model_name=model_name, lora=lora)
             for _ in range(body.n)]
     group = await submit(request, served, body.n, lambda i: work(served, reqs[i]), stream=body.stream)
     if body.stream:
@@ -97,9 +99,9 @@ async def handler_chat(request: Request, served: ServedModel, body: CreateChatCo
                        max_tokens: int | None) -> dict[str, Any] | ChatStream:
     """Image chat through the model's chat handler (one request at a time)."""
     s = server_settings(request)
-    if body.tools or body.functions or body.response_format or body.grammar or body.logprobs:
-        raise APIError(400, "tools, response_format, grammar and logprobs are not supported with image chat yet",
-                       code="unsupported")
+    if body.tools or body.functions or body.response_format or body.grammar or body.logprobs or body.lora:
+        raise APIError(400, "tools, response_format, grammar, logprobs and lora are not supported with image chat "
+                       "yet", code="unsupported")
     limit = max_tokens if max_tokens else min(served.n_ctx_slot, s.max_tokens_limit)
     kwargs = dict(messages=body.messages, max_tokens=limit, temperature=body.temperature, top_p=body.top_p,
                   top_k=body.top_k, min_p=body.min_p, typical_p=body.typical_p, repeat_penalty=body.repeat_penalty,
@@ -108,7 +110,11 @@ async def handler_chat(request: Request, served: ServedModel, body: CreateChatCo
 
     def make(_: int) -> Callable[[Any], Any]:
         # the speculative statistics of a Llama whose handler drafts on media prompts
-        return lambda llama: collect_stats_stream(llama, iter(llama.create_chat_completion(stream=True, **kwargs)))
+        def run(llama: Any) -> Any:
+            if served.lora is not None:  # the global scales
+                served.lora.use(llama, served.lora.scales)
+            return collect_stats_stream(llama, iter(llama.create_chat_completion(stream=True, **kwargs)))
+        return run
 
     group = await submit(request, served, body.n, make, stream=body.stream)
     if body.stream:

@@ -281,12 +281,24 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 
+def lora_scales(served: ServedModel, entries: Any) -> tuple[float, ...]:
+    """A request's ``lora`` field as its adapter scales (a 400 for a bad one, or any on a model without)."""
+    if served.lora is None:
+        if entries:
+            raise APIError(400, f"lora: the model {served.alias!r} has no LoRA adapters (serve it with "
+                           "lora_adapters or lora_path)", code="invalid_value", param="lora")
+        return ()
+    return served.lora.resolve(entries)
+
+
 def work(served: ServedModel, req: GenRequest) -> Any:
     """What the model's engine runs for ``req``: the request itself (slots) or a ``Llama`` call (serial)."""
     if isinstance(served.engine, SlotEngine):
         return req
 
     def run(llama: Any) -> Any:
+        if served.lora is not None:
+            served.lora.use(llama, req.lora)
         chunks = llama.create_completion(
             req.prompt_tokens, max_tokens=req.max_tokens, stop=req.stop or None, logprobs=req.logprobs,
             echo=req.echo, stream=True, grammar=req.grammar, model=req.model_name,

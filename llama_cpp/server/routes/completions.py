@@ -21,6 +21,7 @@ from .common import (
     engine_of,
     first_events,
     guarded,
+    lora_scales,
     merge_choices,
     sampling,
     served_model,
@@ -51,6 +52,7 @@ async def create_completion(request: Request, body: CreateCompletionRequest) -> 
         raise APIError(400, "echo with logprobs (scores of the prompt's tokens) is not available from parallel "
                        f"slots; the model {served.alias!r} runs {served.engine.n_slots}: ask without echo, or "
                        "serve the model with n_parallel=0", code="invalid_value", param="echo")
+    lora = lora_scales(served, body.lora)
     created = int(time.time())
     model_name = body.model or served.alias
 
@@ -66,7 +68,7 @@ async def create_completion(request: Request, body: CreateCompletionRequest) -> 
                     prompt_tokens=toks, max_tokens=max_tokens, sampling=sampling(body, llama), grammar=grammar,
                     stop=prompts.stops(body.stop), logprobs=body.logprobs, echo=body.echo,
                     completion_id=f"cmpl-{uuid.uuid4()}", created=created, model_name=model_name,
-                    prompt_chars=len(p) if isinstance(p, str) and body.suffix is None else None))
+                    prompt_chars=len(p) if isinstance(p, str) and body.suffix is None else None, lora=lora))
         return out
 
     reqs = await asyncio.to_thread(requests)
