@@ -789,11 +789,13 @@ class Llama:
         special_in_content: bool = False,
         stopping_criteria: StoppingCriteriaList | StoppingCriteria | None = None,
         chat_template_kwargs: dict[str, Any] | None = None, reasoning_format: str | None = None,
-        reasoning_budget: int | None = None,
+        reasoning_budget: int | None = None, parallel_tool_calls: bool | None = None,
+        reasoning_effort: str | None = None,
     ) -> T.CreateChatCompletionResponse | Iterator[T.CreateChatCompletionStreamResponse]:
         """Chat with the model's own template (sandboxed Jinja) or the named ``chat_format``; with tools
         and a template that knows them, through llama.cpp's chat layer (``tool_calls`` parsed). Special-
-        token text in message content is tokenized as text (no forged turns) unless ``special_in_content``."""
+        token text in message content is tokenized as text (no forged turns) unless ``special_in_content``.
+        ``parallel_tool_calls`` and ``reasoning_effort`` (OpenAI's) reach the template through that layer."""
         _boundary.check_args(locals(), {"logprobs": "bool?"})
         return _template_chat.create_chat_completion(self, locals())  # type: ignore[no-any-return]
 

@@ -328,6 +328,15 @@ def chat_route(llama: Any, handler: Any, call: Mapping[str, Any]) -> tuple[Any, 
     check_tools(call.get("functions"), "functions")
     own = check_chat_options(call.get("chat_template_kwargs"), call.get("reasoning_format"),
                              call.get("reasoning_budget"))
+    if call.get("parallel_tool_calls") is not None:
+        if not isinstance(call["parallel_tool_calls"], bool):
+            raise ParameterError(f"parallel_tool_calls must be True or False, got {call['parallel_tool_calls']!r}")
+        own["parallel_tool_calls"] = call["parallel_tool_calls"]
+    if call.get("reasoning_effort") is not None:
+        if not isinstance(call["reasoning_effort"], str):
+            raise ParameterError(f"reasoning_effort must be a string such as 'low', 'medium' or 'high', "
+                                 f"got {call['reasoning_effort']!r}")
+        own["reasoning_effort"] = call["reasoning_effort"]
     defaults = getattr(llama, "chat_options", {})
     opts = {**defaults, **own}
     if "chat_template_kwargs" in own:

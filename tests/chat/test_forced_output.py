@@ -482,3 +482,27 @@ def test_reasoning_format_without_tools(models) -> None:
     upstream = chat()  # no option, no tools: the Python template path, as upstream (thinking inline; this
     # fixture's <think> is a control token, which that path does not render)
     assert "reasoning_content" not in upstream and upstream["content"].split() == ["hm", "Hi", "there"]
+
+
+GPT_OSS = "models/templates/openai-gpt-oss-120b.jinja"
+
+
+def test_reasoning_effort_and_parallel_tool_calls_reach_the_template(models) -> None:
+    llm = models.get(GPT_OSS)
+    seen: list[str] = []
+
+    def capture(input_ids: Any, scores: Any) -> Any:
+        if not seen:
+            seen.append(llm.detokenize(list(input_ids), special=True).decode(errors="replace"))
+        return scores
+
+    llm.create_chat_completion(ASK, max_tokens=1, reasoning_effort="high", logits_processor=capture)
+    assert "Reasoning: high" in seen[0]
+    seen.clear()
+    llm.create_chat_completion(ASK, tools=[WEATHER], max_tokens=1, parallel_tool_calls=False,
+                               logits_processor=capture)
+    assert "Reasoning: medium" in seen[0]  # the template's default when the request says nothing
+    with pytest.raises(ValueError, match="reasoning_effort"):
+        llm.create_chat_completion(ASK, max_tokens=1, reasoning_effort=3)
+    with pytest.raises(ValueError, match="parallel_tool_calls"):
+        llm.create_chat_completion(ASK, max_tokens=1, parallel_tool_calls="yes")
