@@ -343,7 +343,9 @@ class Llama:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _need_model(self) -> LlamaModel:
+    def native_model(self) -> LlamaModel:
+        """The loaded :class:`~llama_cpp._core.model.LlamaModel` (vocabulary, tokenizer, metadata) for code
+        built on this ``Llama`` (the server, chat handlers); :class:`ClosedError` once closed."""
         if self._model is None:
             raise ClosedError("this Llama is closed; create a new one")
         return self._model
@@ -355,8 +357,10 @@ class Llama:
             return None
         return self._spec
 
-    def _need_ctx(self) -> LlamaContext:
-        self._need_model()
+    def native_context(self) -> LlamaContext:
+        """The :class:`~llama_cpp._core.context.LlamaContext` (KV cache, decode, state) for code built on this
+        ``Llama``; :class:`ContextError` for a ``vocab_only`` model."""
+        self.native_model()
         ctx = self._ctx
         if not isinstance(ctx, LlamaContext):
             raise ContextError("this model was opened with vocab_only=True: it can tokenize but not generate "
@@ -368,15 +372,15 @@ class Llama:
     # ------------------------------------------------------------------------------------------
     @property
     def model(self) -> Any:  # upstream's llama_model_p: the pointer, answering LlamaModel's attributes
-        return self._need_model().pointer()
+        return self.native_model().pointer()
 
     @property
     def ctx(self) -> Any:  # upstream's llama_context_p: the pointer, answering LlamaContext's attributes
-        return self._need_ctx().pointer()
+        return self.native_context().pointer()
 
     @property
     def metadata(self) -> dict[str, str]:
-        return self._need_model().metadata
+        return self.native_model().metadata
 
     @property
     def input_ids(self) -> np.ndarray:
@@ -398,7 +402,7 @@ class Llama:
             raise ValueError(f"n_tokens must be in [0, {len(self._input_ids)}] (the tokens evaluated), got {n}")
         if n == len(self._input_ids):
             return
-        ctx = self._need_ctx()
+        ctx = self.native_context()
         self._fresh = False
         if self._spec is not None:
             self._spec.invalidate()
@@ -414,7 +418,7 @@ class Llama:
 
     @property
     def n_batch(self) -> int:
-        self._need_model()
+        self.native_model()
         return self._ctx.n_batch()  # type: ignore[union-attr]
 
     @property
@@ -422,7 +426,7 @@ class Llama:
         """The logits rows the context holds (``np.single``, shape ``(rows, n_vocab)``): the last
         evaluated token's row, or with ``logits_all`` every row of the last evaluated batch.
         Upstream keeps an ``(n_ctx, n_vocab)`` buffer; llama.cpp only keeps the last batch's."""
-        n_vocab = self._need_model().n_vocab
+        n_vocab = self.native_model().n_vocab
         ctx = self._ctx
         if not (self._fresh and self._input_ids and isinstance(ctx, LlamaContext)):
             return np.zeros((0, n_vocab), dtype=np.single)
@@ -450,7 +454,7 @@ class Llama:
             cp = type(ctx.params).from_buffer_copy(ctx.params)
             cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = ctx.n_ctx(), ctx.n_batch(), ctx.n_ubatch(), ctx.n_seq_max()
             return cp
-        cp = self._need_model()._C.llama_context_default_params()
+        cp = self.native_model()._C.llama_context_default_params()
         if ctx is not None:
             cp.n_ctx, cp.n_batch = ctx.n_ctx(), ctx.n_batch()
         return cp
@@ -458,7 +462,7 @@ class Llama:
     @property
     def model_params(self) -> Any:
         """A ``llama_model_params`` with the values the model was loaded with."""
-        m = self._need_model()
+        m = self.native_model()
         a = self._init_args
         mp = m._C.llama_model_default_params()
         mp.n_gpu_layers = int(a["n_gpu_layers"])
@@ -468,32 +472,32 @@ class Llama:
         return mp
 
     def n_ctx(self) -> int:
-        self._need_model()
+        self.native_model()
         if isinstance(self._ctx, VocabOnlyContext):
             return self._ctx.n_ctx()
-        return self._need_ctx().n_ctx()
+        return self.native_context().n_ctx()
 
     def n_embd(self) -> int:
-        return self._need_model().n_embd()
+        return self.native_model().n_embd()
 
     def n_vocab(self) -> int:
-        return self._need_model().n_vocab
+        return self.native_model().n_vocab
 
     def token_bos(self) -> int:
-        return self._need_model().token_bos()
+        return self.native_model().token_bos()
 
     def token_eos(self) -> int:
-        return self._need_model().token_eos()
+        return self.native_model().token_eos()
 
     def token_nl(self) -> int:
-        return self._need_model().token_nl()
+        return self.native_model().token_nl()
 
     def pooling_type(self) -> int:
-        return self._need_ctx().pooling_type()
+        return self.native_context().pooling_type()
 
     def tokenizer(self) -> BaseLlamaTokenizer:
         """The tokenizer ``tokenize``/``detokenize`` use (the vocabulary's, or ``Llama(tokenizer=...)``)."""
-        self._need_model()
+        self.native_model()
         return self.tokenizer_
 
     @staticmethod
@@ -527,7 +531,7 @@ class Llama:
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
         """Tokenize UTF-8 bytes; ``add_bos`` adds the model's BOS/EOS as configured, ``special``
         parses control-token text such as ``<|im_end|>``."""
-        self._need_model()
+        self.native_model()
         return self.tokenizer_.tokenize(text, add_bos, special)
 
     @serialized(during_stream=True)
@@ -536,7 +540,7 @@ class Llama:
         """Token ids back to UTF-8 bytes. The first piece keeps its leading space unless the tokens
         start with BOS, so detokenizing one token at a time (with or without ``prev_tokens``, the
         tokens before them) joins into the same text."""
-        self._need_model()
+        self.native_model()
         return self.tokenizer_.detokenize(tokens, prev_tokens=prev_tokens, special=special)
 
     # ------------------------------------------------------------------------------------------
@@ -553,7 +557,7 @@ class Llama:
             self._spec.reset()
 
     def _check_prompt(self, tokens: Sequence[int]) -> None:
-        ctx = self._need_ctx()
+        ctx = self.native_context()
         if not tokens:
             raise ValueError("the prompt is empty (and the model adds no BOS token): give at least one token")
         self._model.check_tokens(tokens, "prompt token")
@@ -563,7 +567,7 @@ class Llama:
                 "for at least one generated token): shorten the prompt or create Llama(n_ctx=...) larger")
 
     def _decode_tokens(self, tokens: Sequence[int], start_pos: int, all_logits: bool) -> None:
-        ctx, batch = self._need_ctx(), self._batch
+        ctx, batch = self.native_context(), self._batch
         if self._spec is not None:
             self._spec.invalidate()  # the MTP draft context does not see these tokens
         n_batch = ctx.n_batch()
@@ -583,7 +587,7 @@ class Llama:
         evaluate it once more, or, where the memory cannot drop one position (recurrent), all."""
         if self._fresh or not self._input_ids:
             return
-        ctx = self._need_ctx()
+        ctx = self.native_context()
         last = len(self._input_ids) - 1
         if ctx.seq_rm(0, last, -1):
             self._decode_tokens(self._input_ids[last:], last, False)
@@ -595,7 +599,7 @@ class Llama:
     @serialized()
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate ``tokens`` after those already in the context (llama-cpp-python's ``eval``)."""
-        ctx = self._need_ctx()
+        ctx = self.native_context()
         tokens = [int(t) for t in tokens]
         self._model.check_tokens(tokens)
         if len(self._input_ids) + len(tokens) > ctx.n_ctx():
@@ -612,7 +616,7 @@ class Llama:
         The longest prefix already in memory is kept; when the memory holds exactly ``tokens`` with
         their logits, nothing is evaluated. Memory that cannot drop a suffix (recurrent) is rebuilt.
         """
-        ctx = self._need_ctx()
+        ctx = self.native_context()
         n_past = 0
         if reuse_prefix and self._input_ids:
             n_past = longest_token_prefix(self._input_ids, tokens)
@@ -632,17 +636,19 @@ class Llama:
     # ------------------------------------------------------------------------------------------
     # sampling
     # ------------------------------------------------------------------------------------------
-    def _make_sampler(self, *, temperature: float, top_k: int, top_p: float, min_p: float, typical_p: float,
-                      repeat_penalty: float, frequency_penalty: float, presence_penalty: float,
-                      penalty_last_n: int | None, mirostat_mode: int, mirostat_tau: float,
-                      mirostat_eta: float, seed: int | None,
-                      logit_bias: dict[Any, float] | None) -> LlamaSampler:
+    def make_sampler(self, *, temperature: float, top_k: int, top_p: float, min_p: float, typical_p: float,
+                     repeat_penalty: float, frequency_penalty: float, presence_penalty: float,
+                     penalty_last_n: int | None, mirostat_mode: int, mirostat_tau: float,
+                     mirostat_eta: float, seed: int | None,
+                     logit_bias: dict[Any, float] | None) -> LlamaSampler:
+        """A sampler chain with ``create_completion``'s sampling keywords, under this ``Llama``'s sampling
+        convention (the server's slots sample each request with one)."""
         return _sampling.sampler_chain(
-            self._need_model(), temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+            self.native_model(), temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             typical_p=typical_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty,
             penalty_last_n=_checks.penalty_last_n(
-                self.last_n_tokens_size if penalty_last_n is None else penalty_last_n, self._need_ctx().n_ctx()),
+                self.last_n_tokens_size if penalty_last_n is None else penalty_last_n, self.native_context().n_ctx()),
             mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
             seed=self._seed if seed is None else seed, logit_bias=logit_bias, convention=self.sampling_convention)
 
@@ -812,7 +818,7 @@ class Llama:
 
         With pooling NONE each input gives one row per token.
         """
-        ctx = self._need_ctx()
+        ctx = self.native_context()
         if not self._embedding:
             raise LlamaError("this Llama was created without embedding=True: create Llama(..., embedding=True)")
         inputs = [input] if isinstance(input, str) else list(input)

@@ -491,7 +491,7 @@ class MTMDChatHandler:
             self._mctx = None
 
     def _context_for(self, llama: Any) -> MTMDContext:
-        model = llama._need_model()
+        model = llama.native_model()
         if self._mctx is None or self._model_ref is not model._ref:
             self.close()
             self._mctx = MTMDContext(self.clip_model_path, model, use_gpu=self.use_gpu,
@@ -518,12 +518,12 @@ class MTMDChatHandler:
     def _runner(llama: Any) -> dict[str, Any]:
         """``decoder=`` the Llama's speculative decoder where it takes media, else ``context=`` its context."""
         dec = llama._running_spec()
-        return {"decoder": dec} if isinstance(dec, MediaHistory) else {"context": llama._need_ctx()}
+        return {"decoder": dec} if isinstance(dec, MediaHistory) else {"context": llama.native_context()}
 
     def _engine(self, llama: Any) -> MultimodalChatEngine:
         """The engine one request runs on: the Llama's model, context (or speculative decoder) and
         chat template (the vision presets in :mod:`llama_cpp._multimodal.vision_handlers` give their own template)."""
-        return MultimodalChatEngine(llama._need_model(), self._context_for(llama), llama._chat_formatter(),
+        return MultimodalChatEngine(llama.native_model(), self._context_for(llama), llama._chat_formatter(),
                                     seed=self._seed_of(llama), media_dirs=self.media_dirs, **self._runner(llama))
 
     def __call__(self, *, llama: Any, messages: Sequence[dict], max_tokens: int | None = None,

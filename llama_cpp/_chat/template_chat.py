@@ -31,7 +31,7 @@ def chat_formatter(llama: Any) -> Jinja2ChatFormatter:
     """The ``Llama``'s template formatter (its ``chat_format``, else the model's template, else llama-2),
     made once."""
     if llama._formatter is None:
-        m = llama._need_model()
+        m = llama.native_model()
         fmt = model_chat_formatter(m, chat_format=llama.chat_format)
         if fmt is None:
             log.info("the model has no chat template; using the llama-2 chat format")
@@ -62,7 +62,7 @@ def create_chat_completion(llama: Any, call: Mapping[str, Any]) -> Any:
             grammar = json_schema_to_gbnf(tool["function"].get("parameters") or {"type": "object"})
     if grammar is None and call["response_format"]:
         grammar = llama._response_format_grammar(call["response_format"])
-    m = llama._need_model()
+    m = llama.native_model()
     # Message content is text: special-token text in it (a forged turn marker) stays text.
     prompt_tokens = tokenize_chat_prompt(m, result.prompt, message_texts(msgs),
                                          add_special=not result.added_special,

@@ -15,7 +15,7 @@ from .state import LlamaState
 
 def save_state(llama: Any) -> LlamaState:
     """Snapshot the KV cache and token history (``scores`` holds the last logits row)."""
-    ctx = llama._need_ctx()
+    ctx = llama.native_context()
     data = ctx.state_get()
     scores = None
     if llama._input_ids and llama._fresh:
@@ -30,7 +30,7 @@ def save_state(llama: Any) -> LlamaState:
 
 def load_state(llama: Any, state: LlamaState) -> None:
     """Restore a ``save_state`` snapshot into ``llama`` (see ``Llama.load_state``)."""
-    ctx = llama._need_ctx()
+    ctx = llama.native_context()
     if llama._spec is not None and getattr(state, "speculative", None) is not None:
         # the decoder restores both contexts, its pending token and hidden row
         llama._spec.load_state(state.speculative)

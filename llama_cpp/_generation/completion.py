@@ -2,7 +2,7 @@
 ``create_completion``'s chunks with echoed-prompt logprobs and the prompt cache, ``generate`` (with
 ``send``) and ``sample``.
 
-Functions take the ``Llama`` and go through its methods (``_check_prompt``, ``_make_sampler``,
+Functions take the ``Llama`` and go through its methods (``_check_prompt``, ``make_sampler``,
 ``_token_stream``, ``_completion_chunks``, ``load_state``...), so overriding or patching those still
 takes effect; ``Llama`` keeps the public signatures and docstrings.
 """
@@ -37,7 +37,7 @@ _SAMPLER_ARGS = ("top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "freq
 def prompt_tokens(llama: Any, prompt: str | bytes | Sequence[int], suffix: str | None,
                   add_bos: bool = True) -> list[int]:
     """The tokens of a completion prompt: text (``suffix``: fill-in-the-middle) or token ids."""
-    m = llama._need_model()
+    m = llama.native_model()
     if isinstance(prompt, (str, bytes)):
         data = prompt.encode("utf-8") if isinstance(prompt, str) else prompt
         if suffix is not None:
@@ -57,7 +57,7 @@ def prompt_tokens(llama: Any, prompt: str | bytes | Sequence[int], suffix: str |
 
 def infill_tokens(llama: Any, prefix: bytes, suffix: bytes) -> list[int]:
     """A fill-in-the-middle prompt with the model's FIM tokens (SPM order with ``spm_infill``)."""
-    m = llama._need_model()
+    m = llama.native_model()
     C = m._C
     pre, suf, mid = (int(C.llama_vocab_fim_pre(m.vocab)), int(C.llama_vocab_fim_suf(m.vocab)),
                      int(C.llama_vocab_fim_mid(m.vocab)))
@@ -77,8 +77,8 @@ def completion_chunks(llama: Any, prompt_tokens: list[int], *, max_tokens: int |
                       prompt_chars: int | None = None,
                       special_tokens: frozenset[int] = frozenset()) -> Iterator[dict[str, Any]]:
     """The one generation path: streaming yields these chunks, non-streaming joins them."""
-    m = llama._need_model()
-    ctx = llama._need_ctx()
+    m = llama.native_model()
+    ctx = llama.native_context()
     llama._check_prompt(prompt_tokens)
     room = ctx.n_ctx() - len(prompt_tokens)
     if max_tokens is None or max_tokens <= 0:
@@ -105,7 +105,7 @@ def prompt_logprobs(llama: Any, tokens: Sequence[int], lp: _gen.Logprobs) -> lis
     """Evaluate ``tokens`` afresh keeping every position's logits, and return the echoed prompt's
     logprob entries (a leading BOS is left out; the first token has no logprob, as upstream).
     The context then holds the prompt with its last logits, so generation evaluates nothing."""
-    ctx, m = llama._need_ctx(), llama._need_model()
+    ctx, m = llama.native_context(), llama.native_model()
     first = 1 if len(tokens) > 1 and tokens[0] == m.token_bos() else 0
     # offsets[k]: characters of detokenize(tokens[:k]); after the first piece (whose leading space
     # detokenize may drop) each token adds its own piece, so one pass instead of one per prefix
@@ -147,16 +147,16 @@ def cache_restore(llama: Any, prompt_tokens: Sequence[int]) -> None:
 
 def create_completion(llama: Any, call: Mapping[str, Any]) -> Any:
     """``Llama.create_completion`` (``call``: its arguments, already type-checked)."""
-    llama._need_ctx()
+    llama.native_context()
     prompt, suffix = call["prompt"], call["suffix"]
     tokens = llama._prompt_tokens(prompt, suffix)
     llama._check_prompt(tokens)
     hooks = TokenHooks.build(tokens, llama._n_vocab, call["logits_processor"], call["stopping_criteria"])
-    chain = llama._make_sampler(temperature=call["temperature"], penalty_last_n=call["penalty_last_n"],
+    chain = llama.make_sampler(temperature=call["temperature"], penalty_last_n=call["penalty_last_n"],
                                 seed=llama._call_seed(call["seed"]), **{k: call[k] for k in _SAMPLER_ARGS})
     grammar = call["grammar"]
     try:
-        gsampler = _sampling.grammar_sampler(llama._need_model(), grammar)
+        gsampler = _sampling.grammar_sampler(llama.native_model(), grammar)
     except BaseException:
         chain.close()
         raise
@@ -187,10 +187,10 @@ def generate(llama: Any, call: Mapping[str, Any]) -> Iterator[int]:
     llama._check_prompt(tokens)
     processors, criteria = call["logits_processor"], call["stopping_criteria"]
     hooks = TokenHooks.build(tokens, llama._n_vocab, processors, criteria)
-    chain = llama._make_sampler(temperature=call["temp"], penalty_last_n=None, seed=call["seed"],
+    chain = llama.make_sampler(temperature=call["temp"], penalty_last_n=None, seed=call["seed"],
                                 **{k: call[k] for k in _SAMPLER_ARGS})
     try:
-        g = _sampling.grammar_sampler(llama._need_model(), call["grammar"])
+        g = _sampling.grammar_sampler(llama.native_model(), call["grammar"])
     except BaseException:
         chain.close()
         raise
@@ -241,7 +241,7 @@ def sent_tokens(llama: Any, sent: Sequence[int], n_history: int) -> list[int]:
 
 def sample(llama: Any, call: Mapping[str, Any]) -> int:
     """``Llama.sample`` (``call``: its arguments)."""
-    ctx = llama._need_ctx()
+    ctx = llama.native_context()
     ids = llama._input_ids
     if not ids:
         raise LlamaError("nothing evaluated yet: call eval(tokens) first")
@@ -253,7 +253,7 @@ def sample(llama: Any, call: Mapping[str, Any]) -> int:
         raise IndexError(f"idx={idx} has no logits: the last batch kept positions "
                          f"{len(ids) - max(1, llama._n_outputs)}..{len(ids) - 1} "
                          "(create Llama(logits_all=True) to keep every position)")
-    chain = llama._make_sampler(temperature=call["temp"], penalty_last_n=None, seed=call["seed"],
+    chain = llama.make_sampler(temperature=call["temp"], penalty_last_n=None, seed=call["seed"],
                                 **{k: call[k] for k in _SAMPLER_ARGS})
     try:
         hooks = TokenHooks.build(ids[:len(ids) + ridx + 1], llama._n_vocab, call["logits_processor"], None)

@@ -23,7 +23,7 @@ def token_stream(llama: Any, prompt_tokens: Sequence[int], max_tokens: int, chai
     """Evaluate the prompt now and return the ``(token, logits_row_or_None)`` source: tokens until
     EOG (yielded last) or ``max_tokens``. Called from inside the generators that consume it.
     ``prime=False``: the chain's penalties have already seen the prompt."""
-    llama._need_ctx()
+    llama.native_context()
     model = llama._model
     want_row = want_logprobs or (hooks is not None and bool(hooks.criteria))
     pick = _sampling.token_picker(model, chain, grammar, want_row, hooks)

@@ -182,7 +182,7 @@ class Llava15ChatHandler(MTMDChatHandler):
                          media_dirs=media_dirs)
 
     def _engine(self, llama: Any) -> MultimodalChatEngine:
-        model = llama._need_model()
+        model = llama.native_model()
         bos = model.token_text(model.token_bos()) if model.token_bos() >= 0 else ""
         eos = model.token_text(model.token_eos()) if model.token_eos() >= 0 else ""
         formatter = Jinja2ChatFormatter(self.CHAT_FORMAT, eos_token=eos, bos_token=bos, stop=[],

@@ -28,7 +28,7 @@ def model_fingerprint(llama: Any) -> str:
     size, vocabulary and file (two models of the same shape are told apart by name); cached."""
     fp = getattr(llama, "_fingerprint", None)
     if fp is None:
-        m = llama._need_model()
+        m = llama.native_model()
         path = Path(llama.model_path)
         size = path.stat().st_size if path.is_file() else -1
         raw = f"{m.desc()}|{m.n_params()}|{m.size()}|{m.n_vocab}|{path.name}|{size}"

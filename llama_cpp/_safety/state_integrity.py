@@ -60,7 +60,7 @@ def state_key() -> bytes:
 
 def made_from(llama: Any) -> dict[str, Any]:
     """The model fingerprint and context settings a state of ``llama`` depends on."""
-    ctx = llama._need_ctx()
+    ctx = llama.native_context()
     params = getattr(ctx, "params", None)
     return {"model": llama._state_fingerprint(), "n_ctx": int(ctx.n_ctx()),
             "n_seq_max": int(ctx.n_seq_max()) if hasattr(ctx, "n_seq_max") else 1,

@@ -103,7 +103,7 @@ class LoraSet:
         under the old ones, so they are forgotten first."""
         if scales != self.applied:
             llama.reset()
-            self.apply(llama._need_ctx(), scales)
+            self.apply(llama.native_context(), scales)
 
     def close(self) -> None:
         for a in self.adapters:

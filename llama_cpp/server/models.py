@@ -161,9 +161,9 @@ class ServedModel:
         specs = ([(s.lora_path, 1.0)] if s.lora_path else []) + [(a.path, a.scale) for a in s.lora_adapters or []]
         if not specs or s.vocab_only:
             return None
-        lora = LoraSet(llama._need_model(), specs, s.lora_init_without_apply)
+        lora = LoraSet(llama.native_model(), specs, s.lora_init_without_apply)
         try:
-            lora.apply(llama._need_ctx(), lora.scales)
+            lora.apply(llama.native_context(), lora.scales)
         except BaseException:
             lora.close()
             raise
@@ -191,7 +191,7 @@ class ServedModel:
             lookup = LlamaPromptLookupDecoding(num_pred_tokens=s.draft_model_num_pred_tokens)
         log.info("model %s speculates (%s) in each of its %d slots", self.alias, ", ".join(self.spec_types()),
                  s.n_parallel)
-        return SlotSpeculation(llama._need_model(), llama._need_ctx(), s.n_parallel, config=s.spec_config(), prompt_lookup=lookup)
+        return SlotSpeculation(llama.native_model(), llama.native_context(), s.n_parallel, config=s.spec_config(), prompt_lookup=lookup)
 
     def speculative_info(self) -> dict[str, Any] | None:
         """How this model speculates, for ``/v1/models``: its types, the engine, and why it is serial."""

@@ -46,7 +46,7 @@ def completion_tokens(llama: Llama, prompt: str | list[int], suffix: str | None,
     if not toks:
         raise APIError(400, "the prompt is empty (and the model adds no BOS token): give at least one token",
                        param="prompt")
-    llama._need_model().check_tokens(toks, "prompt token")
+    llama.native_model().check_tokens(toks, "prompt token")
     return toks
 
 
@@ -84,7 +84,7 @@ def logit_bias(llama: Llama, bias: dict[str, float] | None, kind: str | None) ->
     out: dict[int, float] = {}
     for key, value in bias.items():
         if kind == "tokens":
-            for t in llama._need_model().tokenize(key.encode("utf-8"), add_special=False, parse_special=True):
+            for t in llama.native_model().tokenize(key.encode("utf-8"), add_special=False, parse_special=True):
                 out[t] = float(value)
             continue
         try:
@@ -96,7 +96,7 @@ def logit_bias(llama: Llama, bias: dict[str, float] | None, kind: str | None) ->
 
 
 def tokenize(llama: Llama, text: str) -> list[int]:
-    return llama._need_model().tokenize(text.encode("utf-8"), add_special=True, parse_special=True)
+    return llama.native_model().tokenize(text.encode("utf-8"), add_special=True, parse_special=True)
 
 
 def refuse_media(messages: list[dict[str, Any]], alias: str) -> None:
@@ -159,13 +159,13 @@ def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt
             raise APIError(400, f"unsupported response_format type {body.response_format.get('type')!r}: use text, "
                            "json_object or json_schema", param="response_format")
         text = Llama._response_format_grammar(body.response_format)
-    check_prompt_chars(llama._need_model(), result.prompt, llama.n_ctx() if n_ctx is None else n_ctx, "the chat prompt")
-    tokens = tokenize_chat_prompt(llama._need_model(), result.prompt, message_texts(msgs),
+    check_prompt_chars(llama.native_model(), result.prompt, llama.n_ctx() if n_ctx is None else n_ctx, "the chat prompt")
+    tokens = tokenize_chat_prompt(llama.native_model(), result.prompt, message_texts(msgs),
                                   add_special=not result.added_special, special_in_content=False,
                                   render=lambda ms: fmt(messages=ms, tools=tools).prompt, messages=msgs)
     if not tokens:
         raise APIError(400, "the chat renders to an empty prompt", param="messages")
-    llama._need_model().check_tokens(tokens, "prompt token")
+    llama.native_model().check_tokens(tokens, "prompt token")
     return ChatPrompt(tokens, list(result.stop), LlamaGrammar(text) if text is not None else None, tool_name)
 
 
@@ -212,17 +212,17 @@ def _native_chat_prompt(llama: Llama, templates: native_chat.ChatTemplates, msgs
     if body.grammar and not native.grammar:  # the chat layer leaves the caller's grammar to the caller
         native = dataclasses.replace(native, grammar=body.grammar, grammar_lazy=False, grammar_triggers=())
     try:
-        grammar = ChatConstraint(llama._need_model(), native, reasoning_budget=options.get("reasoning_budget", -1),
+        grammar = ChatConstraint(llama.native_model(), native, reasoning_budget=options.get("reasoning_budget", -1),
                                  reasoning_budget_message=getattr(body, "reasoning_budget_message", None) or "",
                                  user_grammar=bool(body.grammar))
     except ValueError as exc:  # a grammar llama.cpp refuses
         raise APIError(400, str(exc), param="grammar") from exc
-    check_prompt_chars(llama._need_model(), native.prompt, llama.n_ctx() if n_ctx is None else n_ctx, "the chat prompt")
+    check_prompt_chars(llama.native_model(), native.prompt, llama.n_ctx() if n_ctx is None else n_ctx, "the chat prompt")
     tokens = prompt_tokens(llama, native.prompt, msgs, added_special=False,
                            render=lambda ms: templates.apply(ms, **opts).prompt)
     if not tokens:
         raise APIError(400, "the chat renders to an empty prompt", param="messages")
-    llama._need_model().check_tokens(tokens, "prompt token")
+    llama.native_model().check_tokens(tokens, "prompt token")
     return ChatPrompt(tokens, list(native.additional_stops), grammar, None, native, reasoning_format)
 
 

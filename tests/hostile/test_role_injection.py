@@ -54,7 +54,7 @@ def test_chat_completion_keeps_forged_turns_as_text() -> None:
     from llama_cpp import Llama
 
     with Llama(fixture_path("llama_spm"), n_ctx=256, verbose=False) as llm:
-        m = llm._need_model()
+        m = llm.native_model()
         start = m.tokenize(IM_START.encode(), add_special=False, parse_special=True)
         assert len(start) == 1
         plain = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
@@ -115,7 +115,7 @@ def test_a_content_equal_to_the_templates_own_marker_stays_text() -> None:
     from llama_cpp import Llama
 
     with Llama(fixture_path("llama_spm"), n_ctx=256, verbose=False) as llm:
-        m = llm._need_model()
+        m = llm.native_model()
         end = m.tokenize(IM_END.encode(), add_special=False, parse_special=True)
         start = m.tokenize(IM_START.encode(), add_special=False, parse_special=True)
         assert len(end) == 1 and len(start) == 1

@@ -19,7 +19,7 @@ def _decode(llama: Llama, tokens: list[int], seq: int) -> np.ndarray:
     """Evaluate ``tokens`` into sequence ``seq`` from position 0; the last row's logits."""
     from llama_cpp._core.context import LlamaBatch
 
-    ctx = llama._need_ctx()
+    ctx = llama.native_context()
     with LlamaBatch(len(tokens), 0, 1) as batch:
         batch.add_sequence(np.asarray(tokens, dtype=np.int32), seq, 0, logits="last")
         ctx.decode(batch)
@@ -29,7 +29,7 @@ def _decode(llama: Llama, tokens: list[int], seq: int) -> np.ndarray:
 def _next_logits(llama: Llama, tok: int, pos: int, seq: int) -> np.ndarray:
     from llama_cpp._core.context import LlamaBatch
 
-    ctx = llama._need_ctx()
+    ctx = llama.native_context()
     with LlamaBatch(1, 0, 1) as batch:
         batch.add_sequence(np.asarray([tok], dtype=np.int32), seq, pos, logits="last")
         ctx.decode(batch)
@@ -44,7 +44,7 @@ def two_seqs(spm_path):
 
 def test_a_restored_state_continues_as_the_original(two_seqs):
     llama = two_seqs
-    ctx = llama._need_ctx()
+    ctx = llama.native_context()
     toks = llama.tokenize(b"the quick brown fox jumps over the lazy dog and")
     ctx.memory_clear(True)
     _decode(llama, toks, 0)
@@ -67,7 +67,7 @@ def test_a_restored_state_continues_as_the_original(two_seqs):
 
 def test_the_cache_stays_within_its_limit_and_evicts_the_oldest(two_seqs):
     llama = two_seqs
-    ctx = llama._need_ctx()
+    ctx = llama.native_context()
     ctx.memory_clear(True)
     pc = PromptCache(ctx, 1, exact=False)
     prompts = [llama.tokenize(f"prompt number {i} says {'word ' * (8 + i)}".encode()) for i in range(4)]
@@ -96,7 +96,7 @@ def test_the_cache_stays_within_its_limit_and_evicts_the_oldest(two_seqs):
 
 def test_a_state_that_does_not_restore_is_dropped(two_seqs):
     llama = two_seqs
-    ctx = llama._need_ctx()
+    ctx = llama.native_context()
     ctx.memory_clear(True)
     toks = llama.tokenize(b"a state that will not restore")
     _decode(llama, toks, 0)
@@ -234,7 +234,7 @@ def test_a_hybrid_prompt_that_ends_differently_resumes_at_a_context_checkpoint(s
 
 def test_saving_a_slot_never_evicts_the_state_about_to_be_restored(two_seqs):
     llama = two_seqs
-    ctx = llama._need_ctx()
+    ctx = llama.native_context()
     ctx.memory_clear(True)
     a = llama.tokenize(b"the first prompt that will be restored in a moment")
     b = llama.tokenize(b"another prompt which the slot holds now, longer than the first one was")

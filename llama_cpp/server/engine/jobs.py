@@ -98,7 +98,7 @@ class GenRequest:
 
     prompt_tokens: list[int]
     max_tokens: int
-    sampling: dict[str, Any]  # keyword arguments of Llama._make_sampler
+    sampling: dict[str, Any]  # keyword arguments of Llama.make_sampler
     grammar: LlamaGrammar | None = None
     stop: list[str] = dataclasses.field(default_factory=list)
     logprobs: int | None = None

@@ -55,10 +55,10 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                  cache_prompt: bool = True, spec: Any = None, cache_ram: int = 0,
                  slot_prompt_similarity: float = 0.0, lora: Any = None) -> None:
         self.llama = llama
-        self.model = llama._need_model()
-        self.ctx = llama._need_ctx()
-        if llama._need_ctx().n_seq_max() < n_slots:
-            raise ValueError(f"the context holds {llama._need_ctx().n_seq_max()} sequences, fewer than {n_slots} slots")
+        self.model = llama.native_model()
+        self.ctx = llama.native_context()
+        if llama.native_context().n_seq_max() < n_slots:
+            raise ValueError(f"the context holds {llama.native_context().n_seq_max()} sequences, fewer than {n_slots} slots")
         self.n_slots = n_slots
         self.n_ctx_slot = n_ctx_slot
         self.max_queue = max_queue
@@ -269,7 +269,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
     def _start(self, s: Slot) -> None:
         req = s.req
         try:
-            s.chain = self.llama._make_sampler(**req.sampling)
+            s.chain = self.llama.make_sampler(**req.sampling)
             s.grammar = _sampling.grammar_sampler(self.model, req.grammar)
             s.special = _sampling.special_tokens(req.grammar)  # a chat template's preserved tokens, as text
             _sampling.prime_penalties(s.chain, req.prompt_tokens, self.llama.last_n_tokens_size,

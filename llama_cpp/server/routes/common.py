@@ -257,7 +257,7 @@ def sampling(body: Any, llama: Any) -> dict[str, Any]:
 
 
 def completion_kwargs(sampling: dict[str, Any]) -> dict[str, Any]:
-    """``_make_sampler`` keywords as ``Llama.create_completion`` keywords."""
+    """``make_sampler`` keywords as ``Llama.create_completion`` keywords."""
     kw = dict(sampling)
     kw.pop("penalty_last_n")
     return kw

@@ -30,7 +30,7 @@ def _embedding_model(served: ServedModel, what: str) -> None:
 
 def _token_lists(served: ServedModel, inputs: list[str | list[int]]) -> list[list[int]]:
     """Each input as token ids (text tokenized as llama-embedding does), checked against the context."""
-    model = served.llama._need_model()
+    model = served.llama.native_model()
     limit = served.n_ctx_slot
     out = []
     for i, item in enumerate(inputs):
@@ -52,7 +52,7 @@ def _token_lists(served: ServedModel, inputs: list[str | list[int]]) -> list[lis
 def _embed(llama: Any, lists: list[list[int]], alias: str, rank: bool) -> dict[str, Any]:
     """``{"rows", "usage"}`` for ``lists`` on ``llama``'s context (the engine's thread), the context left
     empty after."""
-    ctx = llama._need_ctx()
+    ctx = llama.native_context()
     pooling = ctx.pooling_type()
     if rank and pooling != LLAMA_POOLING_TYPE_RANK:
         raise APIError(400, f"the model {alias!r} is not a reranker (its pooling type is {pooling}, not rank): "
@@ -63,7 +63,7 @@ def _embed(llama: Any, lists: list[list[int]], alias: str, rank: bool) -> dict[s
                        param="model")
     llama.reset()
     try:
-        rows, counts = embed_token_lists(ctx, llama._need_model(), lists, normalize=-1, truncate=False)
+        rows, counts = embed_token_lists(ctx, llama.native_model(), lists, normalize=-1, truncate=False)
     finally:
         llama.reset()
     if pooling == LLAMA_POOLING_TYPE_NONE:
@@ -129,7 +129,7 @@ async def rerank(request: Request, body: RerankRequest) -> Any:
         raise APIError(400, "documents is empty: give at least one document", param="documents")
     served = await served_model(request, body.model)
     _embedding_model(served, "reranking")
-    model = served.llama._need_model()
+    model = served.llama.native_model()
     lists = await asyncio.to_thread(rank_token_lists, model, body.query, texts)
     await asyncio.to_thread(_token_lists, served, lists)  # each pair within the context
     group = await submit(request, served, 1, lambda _: (lambda llama: _embed(llama, lists, served.alias, True)))

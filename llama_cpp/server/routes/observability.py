@@ -45,7 +45,7 @@ async def get_props(request: Request, model: str | None = None) -> dict[str, Any
     """``model``'s properties (default: the first model), in llama-server's shape."""
     served = await served_model(request, model)
     llama = served.llama
-    m = llama._need_model()
+    m = llama.native_model()
     defaults = CreateChatCompletionRequest.model_fields
     params = {k: defaults[k].default for k in _PARAMS}
     engine = served.engine

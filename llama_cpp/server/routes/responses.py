@@ -22,7 +22,7 @@ def token_counter(request: Request, model: str | None) -> Callable[[str], int]:
     served = registry(request).get(model)
 
     def count(text: str) -> int:
-        return len(served.llama._need_model().tokenize(text.encode("utf-8"), add_special=False, parse_special=False))
+        return len(served.llama.native_model().tokenize(text.encode("utf-8"), add_special=False, parse_special=False))
     return count
 
 

@@ -38,7 +38,7 @@ async def count_tokens(request: Request, body: TokenizeInputRequest) -> Tokenize
 @guarded
 async def detokenize(request: Request, body: DetokenizeInputRequest) -> DetokenizeInputResponse:
     served = await served_model(request, body.model)
-    model = served.llama._need_model()
+    model = served.llama.native_model()
     model.check_tokens(body.tokens, "tokens entry")
     return DetokenizeInputResponse(text=model.detokenize(body.tokens).decode("utf-8", errors="replace"))
 
