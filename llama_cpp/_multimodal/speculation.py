@@ -172,7 +172,7 @@ class MediaDraftModel(DrafterBase):
         """A new prompt's media; the draft memory keeps at most the text before the first span
         (another prompt's media rows hold the same placeholder ids)."""
         self._spans = list(spans)
-        self.inner._sync(history[:spans[0].p0] if spans else history)
+        self.inner.sync(history[:spans[0].p0] if spans else history)
 
     def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
         try:
@@ -189,18 +189,18 @@ class MediaDraftModel(DrafterBase):
             return
         last = self._spans[-1]
         end = last.p0 + last.n_pos
-        if len(dm._kv) >= end and dm._kv[end - 1] == MEDIA_TOKEN:
+        if len(dm.kv_tokens) >= end and dm.kv_tokens[end - 1] == MEDIA_TOKEN:
             return  # spans are decoded whole and in order: the last one in means all are
-        L = dm._sync(history)
+        L = dm.sync(history)
         for sp in self._spans:
             if sp.p0 + sp.n_pos <= L:
                 continue
             if sp.p0 < L:  # never half in; rebuild from before it if it ever is
-                L = dm._sync(history[:sp.p0])
+                L = dm.sync(history[:sp.p0])
             if L < sp.p0:
-                dm._decode(history[L:sp.p0], L)
+                dm.decode_at(history[L:sp.p0], L)
             self._decode_media(sp)
-            dm._kv.extend([MEDIA_TOKEN] * sp.n_pos)
+            dm.kv_tokens.extend([MEDIA_TOKEN] * sp.n_pos)
             L = sp.p0 + sp.n_pos
 
     def _rows_for(self, sp: MediaSpan, width: int) -> np.ndarray | None:

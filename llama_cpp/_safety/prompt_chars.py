@@ -8,14 +8,18 @@ not bound for every vocabulary, see :mod:`.tokenize_bounds`).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
+from .._core.ownership import unwrap
 from .._errors import ContextOverflowError
+
+_LONGEST: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def longest_token_chars(model: Any) -> int:
     """The longest token text of ``model`` in characters (computed once per model)."""
-    cached = getattr(model, "_longest_token_chars", None)
+    cached = _LONGEST.get(unwrap(model))
     if cached is None:
         C, vocab = model._C, model.vocab
         cached = 1
@@ -23,7 +27,7 @@ def longest_token_chars(model: Any) -> int:
             raw = C.llama_vocab_get_text(vocab, i)
             if raw and len(raw) > cached:  # bytes >= characters: decode only the candidates
                 cached = max(cached, len(raw.decode("utf-8", "replace")))
-        model._longest_token_chars = cached
+        _LONGEST[unwrap(model)] = cached
     return cached
 
 

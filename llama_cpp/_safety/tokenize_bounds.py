@@ -16,8 +16,11 @@ without such characters are tokenized in one call (they have no quadratic path).
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
+
+from .._core.ownership import unwrap
 
 log = logging.getLogger("llama_cpp")
 
@@ -34,10 +37,13 @@ Once = Callable[[bytes, bool, bool], list[int]]
 _SPECIAL_ATTRS = 8 | 16 | 1
 
 
+_VOCAB_CHARS: weakref.WeakKeyDictionary[Any, tuple[frozenset[str], frozenset[str]]] = weakref.WeakKeyDictionary()
+
+
 def vocab_chars(model: Any) -> tuple[frozenset[str], frozenset[str]]:
     """Every character that occurs in some token text of ``model`` (SPM's ``▁`` also as a space),
     and the last characters of the special tokens' texts; computed once per model."""
-    cached = getattr(model, "_vocab_chars", None)
+    cached = _VOCAB_CHARS.get(unwrap(model))
     if cached is not None:
         return cached
     C, vocab = model._C, model.vocab
@@ -52,8 +58,8 @@ def vocab_chars(model: Any) -> tuple[frozenset[str], frozenset[str]]:
                 ends.add(text[-1])
     if "\u2581" in chars:
         chars.add(" ")
-    model._vocab_chars = (frozenset(chars), frozenset(ends))
-    return model._vocab_chars
+    cached = _VOCAB_CHARS[unwrap(model)] = (frozenset(chars), frozenset(ends))
+    return cached
 
 
 def cut_points(text: str, chars: frozenset[str], chunk: int = CHUNK_CHARS,

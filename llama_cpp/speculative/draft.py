@@ -250,7 +250,7 @@ class DraftModel(DrafterBase):
         self.n_vocab_target = int(target_model.n_vocab)
         self._n_vocab_draft = int(self.model.n_vocab)
         self._topk = min(_TOP_K, self.model.n_vocab)
-        self._kv: list[int] = []  # tokens in the draft memory, positions 0..len-1
+        self.kv_tokens: list[int] = []  # tokens in the draft memory, positions 0..len-1
 
     def close(self) -> None:
         for name in ("_batch", "ctx", "model"):  # the batch first: it points into the context
@@ -262,7 +262,7 @@ class DraftModel(DrafterBase):
     def reset(self) -> None:
         if self.ctx is not None:
             self.ctx.memory_clear(True)
-        self._kv = []
+        self.kv_tokens = []
         self._ckpt_len = -1
 
     def begin(self, prompt: Sequence[int]) -> None:
@@ -271,9 +271,10 @@ class DraftModel(DrafterBase):
     def accept(self, n_accepted: int) -> None:
         pass
 
-    def _sync(self, prompt: Sequence[int]) -> int:
-        """Make the draft memory a prefix of ``prompt``; return its length."""
-        kv = self._kv
+    def sync(self, prompt: Sequence[int]) -> int:
+        """Make the draft memory a prefix of ``prompt``; return its length (``kv_tokens`` holds it; the media
+        drafter syncs around image spans with this and :meth:`decode_at`)."""
+        kv = self.kv_tokens
         L = common_prefix(kv, prompt)
         if L < len(kv):
             if L > 0 and self.ctx.seq_rm(0, L, -1):
@@ -291,10 +292,10 @@ class DraftModel(DrafterBase):
         self._ckpt_len = -1
         return L
 
-    def _decode(self, tokens: Sequence[int], pos0: int) -> None:
+    def decode_at(self, tokens: Sequence[int], pos0: int) -> None:
         """Decode ``tokens`` at ``pos0..``; the last one is an output."""
         self._batch.decode(tokens, pos0, "last")
-        self._kv.extend(tokens)
+        self.kv_tokens.extend(tokens)
 
     def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
         k_max = self.n_max if n_max is None else min(self.n_max, int(n_max))
@@ -307,18 +308,18 @@ class DraftModel(DrafterBase):
             raise
 
     def _draft(self, prompt: list[int], id_last: int, k_max: int) -> list[int]:
-        L = self._sync(prompt)
+        L = self.sync(prompt)
         new = list(prompt[L:]) + [id_last]
         if min(new) < 0 or (self._n_vocab_draft < self.n_vocab_target and max(new) >= self._n_vocab_draft):
             return []  # media positions, or a token the draft's (smaller) vocabulary lacks
         if self._ckpt is not None:
             if len(new) > 1:
-                self._decode(new[:-1], L)
+                self.decode_at(new[:-1], L)
             self._ckpt.save()  # the memory holds the whole history: a prefix of every later one
-            self._ckpt_len = len(self._kv)
-            self._decode(new[-1:], len(self._kv))
+            self._ckpt_len = len(self.kv_tokens)
+            self.decode_at(new[-1:], len(self.kv_tokens))
         else:
-            self._decode(new, L)
+            self.decode_at(new, L)
         out: list[int] = []
         ctx, k = self.ctx, self._topk
         while True:
@@ -331,7 +332,7 @@ class DraftModel(DrafterBase):
             out.append(best)
             if len(out) >= k_max:
                 break
-            self._decode([best], len(self._kv))
+            self.decode_at([best], len(self.kv_tokens))
         if len(out) < self.n_min:
             return []
         return out

@@ -279,7 +279,7 @@ def test_draft_memory_mirrors_the_target(model_name, models, prompts, mmproj_vis
             d = dec.drafters[0]
             assert isinstance(d, MediaDraftModel)
             assert len(d.draft(kv, dec.history[-1], 1)) == 1
-            assert d.inner._kv == dec.history  # the pending token is decoded there to draft after it
+            assert d.inner.kv_tokens == dec.history  # the pending token is decoded there to draft after it
             assert d.inner.ctx.seq_pos_max(0) == len(kv)
         finally:
             chunks.close()
@@ -332,7 +332,7 @@ def test_text_prefill_after_a_media_prompt_starts_over(models, prompts, mmproj_v
         toks = list(dec.generate(lambda ctx, i: int(ctx.logits_ith(i).argmax()), 12))
         assert len(toks) == 12
         model_draft = dec.drafters[1]
-        assert model_draft._spans == [] and MEDIA_TOKEN not in model_draft.inner._kv
+        assert model_draft._spans == [] and MEDIA_TOKEN not in model_draft.inner.kv_tokens
         assert dec.stats.accepted_by.get("draft-simple", 0) == dec.stats.drafted_by.get("draft-simple", 0) > 0
 
 
