@@ -350,7 +350,7 @@ class MTMDContext(Owned):
             p.batch_max_tokens = int(batch_max_tokens)
         if flash_attn_type is not None:
             p.flash_attn_type = int(flash_attn_type)
-        model_ref = model._ref
+        model_ref = model.native_ref
         if model_ref is None:
             raise ClosedError("the text model is closed; load it again")
         ptr = M.mtmd_init_from_file(os.fsencode(path), model.ptr, p)

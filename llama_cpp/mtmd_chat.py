@@ -492,11 +492,11 @@ class MTMDChatHandler:
 
     def _context_for(self, llama: Any) -> MTMDContext:
         model = llama.native_model()
-        if self._mctx is None or self._model_ref is not model._ref:
+        if self._mctx is None or self._model_ref is not model.native_ref:
             self.close()
             self._mctx = MTMDContext(self.clip_model_path, model, use_gpu=self.use_gpu,
                                      n_threads=self.n_threads, media_marker=self.media_marker)
-            self._model_ref = model._ref
+            self._model_ref = model.native_ref
         return self._mctx
 
     def speculative_decoder(self, model: LlamaModel, config: SpecConfig, *, target: LlamaContext,

@@ -186,6 +186,12 @@ class Owned:
     def closed(self) -> bool:
         return self._ref is None
 
+    @property
+    def native_ref(self) -> NativeRef | None:
+        """The shared ownership of the native object (None once closed): what a dependent object holds
+        (``NativeRef.hold``) so that this one outlives it, and what tells two wrappers of one object apart."""
+        return self._ref
+
     def _ptr(self) -> Any:
         ref = self._ref
         if ref is None or ref.ptr is None:

@@ -56,7 +56,7 @@ def share_threadpools(target: Any, ctx: Any) -> bool:
     set of workers serves both. False (nothing changed) when the target has no pool or the
     thread counts differ.
     """
-    tref, dref = getattr(target, "_ref", None), getattr(ctx, "_ref", None)
+    tref, dref = getattr(target, "native_ref", None), getattr(ctx, "native_ref", None)
     tp, dp = getattr(target, "params", None), getattr(ctx, "params", None)
     if tref is None or dref is None or tp is None or dp is None:
         return False
