@@ -314,6 +314,16 @@ def native_handler(llama: Any) -> NativeChatHandler:
     return handler
 
 
+def over_model_defaults(llama: Any, own: Mapping[str, Any]) -> dict[str, Any]:
+    """A request's checked chat-layer options over the ``Llama``'s ``chat_options`` (its constructor's),
+    ``chat_template_kwargs`` merged key by key."""
+    defaults = getattr(llama, "chat_options", {})
+    opts = {**defaults, **own}
+    if "chat_template_kwargs" in own:
+        opts["chat_template_kwargs"] = {**defaults.get("chat_template_kwargs", {}), **own["chat_template_kwargs"]}
+    return opts
+
+
 def chat_route(llama: Any, handler: Any, call: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     """Where ``Llama.create_chat_completion`` sends a request (``call``: its arguments), and the keywords
     beyond the common ones that the handler takes.
@@ -337,10 +347,7 @@ def chat_route(llama: Any, handler: Any, call: Mapping[str, Any]) -> tuple[Any, 
             raise ParameterError(f"reasoning_effort must be a string such as 'low', 'medium' or 'high', "
                                  f"got {call['reasoning_effort']!r}")
         own["reasoning_effort"] = call["reasoning_effort"]
-    defaults = getattr(llama, "chat_options", {})
-    opts = {**defaults, **own}
-    if "chat_template_kwargs" in own:
-        opts["chat_template_kwargs"] = {**defaults.get("chat_template_kwargs", {}), **own["chat_template_kwargs"]}
+    opts = over_model_defaults(llama, own)
     if handler is None and (call.get("tools") or call.get("functions")):
         handler = native_tools_handler(llama)
     if handler is None and opts:

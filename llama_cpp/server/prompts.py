@@ -180,11 +180,7 @@ def chat_options(llama: Llama, body: Any) -> dict[str, Any]:
                                                    None if budget is None or budget == -1 else budget)
     except ValueError as exc:
         raise APIError(400, str(exc), param="chat_template_kwargs") from exc
-    defaults = getattr(llama, "chat_options", {})
-    opts = {**defaults, **own}
-    if "chat_template_kwargs" in own:
-        opts["chat_template_kwargs"] = {**defaults.get("chat_template_kwargs", {}), **own["chat_template_kwargs"]}
-    return opts
+    return native_completion.over_model_defaults(llama, own)
 
 
 def _native_chat_prompt(llama: Llama, templates: native_chat.ChatTemplates, msgs: list[dict[str, Any]],

@@ -19,34 +19,19 @@ import hashlib
 import json
 import re
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from ...common.file_report import PYPI_FILE_LIMIT_MB, FileReport
 from .build import ENTRY_POINT_GROUP, PLUGIN_RECORD, REQUIRED_BASE
 
-PYPI_FILE_LIMIT_MB = 100  # PyPI's default per-file limit (a project can ask for more)
 CORE = "llama-cpp-python"
 
 
-@dataclass
-class PluginReport:
-    filename: str
-    size: int
-    failures: list[tuple[str, str]] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def fail(self, check: str, message: str) -> None:
-        self.failures.append((check, message))
-
-    def render(self) -> str:
-        head = f"{self.filename}  {self.size / 1e6:.1f} MB  {'OK' if self.ok else 'REFUSED'}"
-        return "\n".join([head, *(f"  [{c}] {m}" for c, m in self.failures)])
+class PluginReport(FileReport):
+    """What :func:`check` found in one plugin wheel."""
 
 
 def _core_libraries(core: Path) -> tuple[str, dict[str, str]]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...common.file_report import PYPI_FILE_LIMIT_MB, FileReport
 from ...common.fsutil import write_json_atomic
 from ...common.hashing import listing_hash, sha256_file
 from ...common.paths import REPO_ROOT
@@ -33,30 +34,15 @@ from ..wheels.inwheel import source_date_epoch
 from .build import LLAMA_CPP_FILES, SOURCES_LISTING, VENDOR_PREFIX, pkg_info, sdist_name, selected, tracked_files
 
 SDIST_BUDGET_MB = 20  # measured 7.3 MB (README); a jump means the selection took something it should not
-PYPI_FILE_LIMIT_MB = 100  # PyPI's default per-file limit
-
-
 @dataclass
-class SdistReport:
-    filename: str
-    sha256: str
-    size: int
-    failures: list[tuple[str, str]] = field(default_factory=list)
+class SdistReport(FileReport):
+    """What :func:`check` found in the sdist, with its sha256 (publish takes only the bytes that passed)."""
 
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def fail(self, check: str, message: str) -> None:
-        self.failures.append((check, message))
+    sha256: str = field(default="", kw_only=True)
 
     def to_json(self) -> dict[str, Any]:
         return {"filename": self.filename, "sha256": self.sha256, "size": self.size, "ok": self.ok,
                 "failures": [{"check": c, "message": m} for c, m in self.failures]}
-
-    def render(self) -> str:
-        head = f"{self.filename}  {self.size / 1e6:.1f} MB  {'OK' if self.ok else 'REFUSED'}"
-        return "\n".join([head, *(f"  [{c}] {m}" for c, m in self.failures)])
 
 
 REPORT_FILE = "sdist-validation.json"  # beside the sdist; publish takes only the bytes it passed
@@ -81,7 +67,7 @@ def _read(tf: tarfile.TarFile, info: tarfile.TarInfo) -> bytes:
 
 def check(path: Path, *, repo: Path = REPO_ROOT, version: str, epoch: int | None = None) -> SdistReport:
     """Validate the sdist at ``path`` against the project checkout ``repo`` and its lock."""
-    rep = SdistReport(path.name, sha256_file(path), path.stat().st_size)
+    rep = SdistReport(path.name, path.stat().st_size, sha256=sha256_file(path))
     if path.name != sdist_name(version):
         rep.fail("archive", f"the file name is not {sdist_name(version)}")
     mb = rep.size / 1e6
