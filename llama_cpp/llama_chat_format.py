@@ -82,8 +82,10 @@ def _register_builtins() -> None:
     from ._chat import tools
 
     reg = LlamaChatCompletionHandlerRegistry()
-    for name, fn in _formats.FORMATS.items():
-        reg.register_chat_completion_handler(name, chat_formatter_to_chat_completion_handler(fn), overwrite=True)
+    for name, row in _formats.BUILTIN_FORMATS.items():
+        if row.text is not None:
+            reg.register_chat_completion_handler(name, chat_formatter_to_chat_completion_handler(row.text),
+                                                 overwrite=True)
     reg.register_chat_completion_handler("functionary", tools.functionary_chat_handler, overwrite=True)
     reg.register_chat_completion_handler("functionary-v1", tools.functionary_v1_v2_chat_handler, overwrite=True)
     reg.register_chat_completion_handler("functionary-v2", tools.functionary_v1_v2_chat_handler, overwrite=True)

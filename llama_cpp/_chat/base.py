@@ -171,64 +171,6 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
 # named formats
 # --------------------------------------------------------------------------------------------
 
-_TEXT = "{% macro text(c) %}{% if c is string %}{{ c }}{% elif c %}{% for p in c %}{% if p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}{% endif %}{% endmacro %}"
-
-_FORMATS: dict[str, tuple[str, list[str], bool]] = {
-    # name: (template, stop strings, template emits BOS itself)
-    "chatml": (
-        _TEXT + "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ text(m.content) }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
-        ["<|im_end|>"], False),
-    "llama-2": (
-        _TEXT + "{% set ns = namespace(sys='') %}{% for m in messages %}{% if m.role == 'system' %}"
-        "{% set ns.sys = '<<SYS>>\n' + text(m.content) + '\n<</SYS>>\n\n' %}"
-        "{% elif m.role == 'user' %}{{ bos_token }}[INST] {{ ns.sys }}{{ text(m.content) }} [/INST]"
-        "{% set ns.sys = '' %}{% elif m.role == 'assistant' %} {{ text(m.content) }} {{ eos_token }}"
-        "{% endif %}{% endfor %}",
-        [], True),
-    "llama-3": (
-        _TEXT + "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
-        "{{ text(m.content) }}<|eot_id|>{% endfor %}"
-        "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}",
-        ["<|eot_id|>"], True),
-    "gemma": (
-        _TEXT + "{{ bos_token }}{% set ns = namespace(sys='') %}{% for m in messages %}"
-        "{% if m.role == 'system' %}{% set ns.sys = text(m.content) + '\n\n' %}"
-        "{% else %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n"
-        "{% if m.role == 'user' %}{{ ns.sys }}{% set ns.sys = '' %}{% endif %}"
-        "{{ text(m.content) }}<end_of_turn>\n{% endif %}{% endfor %}"
-        "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}",
-        ["<end_of_turn>"], True),
-    "mistral-instruct": (
-        _TEXT + "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ text(m.content) }} [/INST]"
-        "{% elif m.role == 'assistant' %}{{ text(m.content) }}{{ eos_token }}{% elif m.role == 'system' %}"
-        "[INST] {{ text(m.content) }} [/INST]{% endif %}{% endfor %}",
-        [], True),
-    "phi-3": (
-        _TEXT + "{% for m in messages %}<|{{ m.role }}|>\n{{ text(m.content) }}<|end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}",
-        ["<|end|>", "<|endoftext|>"], False),
-    "alpaca": (
-        _TEXT + "{% for m in messages %}{% if m.role == 'system' %}{{ text(m.content) }}\n\n"
-        "{% elif m.role == 'user' %}### Instruction:\n{{ text(m.content) }}\n\n"
-        "{% elif m.role == 'assistant' %}### Response:\n{{ text(m.content) }}\n\n{% endif %}{% endfor %}"
-        "{% if add_generation_prompt %}### Response:\n{% endif %}",
-        ["###"], False),
-    "vicuna": (
-        _TEXT + "{% for m in messages %}{% if m.role == 'system' %}{{ text(m.content) }}\n\n"
-        "{% elif m.role == 'user' %}USER: {{ text(m.content) }}\n{% elif m.role == 'assistant' %}"
-        "ASSISTANT: {{ text(m.content) }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}ASSISTANT: {% endif %}",
-        ["USER:"], False),
-    "zephyr": (
-        _TEXT + "{% for m in messages %}<|{{ m.role }}|>\n{{ text(m.content) }}</s>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}",
-        ["</s>"], False),
-}
-
-_ALIASES = {"llama2": "llama-2", "llama3": "llama-3", "mistral": "mistral-instruct", "phi3": "phi-3",
-            "gemma2": "gemma", "gemma3": "gemma"}
-
-
 class NamedChatFormatter:
     """One of llama-cpp-python's named formats (a ``format_*`` function) as a formatter whose
     ``stop`` is always a list."""
@@ -257,36 +199,46 @@ def _text_parts_joined(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-# formatters registered by name (upstream's formats and register_chat_format), beside the handlers
-_FORMATTERS: dict[str, Callable[..., Any]] = dict(_formats.FORMATS)
+#: the named chat formats ``Llama(chat_format=...)`` accepts: the built-in rows and those
+#: :func:`register_chat_format` adds (a registered name replaces the whole row)
+NAMED_FORMATS: dict[str, _formats.NamedFormat] = dict(_formats.BUILTIN_FORMATS)
 
 
 def chat_format_names() -> list[str]:
     """Every name ``Llama(chat_format=...)`` accepts as a prompt format."""
-    return sorted(set(_FORMATS) | set(_FORMATTERS))
+    return sorted(NAMED_FORMATS)
 
 
-def get_chat_formatter(name: str, *, bos_token: str = "",
-                       eos_token: str = "") -> Jinja2ChatFormatter | NamedChatFormatter:
-    """A formatter for a named chat format; raises ValueError listing the names on a typo."""
-    key = _ALIASES.get(name, name)
-    if key in _FORMATS:
-        template, stop, emits_bos = _FORMATS[key]
-        return Jinja2ChatFormatter(template, eos_token=eos_token, bos_token=bos_token, stop=stop,
-                                   added_special=emits_bos)
-    if name in _FORMATTERS:
-        return NamedChatFormatter(name, _FORMATTERS[name])
-    if name in LlamaChatCompletionHandlerRegistry._chat_handlers:
-        raise ValueError(f"chat_format {name!r} is a chat handler, not a prompt format: use "
-                         f"chat_handler=llama_cpp.llama_chat_format.get_chat_completion_handler({name!r})")
-    raise ValueError(f"unknown chat_format {name!r}; choose one of {', '.join(chat_format_names())}")
+def _named(name: str) -> _formats.NamedFormat | None:
+    return NAMED_FORMATS.get(name) or NAMED_FORMATS.get(_formats.ALIASES.get(name, name))
+
+
+def _jinja(media: _formats.MediaTemplate, bos: str, eos: str) -> Jinja2ChatFormatter:
+    return Jinja2ChatFormatter(media.template, eos_token=eos, bos_token=bos, stop=list(media.stop),
+                               added_special=media.emits_bos)
+
+
+def get_chat_formatter(name: str, *, bos_token: str = "", eos_token: str = "",
+                       media: bool = True) -> Jinja2ChatFormatter | NamedChatFormatter:
+    """A formatter for a named chat format: its media-aware rendering where it has one (``media=False``:
+    llama-cpp-python's text prompt where it has one); raises ValueError listing the names on a typo."""
+    row = _named(name)
+    if row is None:
+        if name in LlamaChatCompletionHandlerRegistry._chat_handlers:
+            raise ValueError(f"chat_format {name!r} is a chat handler, not a prompt format: use "
+                             f"chat_handler=llama_cpp.llama_chat_format.get_chat_completion_handler({name!r})")
+        raise ValueError(f"unknown chat_format {name!r}; choose one of {', '.join(chat_format_names())}")
+    if row.media is not None and (media or row.text is None):
+        return _jinja(row.media, bos_token, eos_token)
+    assert row.text is not None  # a row has at least one rendering
+    return NamedChatFormatter(name, row.text)
 
 
 def chat_handler_for_format(name: str) -> LlamaChatCompletionHandler | None:
     """The registered handler for ``name`` when it is a handler without a prompt format
     (``chatml-function-calling``, ``functionary*``, one registered with
     :func:`register_chat_completion_handler`); None for a prompt format."""
-    if _ALIASES.get(name, name) in _FORMATS or name in _FORMATTERS:
+    if _named(name) is not None:
         return None
     return LlamaChatCompletionHandlerRegistry._chat_handlers.get(name)
 
@@ -303,9 +255,7 @@ def model_chat_formatter(model: Any, *, chat_format: str | None = None, template
     bos = model.token_text(model.token_bos()) if model.token_bos() >= 0 else ""
     eos = model.token_text(model.token_eos()) if model.token_eos() >= 0 else ""
     if chat_format is not None:
-        if not media and chat_format in _FORMATTERS:
-            return NamedChatFormatter(chat_format, _FORMATTERS[chat_format])
-        return get_chat_formatter(chat_format, bos_token=bos, eos_token=eos)
+        return get_chat_formatter(chat_format, bos_token=bos, eos_token=eos, media=media)
     template = template or model.chat_template()
     if not template:
         return None
@@ -344,7 +294,12 @@ class LlamaChatCompletionHandlerRegistry:
         if name not in self._chat_handlers:
             raise ValueError(f"no chat handler is registered under the name {name!r}")
         del self._chat_handlers[name]
-        _FORMATTERS.pop(name, None)
+        builtin = _formats.BUILTIN_FORMATS.get(name)
+        if NAMED_FORMATS.get(name) is not builtin:  # a registered format goes; a built-in one it replaced returns
+            if builtin is None:
+                del NAMED_FORMATS[name]
+            else:
+                NAMED_FORMATS[name] = builtin
 
     def get_chat_completion_handler_by_name(self, name: str) -> LlamaChatCompletionHandler:
         try:
@@ -380,7 +335,7 @@ def register_chat_format(name: str) -> Callable[[Any], Any]:
     def decorator(f: Any) -> Any:
         LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(
             name, chat_formatter_to_chat_completion_handler(f))
-        _FORMATTERS[name] = f
+        NAMED_FORMATS[name] = _formats.NamedFormat(text=f)
         return f
 
     return decorator

@@ -8,13 +8,15 @@ system prompt ignores the caller's, ``saiga`` knows the role ``bot`` rather than
 packages sends its model the same text. ``added_special`` is False: the tokenizer adds BOS.
 
 Only string content is rendered; a message whose content is a list of parts counts as empty, as
-in llama-cpp-python. The registry (``FORMATS``) maps each registered name to its function.
+in llama-cpp-python. :data:`BUILTIN_FORMATS` is the one table of named formats: each row holds
+that format's upstream text prompt and, for the common ones, a media-aware Jinja rendering.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .types import ChatFormatterResponse
@@ -261,7 +263,69 @@ def format_gemma(messages: Messages, **kwargs: Any) -> ChatFormatterResponse:
     return _response(layout_plain("", ts, "<end_of_turn>\n"), "<end_of_turn>\n")
 
 
-FORMATS: dict[str, Callable[..., Any]] = {
+# ---- media-aware renderings ------------------------------------------------------------------
+# Jinja templates of the same formats that place every part of a message (images, audio), for image and
+# audio chat, which upstream's text prompts cannot carry; phi-3 has only this rendering.
+
+_TEXT = "{% macro text(c) %}{% if c is string %}{{ c }}{% elif c %}{% for p in c %}{% if p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}{% endif %}{% endmacro %}"
+
+# name: (template, stop strings, the template emits BOS itself)
+_MEDIA: dict[str, tuple[str, list[str], bool]] = {
+    "chatml": (
+        _TEXT + "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ text(m.content) }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        ["<|im_end|>"], False),
+    "llama-2": (
+        _TEXT + "{% set ns = namespace(sys='') %}{% for m in messages %}{% if m.role == 'system' %}"
+        "{% set ns.sys = '<<SYS>>\n' + text(m.content) + '\n<</SYS>>\n\n' %}"
+        "{% elif m.role == 'user' %}{{ bos_token }}[INST] {{ ns.sys }}{{ text(m.content) }} [/INST]"
+        "{% set ns.sys = '' %}{% elif m.role == 'assistant' %} {{ text(m.content) }} {{ eos_token }}"
+        "{% endif %}{% endfor %}",
+        [], True),
+    "llama-3": (
+        _TEXT + "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+        "{{ text(m.content) }}<|eot_id|>{% endfor %}"
+        "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}",
+        ["<|eot_id|>"], True),
+    "gemma": (
+        _TEXT + "{{ bos_token }}{% set ns = namespace(sys='') %}{% for m in messages %}"
+        "{% if m.role == 'system' %}{% set ns.sys = text(m.content) + '\n\n' %}"
+        "{% else %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n"
+        "{% if m.role == 'user' %}{{ ns.sys }}{% set ns.sys = '' %}{% endif %}"
+        "{{ text(m.content) }}<end_of_turn>\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}",
+        ["<end_of_turn>"], True),
+    "mistral-instruct": (
+        _TEXT + "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ text(m.content) }} [/INST]"
+        "{% elif m.role == 'assistant' %}{{ text(m.content) }}{{ eos_token }}{% elif m.role == 'system' %}"
+        "[INST] {{ text(m.content) }} [/INST]{% endif %}{% endfor %}",
+        [], True),
+    "phi-3": (
+        _TEXT + "{% for m in messages %}<|{{ m.role }}|>\n{{ text(m.content) }}<|end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}",
+        ["<|end|>", "<|endoftext|>"], False),
+    "alpaca": (
+        _TEXT + "{% for m in messages %}{% if m.role == 'system' %}{{ text(m.content) }}\n\n"
+        "{% elif m.role == 'user' %}### Instruction:\n{{ text(m.content) }}\n\n"
+        "{% elif m.role == 'assistant' %}### Response:\n{{ text(m.content) }}\n\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}### Response:\n{% endif %}",
+        ["###"], False),
+    "vicuna": (
+        _TEXT + "{% for m in messages %}{% if m.role == 'system' %}{{ text(m.content) }}\n\n"
+        "{% elif m.role == 'user' %}USER: {{ text(m.content) }}\n{% elif m.role == 'assistant' %}"
+        "ASSISTANT: {{ text(m.content) }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}ASSISTANT: {% endif %}",
+        ["USER:"], False),
+    "zephyr": (
+        _TEXT + "{% for m in messages %}<|{{ m.role }}|>\n{{ text(m.content) }}</s>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}",
+        ["</s>"], False),
+}
+
+ALIASES: dict[str, str] = {"llama2": "llama-2", "llama3": "llama-3", "mistral": "mistral-instruct", "phi3": "phi-3",
+            "gemma2": "gemma", "gemma3": "gemma"}
+
+
+_TEXT_FORMATS: dict[str, Callable[..., Any]] = {
     "llama-2": format_llama2, "llama-3": format_llama3, "alpaca": format_alpaca, "qwen": format_qwen,
     "vicuna": format_vicuna, "oasst_llama": format_oasst_llama, "baichuan-2": format_baichuan2,
     "baichuan": format_baichuan, "openbuddy": format_openbuddy, "redpajama-incite": format_redpajama_incite,
@@ -270,3 +334,33 @@ FORMATS: dict[str, Callable[..., Any]] = {
     "chatml": format_chatml, "mistral-instruct": format_mistral_instruct, "chatglm3": format_chatglm3,
     "openchat": format_openchat, "saiga": format_saiga, "gemma": format_gemma,
 }
+
+
+@dataclass(frozen=True)
+class MediaTemplate:
+    """A named format as a Jinja template that places media parts."""
+
+    template: str
+    stop: tuple[str, ...]
+    emits_bos: bool
+
+
+@dataclass(frozen=True)
+class NamedFormat:
+    """One named chat format: llama-cpp-python's text prompt (``text``) and, where this package has one,
+    its media-aware rendering (``media``); at least one of the two."""
+
+    text: Callable[..., Any] | None = None
+    media: MediaTemplate | None = None
+
+
+def _builtin() -> dict[str, NamedFormat]:
+    out = {name: NamedFormat(text=fn) for name, fn in _TEXT_FORMATS.items()}
+    for name, (template, stop, emits_bos) in _MEDIA.items():
+        out[name] = NamedFormat(out.get(name, NamedFormat()).text, MediaTemplate(template, tuple(stop), emits_bos))
+    return out
+
+
+#: every built-in named format, one row per name (the live registry, with ``register_chat_format``'s
+#: additions, is :data:`llama_cpp._chat.base.NAMED_FORMATS`)
+BUILTIN_FORMATS: dict[str, NamedFormat] = _builtin()

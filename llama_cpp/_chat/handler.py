@@ -1,6 +1,6 @@
-"""A chat-completion handler from a chat formatter, and the completion → chat conversions
-llama-cpp-python's handlers return (tool calls carry both ``tool_calls`` and the legacy
-``function_call``).
+"""A chat-completion handler from a chat formatter, and the pieces upstream's handlers share (sampling
+keys, stops, tool choice, grammars, prompt tokens); completions become chat responses through
+:mod:`llama_cpp._generation.responses`, the one completion → chat converter.
 
 The handler renders the prompt with the formatter, tokenizes it so special-token text inside
 message content stays text (:mod:`llama_cpp._safety.chat_tokens`), adds the format's stop strings, builds
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._generation import responses as _responses
 from .._safety.chat_tokens import message_texts, tokenize_chat_prompt
 from ..llama_grammar import JSON_GBNF, LlamaGrammar
 
@@ -104,95 +105,6 @@ def prompt_tokens(llama: Any, prompt: str, messages: Sequence[Any], *, added_spe
     return list(llama.tokenize(prompt.encode("utf-8"), add_bos=not added_special, special=True))
 
 
-# ---- completion → chat -----------------------------------------------------------------------
-
-def chat_logprobs(lp: dict[str, Any] | None) -> dict[str, Any] | None:
-    if lp is None:
-        return None
-    return {"content": [{"token": tok, "bytes": None, "logprob": val,
-                         "top_logprobs": [{"token": k, "logprob": v, "bytes": None} for k, v in (top or {}).items()]}
-                        for tok, val, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])],
-            "refusal": None}
-
-
-def completion_to_chat(completion: dict[str, Any]) -> dict[str, Any]:
-    choice = completion["choices"][0]
-    return {"id": "chat" + completion["id"], "object": "chat.completion", "created": completion["created"],
-            "model": completion["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": choice["text"]},
-                         "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": choice["finish_reason"]}],
-            "usage": completion["usage"]}
-
-
-def chunks_to_chat(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for i, chunk in enumerate(chunks):
-        base = {"id": "chat" + chunk["id"], "model": chunk["model"], "created": chunk["created"],
-                "object": "chat.completion.chunk"}
-        choice = chunk["choices"][0]
-        if i == 0:
-            yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
-                                        "finish_reason": None}]}
-        delta = {"content": choice["text"]} if choice["finish_reason"] is None else {}
-        out = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": chat_logprobs(choice["logprobs"]),
-                                    "finish_reason": choice["finish_reason"]}]}
-        if choice["finish_reason"] is not None and choice["text"]:
-            # the last piece of text arrives with the finish reason here; keep it
-            yield {**base, "choices": [{"index": 0, "delta": {"content": choice["text"]},
-                                        "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": None}]}
-            out["choices"][0]["logprobs"] = None
-        if "usage" in chunk and choice["finish_reason"] is not None:
-            out["usage"] = chunk["usage"]
-        yield out
-
-
-def to_chat(completion_or_chunks: Any, stream: bool) -> Any:
-    return chunks_to_chat(completion_or_chunks) if stream else completion_to_chat(completion_or_chunks)
-
-
-def call_id(tool_name: str, completion_id: str, index: int = 0) -> str:
-    return f"call__{index}_{tool_name}_{completion_id}"
-
-
-def completion_to_tool_call(tool_name: str, completion: dict[str, Any]) -> dict[str, Any]:
-    choice = completion["choices"][0]
-    args = choice["text"]
-    return {"id": "chat" + completion["id"], "object": "chat.completion", "created": completion["created"],
-            "model": completion["model"],
-            "choices": [{"index": 0, "message": {
-                "role": "assistant", "content": None, "function_call": {"name": tool_name, "arguments": args},
-                "tool_calls": [{"id": call_id(tool_name, completion["id"]), "type": "function",
-                                "function": {"name": tool_name, "arguments": args}}]},
-                "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": "tool_calls"}],
-            "usage": completion["usage"]}
-
-
-def chunks_to_tool_call(tool_name: str, chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    head: dict[str, Any] | None = None
-    tool_id = ""
-    for chunk in chunks:
-        if head is None:
-            head = {"id": "chat" + chunk["id"], "object": "chat.completion.chunk", "created": chunk["created"],
-                    "model": chunk["model"]}
-            tool_id = call_id(tool_name, chunk["id"])
-            yield {**head, "choices": [{"index": 0, "finish_reason": None, "logprobs": None, "delta": {
-                "role": "assistant", "content": None, "function_call": None, "tool_calls": None}}]}
-        text = chunk["choices"][0]["text"]
-        yield {**head, "choices": [{"index": 0, "finish_reason": None,
-                                    "logprobs": chat_logprobs(chunk["choices"][0]["logprobs"]), "delta": {
-            "role": None, "content": None, "function_call": {"name": tool_name, "arguments": text},
-            "tool_calls": [{"index": 0, "id": tool_id, "type": "function",
-                            "function": {"name": tool_name, "arguments": text}}]}}]}
-    if head is not None:
-        yield {**head, "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": None, "delta": {
-            "role": None, "content": None, "function_call": None, "tool_calls": None}}]}
-
-
-def to_tool_call(tool_name: str, completion_or_chunks: Any, stream: bool) -> Any:
-    if stream:
-        return chunks_to_tool_call(tool_name, completion_or_chunks)
-    return completion_to_tool_call(tool_name, completion_or_chunks)
-
-
 # ---- the handler -----------------------------------------------------------------------------
 
 def formatter_to_handler(formatter: Callable[..., Any]) -> Callable[..., Any]:
@@ -227,7 +139,7 @@ def formatter_to_handler(formatter: Callable[..., Any]) -> Callable[..., Any]:
             logprobs=top_logprobs if logprobs else None,
             **sampling_kwargs(sampling, hooks={"logits_processor": logits_processor, "stopping_criteria": criteria}))
         if tool is not None:
-            return to_tool_call(tool["function"]["name"], completion, stream)
-        return to_chat(completion, stream)
+            return _responses.to_chat(completion, stream, tool["function"]["name"])
+        return _responses.to_chat(completion, stream)
 
     return chat_completion_handler

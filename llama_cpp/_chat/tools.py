@@ -23,6 +23,7 @@ from typing import Any
 
 import jinja2
 
+from .._generation import responses as R
 from .._safety.template_budget import DEFAULT_LIMITS
 from ..llama_grammar import JSON_GBNF, LlamaGrammar
 from . import handler as H
@@ -122,7 +123,7 @@ def chatml_function_calling(*, llama: Any, messages: list[Any], functions: Any =
         prompt = render_chatml_function_calling(messages, [], False)
         if response_format is not None:
             grammar = H.grammar_for_response_format(response_format) or grammar
-        return H.to_chat(complete(prompt, stream=stream, stop=stops, max_tokens=max_tokens, grammar=grammar,
+        return R.to_chat(complete(prompt, stream=stream, stop=stops, max_tokens=max_tokens, grammar=grammar,
                                   logprobs=lp), stream)
 
     prompt = render_chatml_function_calling(messages, tools, True)
@@ -131,7 +132,7 @@ def chatml_function_calling(*, llama: Any, messages: list[Any], functions: Any =
         tool = H.find_tool(tools, name)
         completion = complete(prompt + f"functions.{name}:\n", stream=stream, stop=stops, max_tokens=max_tokens,
                               grammar=H.grammar_for_schema(tool["function"].get("parameters") or {}))
-        return H.to_tool_call(name, completion, stream)
+        return R.to_chat(completion, stream, name)
     if tool_choice not in ("auto", "required"):
         raise ValueError(f"unsupported tool_choice {tool_choice!r}: use 'none', 'auto', 'required' or "
                          "{'type': 'function', 'function': {'name': ...}}")
@@ -142,7 +143,7 @@ def chatml_function_calling(*, llama: Any, messages: list[Any], functions: Any =
                          "root ::= " + " | ".join(json.dumps(f"functions.{t['function']['name']}:") for t in tools)))
     text = first["choices"][0]["text"]
     if text.startswith("message"):
-        return H.to_chat(complete(prompt + "message:\n", stream=stream, stop=stops, max_tokens=max_tokens,
+        return R.to_chat(complete(prompt + "message:\n", stream=stream, stop=stops, max_tokens=max_tokens,
                                   logprobs=lp), stream)
 
     name = text[len("functions."):].rstrip(":")
@@ -150,7 +151,7 @@ def chatml_function_calling(*, llama: Any, messages: list[Any], functions: Any =
     if stream:
         completion = complete(prompt + f"functions.{name}:\n", stream=True, stop=stops, max_tokens=max_tokens,
                               grammar=H.grammar_for_schema(tool["function"].get("parameters") or {}))
-        return H.to_tool_call(name, completion, True)
+        return R.to_chat(completion, True, name)
 
     calls: list[tuple[str, dict[str, Any]]] = []
     while tool is not None and len(calls) < _MAX_CALLS:
@@ -172,7 +173,7 @@ def chatml_function_calling(*, llama: Any, messages: list[Any], functions: Any =
 def _merge_calls(calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     first = calls[0][1]
     message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": H.call_id(name, c["id"], i), "type": "function",
+        {"id": R.call_id(name, c["id"], i), "type": "function",
          "function": {"name": name, "arguments": c["choices"][0]["text"]}}
         for i, (name, c) in enumerate(calls)]}
     if len(calls) == 1:
@@ -181,7 +182,7 @@ def _merge_calls(calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     return {"id": "chat" + first["id"], "object": "chat.completion", "created": first["created"],
             "model": first["model"],
             "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message,
-                         "logprobs": H.chat_logprobs(first["choices"][0]["logprobs"])}],
+                         "logprobs": R.chat_logprobs(first["choices"][0]["logprobs"])}],
             "usage": usage}
 
 
@@ -306,7 +307,7 @@ def functionary_chat_handler(*, llama: Any, messages: list[Any], functions: Any 
     if not functions or function_call == "none":
         completion = complete(prompt + ":\n", stream=stream, stop=["user:", "</s>"], max_tokens=max_tokens,
                               grammar=grammar)
-        return H.to_chat(completion, stream)
+        return R.to_chat(completion, stream)
     if stream:
         raise ValueError("functionary: streaming a function call is not supported; use stream=False "
                          "(llama-cpp-python does not stream it either)")
@@ -327,7 +328,7 @@ def functionary_chat_handler(*, llama: Any, messages: list[Any], functions: Any 
     return {"id": "chat" + completion["id"], "object": "chat.completion", "created": completion["created"],
             "model": completion["model"],
             "choices": [{"index": 0, "finish_reason": "tool_calls",
-                         "logprobs": H.chat_logprobs(completion["choices"][0]["logprobs"]),
+                         "logprobs": R.chat_logprobs(completion["choices"][0]["logprobs"]),
                          "message": {"role": "assistant", "content": None,
                                      "function_call": {"name": name, "arguments": args},
                                      "tool_calls": [{"id": name, "type": "function",
@@ -383,13 +384,13 @@ def functionary_v1_v2_chat_handler(*, llama: Any, messages: list[Any], functions
             completion = complete(prompt + "all\n<|content|>", stream=stream, stop=_V2["stop"], grammar=grammar)
         if not stream:
             completion["choices"][0]["text"] = completion["choices"][0]["text"].lstrip()
-        return H.to_chat(completion, stream)
+        return R.to_chat(completion, stream)
     if stream:
         if isinstance(function_call, dict) and not v1:
             name = function_call["name"]
             completion = complete(prompt + f"{name}\n{_V2['content']}", stream=True,
                                   stop=[_V2["stop"], _V2["from"]], grammar=_grammar_for(name, functions))
-            return H.to_tool_call(name, completion, True)
+            return R.to_chat(completion, True, name)
         raise ValueError("functionary-v1/v2: streaming is supported for a named tool_choice on v2 only")
 
     calls: list[tuple[str, dict[str, Any]]] = []
@@ -409,7 +410,7 @@ def functionary_v1_v2_chat_handler(*, llama: Any, messages: list[Any], functions
         text = head["choices"][0]["text"]
         if _V1["start_call"] not in text:
             head["choices"][0]["text"] = text.lstrip()
-            return H.to_chat(head, False)
+            return R.to_chat(head, False)
         name = text.split(_V1["start_call"])[-1].strip().rstrip(":").strip()
         call_prompt = prompt + text.replace(f"{_V1['start_call']} ", _V1["start_call"]) + "\n"
         calls.append((name, complete(call_prompt, stream=False, stop=_V1["end_call"],
@@ -436,7 +437,7 @@ def functionary_v1_v2_chat_handler(*, llama: Any, messages: list[Any], functions
     if not calls:
         assert last is not None  # the v2 loop ran at least once
         last["choices"][0]["text"] = content or ""
-        return H.completion_to_chat(last)
+        return R.chat_response(last)
     merged = _merge_calls(calls)
     merged["choices"][0]["message"]["content"] = content
     return merged

@@ -3,7 +3,6 @@ the joined completion, and chat completions or chat chunks (plain content or one
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,18 +37,21 @@ def chat_logprobs(lp: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"content": content, "refusal": None}
 
 
-def _call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
+def call_id(tool_name: str, completion_id: str, index: int = 0) -> str:
+    """The id of a forced tool call: upstream llama-cpp-python's (unique per completion, reproducible)."""
+    return f"call__{index}_{tool_name}_{completion_id}"
 
 
 def chat_response(completion: dict[str, Any], tool_name: str | None = None) -> dict[str, Any]:
-    """A ``chat.completion`` from a joined completion; with ``tool_name`` the text is that tool's arguments."""
+    """A ``chat.completion`` from a joined completion; with ``tool_name`` the text is that tool's arguments
+    (as ``tool_calls`` and, for clients of the legacy ``functions`` API, ``function_call``)."""
     choice = completion["choices"][0]
     message: dict[str, Any] = {"role": "assistant", "content": choice["text"]}
     finish = choice["finish_reason"]
     if tool_name is not None:
-        message = {"role": "assistant", "content": None, "tool_calls": [{
-            "id": _call_id(), "type": "function", "function": {"name": tool_name, "arguments": choice["text"]}}]}
+        fn = {"name": tool_name, "arguments": choice["text"]}
+        message = {"role": "assistant", "content": None, "function_call": fn,
+                   "tool_calls": [{"id": call_id(tool_name, completion["id"]), "type": "function", "function": dict(fn)}]}
         finish = "tool_calls"
     return {"id": "chat" + completion["id"], "object": "chat.completion", "created": completion["created"],
             "model": completion["model"],
@@ -58,33 +60,59 @@ def chat_response(completion: dict[str, Any], tool_name: str | None = None) -> d
             "usage": completion["usage"]}
 
 
-def chat_stream(chunks: Iterator[dict[str, Any]], tool_name: str | None = None) -> Iterator[dict[str, Any]]:
-    """``chat.completion.chunk`` objects: the role, the content (or tool-call) deltas, then the finish
-    reason with the usage."""
-    first = True
-    call_id = _call_id()
-    for c in chunks:
+class ChatChunks:
+    """``text_completion`` chunks → ``chat.completion.chunk`` objects, one chunk at a time: the role, the
+    content deltas (or, with ``tool_name``, the call's deltas as OpenAI streams them: id, type and name
+    in the first, then arguments only), then the finish reason with the usage."""
+
+    def __init__(self, tool_name: str | None = None) -> None:
+        self.tool_name = tool_name
+        self.first = True
+        self.call_started = False
+
+    def __call__(self, c: dict[str, Any]) -> list[dict[str, Any]]:
         choice = c["choices"][0]
         base = {"id": "chat" + c["id"], "object": "chat.completion.chunk", "created": c["created"],
                 "model": c["model"]}
-        if first:
-            yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None,
-                                        "logprobs": None}]}
-            first = False
+        out = []
+        if self.first:
+            out.append({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None,
+                                             "logprobs": None}]})
+            self.first = False
         if choice["text"]:
-            if tool_name is None:
-                delta: dict[str, Any] = {"content": choice["text"]}
-            else:
-                delta = {"tool_calls": [{"index": 0, "id": call_id, "type": "function",
-                                         "function": {"name": tool_name, "arguments": choice["text"]}}]}
-            yield {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None,
-                                        "logprobs": chat_logprobs(choice["logprobs"])}]}
+            out.append({**base, "choices": [{"index": 0, "delta": self._delta(choice["text"], c["id"]),
+                                             "finish_reason": None, "logprobs": chat_logprobs(choice["logprobs"])}]})
         if choice["finish_reason"] is not None:
-            reason = "tool_calls" if tool_name is not None else choice["finish_reason"]
+            reason = "tool_calls" if self.tool_name is not None else choice["finish_reason"]
             last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
             if "usage" in c:
                 last["usage"] = c["usage"]
-            yield last
+            out.append(last)
+        return out
+
+    def _delta(self, text: str, completion_id: str) -> dict[str, Any]:
+        if self.tool_name is None:
+            return {"content": text}
+        if self.call_started:
+            return {"function_call": {"arguments": text}, "tool_calls": [{"index": 0, "function": {"arguments": text}}]}
+        self.call_started = True
+        fn = {"name": self.tool_name, "arguments": text}
+        return {"function_call": fn, "tool_calls": [{"index": 0, "id": call_id(self.tool_name, completion_id),
+                                                     "type": "function", "function": dict(fn)}]}
 
 
-__all__ = ["chat_logprobs", "chat_response", "chat_stream", "join_chunks"]
+def chat_stream(chunks: Iterator[dict[str, Any]], tool_name: str | None = None) -> Iterator[dict[str, Any]]:
+    """The chat chunks of a stream of ``text_completion`` chunks (see :class:`ChatChunks`)."""
+    convert = ChatChunks(tool_name)
+    for c in chunks:
+        yield from convert(c)
+
+
+def to_chat(completion_or_chunks: Any, stream: bool, tool_name: str | None = None) -> Any:
+    """:func:`chat_stream` of a chunk iterator, or :func:`chat_response` of a completion."""
+    if stream:
+        return chat_stream(completion_or_chunks, tool_name)
+    return chat_response(completion_or_chunks, tool_name)
+
+
+__all__ = ["ChatChunks", "call_id", "chat_logprobs", "chat_response", "chat_stream", "join_chunks", "to_chat"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import uuid
 from typing import Any
 
 from .. import llama_chat_format as _chat
@@ -285,39 +284,14 @@ def chat_chunks(chat: ChatPrompt) -> Any:
     return ChatChunks(chat.tool_name)
 
 
-class ChatChunks:
-    """``text_completion`` chunks → ``chat.completion.chunk`` objects, one chunk at a time (the
-    incremental form of :func:`llama_cpp._generation.responses.chat_stream`)."""
-
-    def __init__(self, tool_name: str | None) -> None:
-        self.tool_name = tool_name
-        self.first = True
-        self.call_id = f"call_{uuid.uuid4().hex[:24]}"
+class ChatChunks(_responses.ChatChunks):
+    """:class:`llama_cpp._generation.responses.ChatChunks` with the stop string that ended the answer
+    carried onto the last chunk."""
 
     def __call__(self, c: dict[str, Any]) -> list[dict[str, Any]]:
-        out = []
-        choice = c["choices"][0]
-        base = {"id": "chat" + c["id"], "object": "chat.completion.chunk", "created": c["created"],
-                "model": c["model"]}
-        if self.first:
-            out.append({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None,
-                                             "logprobs": None}]})
-            self.first = False
-        if choice["text"]:
-            if self.tool_name is None:
-                delta: dict[str, Any] = {"content": choice["text"]}
-            else:
-                delta = {"tool_calls": [{"index": 0, "id": self.call_id, "type": "function",
-                                         "function": {"name": self.tool_name, "arguments": choice["text"]}}]}
-            out.append({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None,
-                                             "logprobs": _responses.chat_logprobs(choice["logprobs"])}]})
-        if choice["finish_reason"] is not None:
-            reason = "tool_calls" if self.tool_name is not None else choice["finish_reason"]
-            last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
-            _carry_stop(choice, last["choices"][0])
-            if "usage" in c:
-                last["usage"] = c["usage"]
-            out.append(last)
+        out = super().__call__(c)
+        if c["choices"][0]["finish_reason"] is not None:
+            _carry_stop(c["choices"][0], out[-1]["choices"][0])
         return out
 
 

@@ -57,3 +57,27 @@ def test_chat_views_of_completion_chunks():
     tool = list(chat_stream(iter(parts), tool_name="f"))
     assert tool[-1]["choices"][0]["finish_reason"] == "tool_calls"
     assert chat_response(joined, "f")["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == "hello"
+
+
+def _accumulate(stream):
+    """A streamed tool call assembled as the openai client does: strings of one index concatenate."""
+    calls: dict[int, dict] = {}
+    for c in stream:
+        for d in c["choices"][0]["delta"].get("tool_calls") or []:
+            acc = calls.setdefault(d["index"], {"function": {}})
+            for k in ("id", "type"):
+                if k in d:
+                    acc[k] = acc.get(k, "") + d[k]
+            for k, v in d.get("function", {}).items():
+                acc["function"][k] = acc["function"].get(k, "") + v
+    return [calls[i] for i in sorted(calls)]
+
+
+def test_a_streamed_forced_tool_call_assembles_to_the_non_streamed_one():
+    usage = {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    parts = [_chunk('{"a"'), _chunk(": 1"), _chunk("}", "stop", usage=usage)]
+    whole = chat_response(join_chunks(parts), "f")["choices"][0]["message"]
+    assert whole["function_call"] == {"name": "f", "arguments": '{"a": 1}'}
+    (call,) = _accumulate(chat_stream(iter(parts), tool_name="f"))
+    assert call == whole["tool_calls"][0]
+    assert call["id"] == "call__0_f_cmpl-1"
