@@ -29,7 +29,7 @@ def test_text_chat_gets_upstreams_prompt_and_media_chat_the_template():
 
 def test_a_registered_format_replaces_its_row_and_unregistering_restores_the_builtin():
     registry = base.LlamaChatCompletionHandlerRegistry()
-    handler = registry._chat_handlers.get("chatml")
+    handler = registry._chat_handlers.pop("chatml", None)  # registered once llama_chat_format is imported
 
     @base.register_chat_format("chatml")
     def mine(messages, **kwargs):
