@@ -291,6 +291,14 @@ class ServerSettings(_Base):
                                     "finish after SIGTERM before they are cancelled.")
     lazy_load: bool = Field(default=False, description="Load each model on its first request instead of at start.")
     ping_interval: float = Field(default=15.0, gt=0.0, description="Seconds between SSE pings on an idle stream.")
+    responses_store: bool = Field(default=False, description="What /v1/responses does when a request omits "
+                                  "'store': keep the response (true, OpenAI's default) or not (false: stateless "
+                                  "unless the request asks).")
+    responses_store_max: int = Field(default=1000, ge=0, description="Most responses kept for "
+                                     "previous_response_id and GET /v1/responses/{id} (least recently used "
+                                     "evicted first; 0: none are kept).")
+    responses_store_mb: float = Field(default=64.0, ge=0.0, description="MiB the kept responses may take "
+                                      "(their JSON; least recently used evicted first).")
 
 
 class Settings(ServerSettings, ModelSettings):

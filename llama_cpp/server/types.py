@@ -76,7 +76,8 @@ class CreateChatCompletionRequest(_Sampling):
 
 
 class CreateResponseRequest(_Body):
-    """OpenAI's Responses API (``/v1/responses``); stateless (``store`` is answered false)."""
+    """OpenAI's Responses API (``/v1/responses``); ``store`` and ``previous_response_id`` as OpenAI's, the
+    responses kept in memory and bounded (``responses_store*`` settings)."""
 
     model: str | None = None
     input: str | list[Any] = Field(description="Text, or items: messages, function_call, function_call_output.")
