@@ -138,7 +138,8 @@ class ServedModel:
                 engine = None
             elif serial:
                 self.n_ctx_slot = llama.n_ctx()
-                engine = SerialEngine(llama, s.max_queue, interrupt=self.interrupt_requests, lora=lora)
+                engine = SerialEngine(llama, s.max_queue, interrupt=self.interrupt_requests, lora=lora,
+                                      speculative=s.spec_config() is not None)
             else:
                 self.n_ctx_slot = llama.n_ctx() // s.n_parallel
                 spec = self._slot_speculation(llama)

@@ -231,7 +231,8 @@ def envelope(body: Any, rid: str, created: float, model: str, status: str, outpu
         "instructions": body.instructions, "max_output_tokens": body.max_output_tokens, "model": model,
         "output": output, "parallel_tool_calls": body.parallel_tool_calls is not False,
         "previous_response_id": body.previous_response_id,
-        "reasoning": body.reasoning or {"effort": None, "summary": None}, "store": bool(body.store), "temperature": body.temperature, "text": body.text or {"format": {"type": "text"}},
+        "reasoning": body.reasoning or {"effort": None, "summary": None}, "store": bool(body.store),
+        "temperature": body.temperature, "text": body.text or {"format": {"type": "text"}},
         "tool_choice": body.tool_choice or "auto", "tools": body.tools or [], "top_p": body.top_p,
         "truncation": "disabled", "usage": usage_, "user": body.user, "metadata": body.metadata or {},
     }
