@@ -26,8 +26,9 @@ class SerialEngine(Lifecycle):
     serial = True
 
     def __init__(self, llama: Llama, max_queue: int, interrupt: bool = False, lora: Any = None,
-                 speculative: bool = False) -> None:
+                 speculative: bool = False, media: Any = None) -> None:
         self.llama = llama
+        self.media = media  # the model's media embedder (an MTMDEmbeddingHandler), freed before the model
         self.speculative = speculative  # its Llama drafts: its requests' statistics are counted
         self.lora = lora  # the model's LoraSet (work items switch its scales), freed with the model
         self.max_queue = max_queue
@@ -153,6 +154,8 @@ class SerialEngine(Lifecycle):
             self._current.cancel()  # a running request sees it at its next chunk
 
     def _free(self) -> None:
+        if self.media is not None:
+            self.media.close()
         if self.lora is not None:
             self.lora.close()
         self.llama.close()
