@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import APIError
+from .tools import function_tool, has_tool, named_choice
 
 
 def _id(prefix: str) -> str:
@@ -147,10 +148,7 @@ def chat_tools(tools: list[Any] | None) -> list[dict[str, Any]] | None:
             raise _bad(f"tools[{i}] has type {kind!r}: this server runs function tools only", f"tools[{i}].type")
         if not isinstance(t.get("name"), str) or not t["name"]:
             raise _bad(f"tools[{i}] needs a name", f"tools[{i}].name")
-        fn = {"name": t["name"], "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
-        if t.get("description"):
-            fn["description"] = t["description"]
-        out.append({"type": "function", "function": fn})
+        out.append(function_tool(t["name"], t.get("description"), t.get("parameters")))
     return out
 
 
@@ -158,9 +156,9 @@ def chat_tool_choice(choice: Any, tools: list[dict[str, Any]] | None) -> Any:
     if choice is None or choice in ("auto", "none", "required"):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        if not any(t["function"]["name"] == choice["name"] for t in tools or []):
+        if not has_tool(tools, choice["name"]):
             raise _bad(f"tool_choice names {choice['name']!r}, which is not among the tools", "tool_choice")
-        return {"type": "function", "function": {"name": choice["name"]}}
+        return named_choice(choice["name"])
     raise _bad("tool_choice must be auto, none, required or {\"type\": \"function\", \"name\": ...}", "tool_choice")
 
 
