@@ -154,3 +154,32 @@ def test_the_server_setting_decides_an_omitted_store(srv, monkeypatch):
     monkeypatch.setattr(srv.app.state.server_settings, "responses_store", True)
     r = alice.responses.create(model="tools", input="Hi", max_output_tokens=2, temperature=0)
     assert r.store is True and alice.responses.retrieve(r.id).id == r.id
+
+
+def test_input_items_list_the_conversation_a_response_answered(srv):
+    alice = srv.client("sk-alice")
+    r1 = alice.responses.create(model="tools", input="First question", store=True, max_output_tokens=3,
+                                temperature=0)
+    r2 = alice.responses.create(model="tools", input=[{"role": "user", "content": "Second question"}],
+                                previous_response_id=r1.id, store=True, max_output_tokens=3, temperature=0)
+    page = alice.responses.input_items.list(r2.id, order="asc")
+    items = page.data
+    assert [(i.type, getattr(i, "role", None)) for i in items] == [("message", "user"), ("message", "assistant"),
+                                                                   ("message", "user")]
+    assert items[0].content[0].text == "First question" and items[2].content[0].text == "Second question"
+    assert items[1].id == r1.output[0].id and len({i.id for i in items}) == 3  # every item has its own id
+    newest = alice.responses.input_items.list(r2.id, limit=2)  # desc by default, a page at a time
+    assert [i.id for i in newest.data] == [items[2].id, items[1].id] and newest.has_more
+    rest = alice.responses.input_items.list(r2.id, limit=2, after=newest.last_id)
+    assert [i.id for i in rest.data] == [items[0].id] and not rest.has_more
+    # listing the items changes nothing: the conversation continues from them as before
+    r3 = alice.responses.create(model="tools", input="Third", previous_response_id=r2.id, max_output_tokens=2,
+                                temperature=0)
+    assert r3.usage.input_tokens == _prompt_tokens(alice, [
+        {"role": "user", "content": "First question"}, {"role": "assistant", "content": r1.output_text},
+        {"role": "user", "content": "Second question"}, {"role": "assistant", "content": r2.output_text},
+        {"role": "user", "content": "Third"}])
+    with pytest.raises(openai.NotFoundError):
+        srv.client("sk-bob").responses.input_items.list(r2.id)
+    with pytest.raises(openai.BadRequestError):
+        alice.responses.input_items.list(r2.id, limit=0)

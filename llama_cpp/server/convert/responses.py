@@ -184,6 +184,28 @@ def input_items(input_: str | list[Any]) -> list[Any]:
     return list(input_)
 
 
+_ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+def stored_items(items: list[Any]) -> list[dict[str, Any]]:
+    """Input items as a stored response keeps and lists them (``input_items``): each with an ``id`` and
+    a message's text content as parts (``input_text``; ``output_text`` for the assistant's), which read
+    back as the same chat messages."""
+    out = []
+    for item in items:
+        item = dict(item)
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            item["type"] = "message"
+            if isinstance(item.get("content"), str):
+                part = "output_text" if item.get("role") == "assistant" else "input_text"
+                item["content"] = [{"type": part, "text": item["content"]}]
+            item.setdefault("status", "completed")
+        item.setdefault("id", _id(_ITEM_PREFIX.get(kind, "item")))
+        out.append(item)
+    return out
+
+
 def chat_request(body: Any, history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Chat completion keywords for a Responses request ``body``; ``history``: the items of the
     conversation it continues (its ``previous_response_id``'s input and output), before its ``input``."""
@@ -407,5 +429,4 @@ def sse_event(ev: Mapping[str, Any]) -> bytes:
 
 
 __all__ = ["ResponseEvents", "chat_request", "chat_tool_choice", "chat_tools", "envelope", "input_items",
-           "messages_from_input",
-           "response", "response_format", "sse_event", "usage"]
+           "messages_from_input", "response", "response_format", "sse_event", "stored_items", "usage"]

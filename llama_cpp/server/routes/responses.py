@@ -2,7 +2,8 @@
 (:mod:`llama_cpp.server.convert.responses`). With ``store`` (the ``responses_store`` setting when a
 request omits it) a response is kept in the server's bounded :class:`~llama_cpp.server.response_store.ResponseStore`
 under the request's API key: ``previous_response_id`` continues its conversation, and
-``GET``/``DELETE /v1/responses/{id}`` read and remove it."""
+``GET``/``DELETE /v1/responses/{id}`` read and remove it, ``GET /v1/responses/{id}/input_items`` lists
+what it answered."""
 
 from __future__ import annotations
 
@@ -54,13 +55,13 @@ async def create_response(request: Request, body: CreateResponseRequest) -> Any:
         history = prev.items
     wanted = body.store if body.store is not None else server_settings(request).responses_store
     body = body.model_copy(update={"store": bool(wanted) and store.enabled})  # answered as it is kept
-    conversation = history + convert.input_items(body.input)
+    chat_body = CreateChatCompletionRequest(**convert.chat_request(body, history))  # the input checked
+    conversation = history + convert.stored_items(convert.input_items(body.input))
 
     def keep(response: dict[str, Any]) -> None:
         if body.store:
             store.put(owner, response, conversation)
 
-    chat_body = CreateChatCompletionRequest(**convert.chat_request(body, history))
     out = await start_chat(request, chat_body)
     count = token_counter(request, body.model)
     if isinstance(out, dict):
@@ -81,6 +82,31 @@ async def retrieve_response(request: Request, response_id: str) -> Any:
     if entry is None:
         raise not_found(response_id)
     return entry.response
+
+
+@router.get("/v1/responses/{response_id}/input_items", dependencies=AUTH, tags=["OpenAI V1"])
+@guarded
+async def list_input_items(request: Request, response_id: str, limit: int = 20, order: str = "desc",
+                           after: str | None = None) -> Any:
+    """The input items a stored response answered (its previous responses' included), a page at a time
+    as OpenAI lists them: ``order`` desc (newest first) by default, ``limit`` 1 to 100, ``after`` an item id."""
+    if not 1 <= limit <= 100:
+        raise APIError(400, f"limit={limit}: give 1 to 100", code="invalid_value", param="limit")
+    if order not in ("asc", "desc"):
+        raise APIError(400, f"order={order!r}: use asc or desc", code="invalid_value", param="order")
+    entry = store_of(request).get(owner_of(presented_key(request)), response_id)
+    if entry is None:
+        raise not_found(response_id)
+    items = entry.conversation if order == "asc" else entry.conversation[::-1]
+    if after is not None:
+        at = next((i for i, it in enumerate(items) if it.get("id") == after), None)
+        if at is None:
+            raise APIError(400, f"after={after!r} is not an input item of the response {response_id!r}",
+                           code="invalid_value", param="after")
+        items = items[at + 1:]
+    page = items[:limit]
+    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
 
 
 @router.delete("/v1/responses/{response_id}", dependencies=AUTH, tags=["OpenAI V1"])
@@ -117,5 +143,5 @@ async def response_events(conv: convert.ResponseEvents, chunks: ChatStream,
         yield ev
 
 
-__all__ = ["create_response", "delete_response", "response_events", "retrieve_response", "router", "store_of",
-           "token_counter"]
+__all__ = ["create_response", "delete_response", "list_input_items", "response_events", "retrieve_response", "router",
+           "store_of", "token_counter"]
