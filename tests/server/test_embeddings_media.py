@@ -34,7 +34,12 @@ def srv(start_server, pooled_path, embed_path):
     return start_server([
         {"model": str(pooled_path), "model_alias": "mm", "embedding": True, "n_ctx": 512,
          "clip_model_path": str(fixture_path("mmproj_vision"))},
-        {"model": str(embed_path), "model_alias": "text", "embedding": True, "n_ctx": 256}])
+        {"model": str(embed_path), "model_alias": "text", "embedding": True, "n_ctx": 256},
+        {"model": str(pooled_path), "model_alias": "mm-audio", "embedding": True, "n_ctx": 512,
+         "clip_model_path": str(fixture_path("mmproj_audio"))},
+        # no pooling in its metadata: one vector per token
+        {"model": str(fixture_path("llama_spm")), "model_alias": "unpooled", "embedding": True, "n_ctx": 512,
+         "clip_model_path": str(fixture_path("mmproj_vision"))}])
 
 
 PNG = png_bytes(40, 32, seed=1)
@@ -53,11 +58,11 @@ def _post(srv, **body):
     return httpx.post(srv.url + "/v1/embeddings", json={"model": "mm", **body}, timeout=120)
 
 
-def _reference(pooled_path, inputs):
+def _reference(pooled_path, inputs, mmproj="mmproj_vision"):
     from llama_cpp.mtmd import MTMDEmbeddingHandler
 
     # flash attention off, as the served model runs (flash_attn defaults to false)
-    with MTMDEmbeddingHandler(pooled_path, fixture_path("mmproj_vision"), n_ctx=512, n_batch=512, n_seq_max=1,
+    with MTMDEmbeddingHandler(pooled_path, fixture_path(mmproj), n_ctx=512, n_batch=512, n_seq_max=1,
                               n_threads=1, context_params={"flash_attn_type": 0}) as h:
         return h.embed(inputs, normalize=-1, pooling="mean")
 
@@ -84,6 +89,27 @@ def test_both_shapes_embed_as_the_library_does(srv, pooled_path):
     assert not np.allclose(got[0], _reference(pooled_path, ["a photo of"])[0], atol=1e-3)
     text = np.asarray(_post(srv, input="plain text").json()["data"][0]["embedding"], dtype=np.float32)
     np.testing.assert_allclose(text, got[2], atol=1e-4)
+
+
+def test_audio_parts(srv, pooled_path):
+    from llama_cpp.mtmd import Audio
+
+    wav = fixture_path("wav").read_bytes()
+    r = _post(srv, model="mm-audio", input={"content": [
+        {"type": "text", "text": "listen:"}, {"type": "input_audio", "input_audio": {"data": _b64(wav),
+                                                                                      "format": "wav"}}]})
+    assert r.status_code == 200, r.text
+    got = np.asarray(r.json()["data"][0]["embedding"], dtype=np.float32)
+    np.testing.assert_allclose(got, _reference(pooled_path, [["listen:", Audio(wav)]], "mmproj_audio")[0],
+                               atol=1e-4)
+    same = _post(srv, model="mm-audio", input={"prompt_string": "listen:<__media__>", "multimodal_data": [_b64(wav)]})
+    np.testing.assert_allclose(np.asarray(same.json()["data"][0]["embedding"], dtype=np.float32), got, atol=1e-4)
+
+
+def test_media_need_a_pooling_model(srv):
+    r = _post(srv, model="unpooled", input={"content": [{"type": "image_url", "image_url": {"url": _url(PNG)}}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "model"
+    assert "pools by none" in r.json()["error"]["message"]
 
 
 def test_dimensions_and_base64_with_media(srv):
