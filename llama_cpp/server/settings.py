@@ -295,7 +295,7 @@ class ServerSettings(_Base):
                                   "unless the request asks).")
     responses_store_max: int = Field(default=1000, ge=0, description="Most responses kept for "
                                      "previous_response_id and GET /v1/responses/{id} (least recently used "
-                                     "evicted first; 0: none are kept).")
+                                     "evicted first; 0: none are kept, and responses say store: false).")
     responses_store_mb: float = Field(default=64.0, ge=0.0, description="MiB the kept responses may take "
                                       "(their JSON; least recently used evicted first).")
 
