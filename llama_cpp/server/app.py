@@ -23,6 +23,7 @@ from .http import AccessLog, BodyLimit, SSEResponse, authenticate
 from .metrics import KeyCounters
 from .models import ModelRegistry
 from .quotas import QuotaGate, Quotas, keys_of
+from .response_store import ResponseStore
 from .routes import ROUTERS
 from .settings import ConfigFileSettings, ModelSettings, ServerSettings, Settings
 
@@ -77,6 +78,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     limits = keys_of(server_settings)
     app.state.api_keys = [k.encode() for k in limits]
     app.state.quotas = Quotas(limits)
+    app.state.responses = ResponseStore(server_settings.responses_store_max,
+                                        int(server_settings.responses_store_mb * (1 << 20)))
     install(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -8,7 +8,9 @@ and ``prompt_tokens_seconds``, ``predicted_tokens_seconds``, ``requests_processi
 ``requests_deferred``, ``kv_cache_tokens``, ``kv_cache_usage_ratio`` (gauges; the last two as
 older llama-server versions named them), and the shared prompt cache's ``prompt_cache_bytes``,
 ``…_limit_bytes``, ``…_states``, ``…_tokens`` (gauges), ``…_restored_total``,
-``…_restored_tokens_total``, ``…_evicted_total`` (counters; llama-server logs these). Per API key (label ``key``: a hash of the key, never the
+``…_restored_tokens_total``, ``…_evicted_total`` (counters; llama-server logs these). A model served
+one request at a time has no ``n_decode_total`` (``Llama`` does not count its decodes) and its
+reused prompt tokens count as evaluated. Per API key (label ``key``: a hash of the key, never the
 key): ``llamacpp:key_requests_total`` (with ``status``), ``llamacpp:key_prompt_tokens_total`` and
 ``llamacpp:key_tokens_predicted_total``.
 """
@@ -114,25 +116,25 @@ def model_values(engine: Any) -> dict[str, float]:
            "prompt_tokens_seconds": c.prompt_tokens / c.prompt_seconds if c.prompt_seconds else 0.0,
            "predicted_tokens_seconds": c.predicted_tokens / c.predicted_seconds if c.predicted_seconds else 0.0,
            "requests_processing": st["active"], "requests_deferred": st["waiting"]}
-    if not engine.serial:
+    if not engine.serial:  # Llama's generation loops decode with raw llama_decode calls nobody counts
         out["n_decode_total"] = engine.steps
-        used = engine.kv_tokens()
-        out["kv_cache_tokens"] = used
-        out["kv_cache_usage_ratio"] = used / max(engine.n_slots * engine.n_ctx_slot, 1)
-        pc = getattr(engine, "prompt_cache", None)
-        if pc is not None:
-            out["prompt_cache_bytes"] = pc.size
-            out["prompt_cache_limit_bytes"] = -1 if pc.limit is None else pc.limit
-            out["prompt_cache_states"] = len(pc)
-            out["prompt_cache_tokens"] = pc.n_tokens
-            out["prompt_cache_restored_total"] = pc.restored
-            out["prompt_cache_restored_tokens_total"] = pc.restored_tokens
-            out["prompt_cache_evicted_total"] = pc.evicted
-        spec = st.get("speculative")
-        if spec is not None:
-            out["spec_decode_num_draft_tokens_total"] = spec["drafted"]
-            out["spec_decode_num_accepted_tokens_total"] = spec["accepted"]
-            out["spec_decode_num_drafts_total"] = spec["steps"]
+    used = engine.kv_tokens()
+    out["kv_cache_tokens"] = used
+    out["kv_cache_usage_ratio"] = used / max(engine.n_slots * engine.n_ctx_slot, 1)
+    pc = getattr(engine, "prompt_cache", None)
+    if pc is not None:
+        out["prompt_cache_bytes"] = pc.size
+        out["prompt_cache_limit_bytes"] = -1 if pc.limit is None else pc.limit
+        out["prompt_cache_states"] = len(pc)
+        out["prompt_cache_tokens"] = pc.n_tokens
+        out["prompt_cache_restored_total"] = pc.restored
+        out["prompt_cache_restored_tokens_total"] = pc.restored_tokens
+        out["prompt_cache_evicted_total"] = pc.evicted
+    spec = st.get("speculative")
+    if spec is not None:
+        out["spec_decode_num_draft_tokens_total"] = spec["drafted"]
+        out["spec_decode_num_accepted_tokens_total"] = spec["accepted"]
+        out["spec_decode_num_drafts_total"] = spec["steps"]
     return out
 
 

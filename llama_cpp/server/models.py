@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..llama import Llama
 from .engine import SerialEngine, SlotEngine
@@ -17,7 +17,15 @@ from .errors import APIError
 from .lora import LoraSet
 from .settings import ModelSettings
 
+if TYPE_CHECKING:
+    from ..mtmd import MTMDEmbeddingHandler
+
 log = logging.getLogger("llama_cpp.server")
+
+# the context parameters a media embedder copies from its model's context, so that a text embeds alike on both
+_SAME_NUMERICS = ("rope_scaling_type", "attention_type", "flash_attn_type", "rope_freq_base", "rope_freq_scale",
+                  "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx",
+                  "type_k", "type_v", "offload_kqv", "op_offload", "swa_full")
 
 
 def parse_kv_overrides(items: list[str] | None) -> dict[str, bool | int | float | str] | None:
@@ -54,6 +62,7 @@ class ServedModel:
         self.engine: SlotEngine | SerialEngine | None = None
         self.n_ctx_slot = 0
         self.lora: LoraSet | None = None  # its LoRA adapters (None: it has none)
+        self.media_embedder: MTMDEmbeddingHandler | None = None  # embeddings of image/audio parts (a projector)
         self.serial = settings.serial  # one request at a time (else slots)
         # why a speculating model is served one request at a time (None: it speculates in its slots)
         self.spec_note: str | None = settings.spec_serial_reason
@@ -103,7 +112,7 @@ class ServedModel:
             from ..llama_speculative import LlamaPromptLookupDecoding
 
             kw["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=s.draft_model_num_pred_tokens)
-        if s.clip_model_path:
+        if s.clip_model_path and not s.embedding:  # an embedding model's projector: media_embedder
             from ..mtmd_chat import MTMDChatHandler
 
             kw["chat_handler"] = MTMDChatHandler(s.clip_model_path, n_threads=s.n_threads,
@@ -127,6 +136,7 @@ class ServedModel:
         llama = Llama(s.model, progress_callback=progress, **self._llama_kwargs(serial))
         try:
             lora = self._load_lora(llama)
+            media_embedder = self._load_media_embedder(llama)
         except BaseException:
             llama.close()
             raise
@@ -138,7 +148,8 @@ class ServedModel:
                 engine = None
             elif serial:
                 self.n_ctx_slot = llama.n_ctx()
-                engine = SerialEngine(llama, s.max_queue, interrupt=self.interrupt_requests, lora=lora)
+                engine = SerialEngine(llama, s.max_queue, interrupt=self.interrupt_requests, lora=lora,
+                                      speculative=s.spec_config() is not None, media=media_embedder)
             else:
                 self.n_ctx_slot = llama.n_ctx() // s.n_parallel
                 spec = self._slot_speculation(llama)
@@ -150,10 +161,28 @@ class ServedModel:
                 spec.close()
             if lora is not None:
                 lora.close()
+            if media_embedder is not None:
+                media_embedder.close()
             llama.close()
             raise
-        self.llama, self.engine, self.lora = llama, engine, lora
+        self.llama, self.engine, self.lora, self.media_embedder = llama, engine, lora, media_embedder
         log.info("model %s ready", self.alias)
+
+    def _load_media_embedder(self, llama: Llama) -> MTMDEmbeddingHandler | None:
+        """An embedding model's projector with an embedding context of its own (per-token outputs, pooled
+        over text and media chunks as the model pools), for ``/v1/embeddings`` inputs with media."""
+        s = self.settings
+        if not (s.embedding and s.clip_model_path) or s.vocab_only:
+            return None
+        from ..mtmd import MTMDEmbeddingHandler
+
+        cp = llama.native_context().params  # the model context's numerics (attention, KV types, RoPE)
+        same = {k: getattr(cp, k) for k in _SAME_NUMERICS}
+        handler = MTMDEmbeddingHandler(llama.native_model(), s.clip_model_path, n_ctx=llama.n_ctx(), n_batch=s.n_batch,
+                                       n_ubatch=s.n_ubatch, n_seq_max=1, n_threads=s.n_threads,
+                                       use_gpu=s.n_gpu_layers != 0, context_params=same)
+        log.info("model %s: embeds media through the projector %s", self.alias, s.clip_model_path)
+        return handler
 
     def _load_lora(self, llama: Llama) -> LoraSet | None:
         """The model's LoRA adapters (``lora_path`` first), applied at their global scales."""
@@ -209,6 +238,7 @@ class ServedModel:
 
     def close(self) -> None:
         with self._lock:
+            self.media_embedder = None  # freed by its engine with the model
             if self.engine is not None:
                 self.engine.close()
             elif self.llama is not None:

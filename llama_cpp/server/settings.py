@@ -122,7 +122,8 @@ class ModelSettings(_Base):
     reasoning_budget: int | None = Field(default=None, ge=-1, description="Thinking tokens before the end tag is "
                                          "forced: -1 unlimited, 0 no thinking (llama-server's --reasoning-budget).")
     clip_model_path: str | None = Field(default=None, description="A multimodal projector (mmproj GGUF): "
-                                        "image chat with image_url parts.")
+                                        "image chat with image_url parts; with embedding, /v1/embeddings of "
+                                        "inputs with image and audio parts.")
     media_dirs: list[str] | None = Field(default=None, description="Local directories image_url paths may "
                                          "name (default: none, data: URLs only).")
     # cache (upstream's prompt cache; each slot keeps its own KV instead)
@@ -213,8 +214,6 @@ class ModelSettings(_Base):
                 check_context_params(spec, {"n_batch": self.n_batch, "n_ubatch": self.n_ubatch})
         except ValueError as exc:  # SpeculativeError is one too
             raise ValueError(f"spec_type {self.spec_type!r}: {exc}") from exc
-        if self.embedding and self.clip_model_path:
-            raise ValueError("embedding and clip_model_path cannot both be set on one model")
         if self.draft_n_min > self.draft_n_max:
             raise ValueError(f"draft_n_min={self.draft_n_min} exceeds draft_n_max={self.draft_n_max}")
         if self.n_parallel > self.n_batch:
@@ -291,6 +290,14 @@ class ServerSettings(_Base):
                                     "finish after SIGTERM before they are cancelled.")
     lazy_load: bool = Field(default=False, description="Load each model on its first request instead of at start.")
     ping_interval: float = Field(default=15.0, gt=0.0, description="Seconds between SSE pings on an idle stream.")
+    responses_store: bool = Field(default=False, description="What /v1/responses does when a request omits "
+                                  "'store': keep the response (true, OpenAI's default) or not (false: stateless "
+                                  "unless the request asks).")
+    responses_store_max: int = Field(default=1000, ge=0, description="Most responses kept for "
+                                     "previous_response_id and GET /v1/responses/{id} (least recently used "
+                                     "evicted first; 0: none are kept, and responses say store: false).")
+    responses_store_mb: float = Field(default=64.0, ge=0.0, description="MiB the kept responses may take "
+                                      "(their JSON; least recently used evicted first).")
 
 
 class Settings(ServerSettings, ModelSettings):

@@ -76,7 +76,8 @@ class CreateChatCompletionRequest(_Sampling):
 
 
 class CreateResponseRequest(_Body):
-    """OpenAI's Responses API (``/v1/responses``); stateless (``store`` is answered false)."""
+    """OpenAI's Responses API (``/v1/responses``); ``store`` and ``previous_response_id`` as OpenAI's, the
+    responses kept in memory and bounded (``responses_store*`` settings)."""
 
     model: str | None = None
     input: str | list[Any] = Field(description="Text, or items: messages, function_call, function_call_output.")
@@ -125,7 +126,10 @@ class CreateMessageRequest(CountMessageTokensRequest):
 
 class CreateEmbeddingRequest(_Body):
     model: str | None = None
-    input: str | list[str] | list[int] | list[list[int]] = Field(description="Text(s) or token ids to embed.")
+    input: (str | list[str] | list[int] | list[list[int]] | dict[str, Any]
+            | list[str | list[int] | dict[str, Any]]) = Field(
+        description="Text(s) or token ids to embed; on a model with a projector also objects with media: "
+        '{"prompt_string", "multimodal_data"} or {"content": [text, image_url and input_audio parts]}.')
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1, description="Keep the first dimensions (L2-normalised).")
     user: str | None = None

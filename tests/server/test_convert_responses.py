@@ -78,13 +78,19 @@ def test_tools_tool_choice_and_text_format():
         conv.response_format({"format": {"type": "xml"}})
 
 
-def test_chat_request_maps_limits_and_refuses_previous_response_id():
+def test_chat_request_maps_limits_and_continues_a_history():
     kw = conv.chat_request(_body(max_output_tokens=7, temperature=0.0, top_p=0.5, reasoning={"effort": "low"}))
     assert kw["max_tokens"] == 7 and kw["temperature"] == 0.0 and kw["top_p"] == 0.5
     assert kw["reasoning_effort"] == "low" and kw["messages"] == [{"role": "user", "content": "hi"}]
     assert "temperature" not in conv.chat_request(_body())
-    with pytest.raises(APIError, match="previous_response_id"):
-        conv.chat_request(_body(previous_response_id="resp_1"))
+    # a stored conversation (a previous response's input and output items) comes before the new input
+    history = [{"type": "message", "role": "user", "content": "hello"},
+               {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}"}]
+    kw = conv.chat_request(_body(input=[{"type": "function_call_output", "call_id": "c1", "output": "7"}]), history)
+    assert [m["role"] for m in kw["messages"]] == ["user", "assistant", "tool"]
+    with pytest.raises(APIError) as e:  # errors name the new input's items, past the history
+        conv.chat_request(_body(input=[{"type": "computer_call"}]), history)
+    assert e.value.param == "input[0].type"
 
 
 def _chat(message, finish="stop"):

@@ -16,7 +16,12 @@ KEY = "sk-metrics-secret"
 @pytest.fixture(scope="module")
 def srv(start_server, spm_path, embed_path):
     return start_server([{"model": str(spm_path), "model_alias": "spm", "n_parallel": 2, "n_ctx": 128},
-                         {"model": str(embed_path), "model_alias": "embed", "embedding": True, "n_ctx": 128}],
+                         {"model": str(embed_path), "model_alias": "embed", "embedding": True, "n_ctx": 128},
+                         # one request at a time through Llama: counted as the slots are
+                         {"model": str(spm_path), "model_alias": "serial", "n_parallel": 0, "n_ctx": 128},
+                         {"model": str(spm_path), "model_alias": "serial-spec", "n_parallel": 0, "n_ctx": 128,
+                          "spec_type": "ngram-simple", "spec_ngram_simple": {"size_n": 2, "size_m": 8},
+                          "draft_n_max": 4}],
                         api_key=KEY)
 
 
@@ -61,6 +66,72 @@ def test_metrics_count_what_was_served(srv):
     httpx.get(srv.url + "/metrics")  # no key: 401, counted under anonymous
     again = _samples(_get(srv, "/metrics").text)
     assert again[("llamacpp:key_requests_total", (("key", "anonymous"), ("status", "401")))] >= 1
+
+
+def test_serial_models_count_as_slot_models_do(srv):
+    before = _samples(_get(srv, "/metrics").text)
+    c = srv.client(api_key=KEY)
+    whole = c.completions.create(model="serial", prompt="hello there", max_tokens=6, temperature=0)
+    streamed = list(c.completions.create(model="serial", prompt="hello there", max_tokens=6, temperature=0,
+                                         stream=True))
+    assert "".join(x.choices[0].text for x in streamed) == whole.choices[0].text  # the same tokens
+    spec = httpx.post(srv.url + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"}, timeout=120, json={
+        "model": "serial-spec", "prompt": "a b c a b c a b c a b c a b c a b", "max_tokens": 20,
+        "temperature": 0}).json()["usage"]["speculative"]
+    after = _samples(_get(srv, "/metrics").text)
+
+    def grew(name, model="serial"):
+        key = (name, (("model", model),))
+        return after[key] - before.get(key, 0.0)
+
+    assert grew("llamacpp:tokens_predicted_total") == 2 * whole.usage.completion_tokens > 0
+    assert (grew("llamacpp:prompt_tokens_total") + grew("llamacpp:prompt_tokens_cached_total")
+            == 2 * whole.usage.prompt_tokens)
+    assert grew("llamacpp:prompt_seconds_total") > 0 and grew("llamacpp:tokens_predicted_seconds_total") > 0
+    assert after[("llamacpp:predicted_tokens_seconds", (("model", "serial"),))] > 0
+    # the context keeps the last request's tokens for prefix reuse
+    kept = after[("llamacpp:kv_cache_tokens", (("model", "serial"),))]
+    assert whole.usage.prompt_tokens <= kept <= whole.usage.total_tokens
+    assert after[("llamacpp:kv_cache_usage_ratio", (("model", "serial"),))] == kept / srv.engine("serial").n_ctx_slot
+    # the speculative decoder's statistics, request by request
+    assert spec["drafted"] > 0 and spec["steps"] > 0
+    assert grew("llamacpp:spec_decode_num_draft_tokens_total", "serial-spec") == spec["drafted"]
+    assert grew("llamacpp:spec_decode_num_accepted_tokens_total", "serial-spec") == spec["accepted"]
+    assert grew("llamacpp:spec_decode_num_drafts_total", "serial-spec") == spec["steps"]
+    assert ("llamacpp:spec_decode_num_drafts_total", (("model", "serial"),)) not in after  # no speculation
+
+
+def test_serial_requests_processing_and_deferred(srv):
+    import asyncio
+    import threading
+
+    from llama_cpp.server.engine import Job
+
+    engine = srv.engine("serial")
+    started, gate = threading.Event(), threading.Event()
+
+    def held(_llama):
+        started.set()
+        gate.wait(30)
+        return {"usage": {}}
+
+    loop = asyncio.new_event_loop()  # the jobs' events are queued on it, never read
+    try:
+        for _ in range(2):
+            engine.submit(Job(loop), held)
+        assert started.wait(30)
+        now = _samples(_get(srv, "/metrics").text)
+        serial = (("model", "serial"),)
+        assert now[("llamacpp:requests_processing", serial)] == 1
+        assert now[("llamacpp:requests_deferred", serial)] == 1
+    finally:
+        gate.set()
+        deadline = time.monotonic() + 30
+        while engine.busy and time.monotonic() < deadline:
+            time.sleep(0.02)
+        loop.close()
+    done = _samples(_get(srv, "/metrics").text)
+    assert done[("llamacpp:requests_processing", serial)] == 0 and done[("llamacpp:requests_deferred", serial)] == 0
 
 
 def test_slots_and_props(srv):

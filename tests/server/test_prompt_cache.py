@@ -281,3 +281,27 @@ def test_a_failing_cache_is_a_miss_not_an_error(start_server, spm_path, monkeypa
                                       repeat_penalty=1.1)
     assert other.choices[0].text == want["choices"][0]["text"]
     assert other.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_states_under_two_keys_never_serve_each_other(two_seqs):
+    """A state is kept with the key it was computed under (a LoRA adapter set's scales): only a prompt
+    under the same key reuses it, and the same tokens under another key are a state of their own."""
+    llama = two_seqs
+    ctx = llama.native_context()
+    ctx.memory_clear(True)
+    toks = llama.tokenize(b"one prompt computed under two adapter sets")
+    a, b = (1.0, 0.0), (0.0, 0.5)
+    pc = PromptCache(ctx, -1, exact=False)
+    _decode(llama, toks, 0)
+    assert pc.save(0, toks, key=a)
+    assert not pc.save(0, toks[:4], key=a)  # covered under a
+    assert pc.best(toks + [toks[-1]], 0, key=b) is None and pc.best(toks + [toks[-1]], 0) is None
+    assert pc.save(0, toks[:4], key=b)  # not covered under b: a state of its own
+    assert [e.key for e in pc.entries] == [a, b]
+    got = pc.best(toks + [toks[-1]], 0, key=a)
+    assert got is not None and got.key == a and got.tokens == toks
+    assert pc.best(toks + [toks[-1]], 0, key=b).tokens == toks[:4]
+    # a longer state under b replaces b's prefix only, never a's
+    assert pc.save(0, toks, key=b)
+    assert sorted((e.key, len(e.tokens)) for e in pc.entries) == sorted([(a, len(toks)), (b, len(toks))])
+    ctx.memory_clear(True)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import APIError
+from .tools import function_tool, has_tool, named_choice
 
 
 def _id(prefix: str) -> str:
@@ -173,10 +174,7 @@ def chat_tools(tools: list[Any] | None) -> list[dict[str, Any]] | None:
         if t.get("type") not in (None, "custom"):
             raise _bad(f"tools[{i}] has type {t['type']!r}: this server runs client tools (name, input_schema) only",
                        f"tools[{i}].type")
-        fn = {"name": t["name"], "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}
-        if t.get("description"):
-            fn["description"] = t["description"]
-        out.append({"type": "function", "function": fn})
+        out.append(function_tool(t["name"], t.get("description"), t.get("input_schema")))
     return out
 
 
@@ -190,9 +188,9 @@ def chat_tool_choice(choice: Any, tools: list[dict[str, Any]] | None) -> tuple[A
     kind = choice["type"]
     if kind == "tool":
         name = choice.get("name")
-        if not any(t["function"]["name"] == name for t in tools or []):
+        if not has_tool(tools, name):
             raise _bad(f"tool_choice names {name!r}, which is not among the tools", "tool_choice.name")
-        return {"type": "function", "function": {"name": name}}, parallel
+        return named_choice(name), parallel
     return {"auto": "auto", "any": "required", "none": "none"}[kind], parallel
 
 

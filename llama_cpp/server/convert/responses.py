@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import APIError
+from .tools import function_tool, has_tool, named_choice
 
 
 def _id(prefix: str) -> str:
@@ -62,9 +63,10 @@ def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
     return parts
 
 
-def messages_from_input(input_: str | list[Any], instructions: str | None) -> list[dict[str, Any]]:
+def messages_from_input(input_: str | list[Any], instructions: str | None, history: int = 0) -> list[dict[str, Any]]:
     """The chat messages for ``instructions`` and ``input`` (messages, function calls, their outputs,
-    reasoning items). A function call output must answer a function call made earlier in ``input``."""
+    reasoning items). A function call output must answer a function call made earlier in ``input``.
+    The first ``history`` items are a stored conversation's (errors name ``input`` past them)."""
     out: list[dict[str, Any]] = []
     if instructions:
         out.append({"role": "system", "content": instructions})
@@ -85,7 +87,7 @@ def messages_from_input(input_: str | list[Any], instructions: str | None) -> li
         return out[-1]
 
     for i, item in enumerate(input_):
-        where = f"input[{i}]"
+        where = f"input[{i - history}]" if i >= history else f"the stored conversation's item {i}"
         if not isinstance(item, dict):
             raise _bad(f"{where} must be an object (a message, function_call or function_call_output item)", where)
         kind = item.get("type", "message" if "role" in item else None)
@@ -118,7 +120,8 @@ def messages_from_input(input_: str | list[Any], instructions: str | None) -> li
             call_id, output = item.get("call_id"), item.get("output")
             if call_id not in calls:
                 raise _bad(f"{where}: no function_call with call_id {call_id!r} comes before this "
-                           "function_call_output in input: send the call with its output", f"{where}.call_id")
+                           "function_call_output in input (or the previous response): send the call with its "
+                           "output", f"{where}.call_id")
             if not isinstance(output, str):
                 output = _content(output, where) if isinstance(output, list) else None
                 if not isinstance(output, str):
@@ -145,10 +148,7 @@ def chat_tools(tools: list[Any] | None) -> list[dict[str, Any]] | None:
             raise _bad(f"tools[{i}] has type {kind!r}: this server runs function tools only", f"tools[{i}].type")
         if not isinstance(t.get("name"), str) or not t["name"]:
             raise _bad(f"tools[{i}] needs a name", f"tools[{i}].name")
-        fn = {"name": t["name"], "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
-        if t.get("description"):
-            fn["description"] = t["description"]
-        out.append({"type": "function", "function": fn})
+        out.append(function_tool(t["name"], t.get("description"), t.get("parameters")))
     return out
 
 
@@ -156,9 +156,9 @@ def chat_tool_choice(choice: Any, tools: list[dict[str, Any]] | None) -> Any:
     if choice is None or choice in ("auto", "none", "required"):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        if not any(t["function"]["name"] == choice["name"] for t in tools or []):
+        if not has_tool(tools, choice["name"]):
             raise _bad(f"tool_choice names {choice['name']!r}, which is not among the tools", "tool_choice")
-        return {"type": "function", "function": {"name": choice["name"]}}
+        return named_choice(choice["name"])
     raise _bad("tool_choice must be auto, none, required or {\"type\": \"function\", \"name\": ...}", "tool_choice")
 
 
@@ -177,14 +177,43 @@ def response_format(text: Mapping[str, Any] | None) -> dict[str, Any] | None:
     raise _bad(f"text.format type {fmt.get('type')!r}: use text, json_object or json_schema", "text.format.type")
 
 
-def chat_request(body: Any) -> dict[str, Any]:
-    """Chat completion keywords for a Responses request ``body``."""
-    if body.previous_response_id:
-        raise _bad("previous_response_id: this server keeps no responses (store is false); send the whole "
-                   "conversation in input", "previous_response_id")
+def input_items(input_: str | list[Any]) -> list[Any]:
+    """``input`` as a list of items (a text is one user message)."""
+    if isinstance(input_, str):
+        return [{"type": "message", "role": "user", "content": input_}]
+    return list(input_)
+
+
+_ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+def stored_items(items: list[Any]) -> list[dict[str, Any]]:
+    """Input items as a stored response keeps and lists them (``input_items``): each with an ``id`` and
+    a message's text content as parts (``input_text``; ``output_text`` for the assistant's), which read
+    back as the same chat messages."""
+    out = []
+    for item in items:
+        item = dict(item)
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            item["type"] = "message"
+            if isinstance(item.get("content"), str):
+                part = "output_text" if item.get("role") == "assistant" else "input_text"
+                item["content"] = [{"type": part, "text": item["content"]}]
+            item.setdefault("status", "completed")
+        item.setdefault("id", _id(_ITEM_PREFIX.get(kind, "item")))
+        out.append(item)
+    return out
+
+
+def chat_request(body: Any, history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Chat completion keywords for a Responses request ``body``; ``history``: the items of the
+    conversation it continues (its ``previous_response_id``'s input and output), before its ``input``."""
     tools = chat_tools(body.tools)
+    conversation: str | list[Any] = history + input_items(body.input) if history else body.input
+    messages = messages_from_input(conversation, body.instructions, len(history or ()))
     kw: dict[str, Any] = {
-        "model": body.model, "messages": messages_from_input(body.input, body.instructions), "tools": tools,
+        "model": body.model, "messages": messages, "tools": tools,
         "tool_choice": chat_tool_choice(body.tool_choice, tools), "max_tokens": body.max_output_tokens,
         "response_format": response_format(body.text), "stream": body.stream, "seed": body.seed,
         "parallel_tool_calls": body.parallel_tool_calls,
@@ -221,8 +250,9 @@ def envelope(body: Any, rid: str, created: float, model: str, status: str, outpu
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "instructions": body.instructions, "max_output_tokens": body.max_output_tokens, "model": model,
         "output": output, "parallel_tool_calls": body.parallel_tool_calls is not False,
-        "previous_response_id": None, "reasoning": body.reasoning or {"effort": None, "summary": None},
-        "store": False, "temperature": body.temperature, "text": body.text or {"format": {"type": "text"}},
+        "previous_response_id": body.previous_response_id,
+        "reasoning": body.reasoning or {"effort": None, "summary": None}, "store": bool(body.store),
+        "temperature": body.temperature, "text": body.text or {"format": {"type": "text"}},
         "tool_choice": body.tool_choice or "auto", "tools": body.tools or [], "top_p": body.top_p,
         "truncation": "disabled", "usage": usage_, "user": body.user, "metadata": body.metadata or {},
     }
@@ -398,5 +428,5 @@ def sse_event(ev: Mapping[str, Any]) -> bytes:
     return f"event: {ev['type']}\ndata: {json.dumps(ev)}\n\n".encode()
 
 
-__all__ = ["ResponseEvents", "chat_request", "chat_tool_choice", "chat_tools", "envelope", "messages_from_input",
-           "response", "response_format", "sse_event", "usage"]
+__all__ = ["ResponseEvents", "chat_request", "chat_tool_choice", "chat_tools", "envelope", "input_items",
+           "messages_from_input", "response", "response_format", "sse_event", "stored_items", "usage"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from .state import common_prefix
@@ -98,14 +98,17 @@ def rewind(ctx: Any, seq: int, ckpt: Checkpoint) -> bool:
 
 
 class SavedPrompt:
-    """One saved sequence state, the tokens it holds and its context checkpoints."""
+    """One saved sequence state, the tokens it holds, its context checkpoints and the key it was computed
+    under (a LoRA adapter set's scales: a state serves only prompts run under the same key)."""
 
-    __slots__ = ("tokens", "data", "checkpoints", "size")
+    __slots__ = ("tokens", "data", "checkpoints", "size", "key")
 
-    def __init__(self, tokens: list[int], data: bytearray, checkpoints: list[Checkpoint]) -> None:
+    def __init__(self, tokens: list[int], data: bytearray, checkpoints: list[Checkpoint],
+                 key: Hashable = ()) -> None:
         self.tokens = tokens
         self.data = data
         self.checkpoints = checkpoints
+        self.key = key
         self.size = len(data) + sum(len(c[1]) for c in checkpoints)
 
 
@@ -131,19 +134,20 @@ class PromptCache:
         """Prompt tokens a sequence holding ``tokens`` (and ``checkpoints``) lets skip."""
         return plan(self.exact, tokens, checkpoints, prompt)[0]
 
-    def _covered(self, tokens: list[int]) -> bool:
-        """Whether a saved state already serves every prompt ``tokens`` would."""
+    def _covered(self, tokens: list[int], key: Hashable) -> bool:
+        """Whether a saved state under ``key`` already serves every prompt ``tokens`` would."""
         for e in self.entries:
-            if (e.tokens == tokens) if self.exact else (common_prefix(e.tokens, tokens) == len(tokens)):
+            if e.key == key and ((e.tokens == tokens) if self.exact
+                                 else (common_prefix(e.tokens, tokens) == len(tokens))):
                 return True
         return False
 
     def save(self, seq: int, tokens: list[int], checkpoints: Sequence[Checkpoint] = (),
-             pin: SavedPrompt | None = None) -> bool:
-        """Copy sequence ``seq`` (holding ``tokens``, with ``checkpoints``) to the cache; False where it is
-        not stored (empty, already covered, or no room without evicting ``pin``, the state about to be
-        restored, or larger than the limit)."""
-        if not tokens or self._covered(tokens):
+             pin: SavedPrompt | None = None, key: Hashable = ()) -> bool:
+        """Copy sequence ``seq`` (holding ``tokens``, with ``checkpoints``, computed under ``key``) to the
+        cache; False where it is not stored (empty, already covered, or no room without evicting ``pin``,
+        the state about to be restored, or larger than the limit)."""
+        if not tokens or self._covered(tokens, key):
             return False
         ckpts = list(checkpoints)
         size = int(self._C.llama_state_seq_get_size_ext(self.ctx.ptr, seq, 0)) + sum(len(c[1]) for c in ckpts)
@@ -158,7 +162,8 @@ class PromptCache:
         if self.limit is not None and pinned + size > self.limit:
             return False
         if not self.exact:
-            for e in [e for e in self.entries if e is not pin and common_prefix(e.tokens, tokens) == len(e.tokens)]:
+            for e in [e for e in self.entries
+                      if e is not pin and e.key == key and common_prefix(e.tokens, tokens) == len(e.tokens)]:
                 self._drop(e)
         while self.limit is not None and self.size + size > self.limit:
             self._drop(next(e for e in self.entries if e is not pin))
@@ -173,7 +178,7 @@ class PromptCache:
             return False
         if data is None:
             return False
-        e = SavedPrompt(list(tokens), data, ckpts)
+        e = SavedPrompt(list(tokens), data, ckpts, key)
         if self.limit is not None and self.size + e.size > self.limit:  # the state grew since it was sized
             return False
         self.entries.append(e)
@@ -182,10 +187,13 @@ class PromptCache:
         self.saved += 1
         return True
 
-    def best(self, prompt: list[int], at_least: int) -> SavedPrompt | None:
-        """The saved state that skips the most of ``prompt``, more than ``at_least`` tokens, or None."""
+    def best(self, prompt: list[int], at_least: int, key: Hashable = ()) -> SavedPrompt | None:
+        """The saved state under ``key`` that skips the most of ``prompt``, more than ``at_least`` tokens,
+        or None."""
         best, best_n = None, at_least
         for e in self.entries:
+            if e.key != key:
+                continue
             n = plan(self.exact, e.tokens, e.checkpoints, prompt)[0]
             if n > best_n:
                 best, best_n = e, n

@@ -25,8 +25,11 @@ class SerialEngine(Lifecycle):
 
     serial = True
 
-    def __init__(self, llama: Llama, max_queue: int, interrupt: bool = False, lora: Any = None) -> None:
+    def __init__(self, llama: Llama, max_queue: int, interrupt: bool = False, lora: Any = None,
+                 speculative: bool = False, media: Any = None) -> None:
         self.llama = llama
+        self.media = media  # the model's media embedder (an MTMDEmbeddingHandler), freed before the model
+        self.speculative = speculative  # its Llama drafts: its requests' statistics are counted
         self.lora = lora  # the model's LoraSet (work items switch its scales), freed with the model
         self.max_queue = max_queue
         self.interrupt = interrupt
@@ -61,7 +64,25 @@ class SerialEngine(Lifecycle):
 
     def stats(self) -> dict[str, Any]:
         with self._cv:
-            return {"engine": "serial", "slots": 1, "active": self._running, "waiting": len(self._waiting)}
+            out: dict[str, Any] = {"engine": "serial", "slots": 1, "active": self._running,
+                                   "waiting": len(self._waiting)}
+        if self.speculative:
+            c = self.counters
+            out["speculative"] = {"steps": c.spec_steps, "drafted": c.spec_drafted, "accepted": c.spec_accepted,
+                                  "acceptance_rate": c.spec_accepted / c.spec_drafted if c.spec_drafted else 0.0}
+        return out
+
+    @property
+    def n_slots(self) -> int:
+        return 1
+
+    @property
+    def n_ctx_slot(self) -> int:
+        return self.llama.n_ctx()
+
+    def kv_tokens(self) -> int:
+        """Tokens the context holds (the last request's, kept for prefix reuse)."""
+        return self.llama.n_tokens
 
     def slots(self) -> list[dict[str, Any]]:
         """The one slot, as llama-server's ``/slots`` lists it."""
@@ -120,6 +141,8 @@ class SerialEngine(Lifecycle):
         first = t_first or now
         self.counters.add(int(usage.get("prompt_tokens", 0)), int(usage.get("prompt_tokens_cached", 0) or 0),
                           first - t0, int(usage.get("completion_tokens", 0)), now - first)
+        if self.speculative and isinstance(usage.get("speculative"), dict):
+            self.counters.add_speculative(usage["speculative"])
 
     def _someone_else_waits(self, job: Job) -> bool:
         with self._cv:
@@ -131,6 +154,8 @@ class SerialEngine(Lifecycle):
             self._current.cancel()  # a running request sees it at its next chunk
 
     def _free(self) -> None:
+        if self.media is not None:
+            self.media.close()
         if self.lora is not None:
             self.lora.close()
         self.llama.close()

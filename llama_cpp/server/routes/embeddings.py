@@ -1,5 +1,13 @@
 """``/v1/embeddings`` (text or token-id inputs, ``dimensions``) and ``/v1/rerank`` (Jina/Cohere shape) on a
-model loaded with ``embedding=true``; both embed token lists with llama.cpp's pooling in the model's engine."""
+model loaded with ``embedding=true``; both embed token lists with llama.cpp's pooling in the model's engine.
+
+On a model served with a projector too (``clip_model_path``), an input may hold media in llama-server's two
+shapes: ``{"prompt_string": "... <__media__> ...", "multimodal_data": ["<base64>", ...]}`` (one marker per
+item, images or audio) and ``{"content": [{"type": "text", ...}, {"type": "image_url", ...},
+{"type": "input_audio", ...}]}`` (OpenAI's content parts; ``image_url`` a ``data:`` URL, or a file under
+``media_dirs``). Such a request is embedded through the projector (``MTMDEmbeddingHandler``: text and media
+chunks pooled together as the model pools); ``{"prompt_string": ...}`` alone is text on any model.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +19,12 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from ..._core.normalize import normalize_embeddings
+from ..._errors import ContextOverflowError, MultimodalError
+from ..._safety.media_policy import MediaPolicy, image_dimensions
 from ..._safety.prompt_chars import check_prompt_chars
 from ...llama_cpp import LLAMA_POOLING_TYPE_NONE, LLAMA_POOLING_TYPE_RANK
 from ...llama_embedding import embed_token_lists, rank_token_lists
+from ...mtmd import Audio, Image, MarkerPrompt
 from ..errors import APIError
 from ..models import ServedModel
 from ..types import CreateEmbeddingRequest, RerankRequest
@@ -72,12 +83,126 @@ def _embed(llama: Any, lists: list[list[int]], alias: str, rank: bool) -> dict[s
     return {"rows": rows, "usage": {"prompt_tokens": total, "total_tokens": total}}
 
 
-def _inputs(value: Any) -> list[str | list[int]]:
-    if isinstance(value, str):
+def _inputs(value: Any) -> list[Any]:
+    if isinstance(value, (str, dict)):
         return [value]
     if value and all(isinstance(x, int) for x in value):
         return [list(value)]
     return list(value)
+
+
+def _bad(message: str, param: str = "input") -> APIError:
+    return APIError(400, message, code="invalid_value", param=param)
+
+
+def _decode_b64(data: Any, where: str) -> bytes:
+    if not isinstance(data, str):
+        raise _bad(f"{where} must be a base64 string", where)
+    try:
+        return base64.b64decode(data, validate=True)
+    except ValueError as exc:
+        raise _bad(f"{where} is not valid base64 ({exc})", where) from None
+
+
+def _media_bytes(data: bytes, policy: MediaPolicy, where: str) -> bytes:
+    """Image or audio file bytes within the media limits (an image's pixels checked before decoding)."""
+    if len(data) > policy.max_bytes:
+        raise _bad(f"{where}: {len(data)} bytes, over the media size limit ({policy.max_bytes})", where)
+    if image_dimensions(data) is not None:
+        policy.check_bytes(data, where)
+    return data
+
+
+def media_input(item: dict[str, Any], i: int, policy: MediaPolicy) -> str | MarkerPrompt | list[Any]:
+    """An object input as an mtmd input: llama-server's ``{"prompt_string", "multimodal_data"}`` (a text
+    alone when it has no media) or ``{"content": [parts]}`` (text, image_url and input_audio parts)."""
+    where = f"input[{i}]"
+    if "prompt_string" in item:
+        text, data = item["prompt_string"], item.get("multimodal_data") or []
+        if not isinstance(text, str):
+            raise _bad(f"{where}.prompt_string must be a string", f"{where}.prompt_string")
+        if not isinstance(data, list):
+            raise _bad(f"{where}.multimodal_data must be a list of base64 strings", f"{where}.multimodal_data")
+        if not data:
+            return text
+        media = [_media_bytes(_decode_b64(d, f"{where}.multimodal_data[{k}]"), policy,
+                              f"{where}.multimodal_data[{k}]") for k, d in enumerate(data)]
+        return MarkerPrompt(text, media)
+    content = item.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not content:
+        raise _bad(f"{where}: an object input needs 'prompt_string' (with 'multimodal_data') or 'content' (a list "
+                   f"of text, image_url and input_audio parts); got keys {sorted(item)}", where)
+    parts: list[Any] = []
+    for j, part in enumerate(content):
+        at = f"{where}.content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif kind == "image_url":
+            url = part.get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            if not isinstance(url, str) or not url:
+                raise _bad(f"{at}: an image_url part needs {{\"url\": ...}} (a data: URL)", at)
+            parts.append(Image(policy.resolve(url, at)))
+        elif kind == "input_audio":
+            audio = part.get("input_audio")
+            if not isinstance(audio, dict):
+                raise _bad(f"{at}: an input_audio part needs {{\"data\": <base64>, \"format\": ...}}", at)
+            parts.append(Audio(_media_bytes(_decode_b64(audio.get("data"), f"{at}.input_audio.data"), policy, at)))
+        else:
+            raise _bad(f"{at} has type {kind!r}: use text (with a string 'text'), image_url or input_audio", at)
+    return parts
+
+
+def _media_inputs(served: ServedModel, inputs: list[Any]) -> tuple[list[Any], bool]:
+    """The inputs with each object as an mtmd input, and whether any holds media; a 400 where the
+    model has no projector or a token-id input comes with media."""
+    policy = MediaPolicy.with_dirs(served.settings.media_dirs)
+    out: list[Any] = []
+    media = False
+    for i, item in enumerate(inputs):
+        if isinstance(item, dict):
+            item = media_input(item, i, policy)
+            media = media or not isinstance(item, str)
+        out.append(item)
+    if not media:
+        return out, False
+    if served.media_embedder is None:
+        raise APIError(400, f"input has image or audio data, but the model {served.alias!r} has no projector: serve "
+                       "it with clip_model_path (an mmproj GGUF) next to embedding, or send text", code="invalid_model",
+                       param="input")
+    for i, item in enumerate(out):
+        if not isinstance(item, (str, MarkerPrompt, list)) or (isinstance(item, list) and
+                                                               all(isinstance(x, int) for x in item)):
+            raise _bad(f"input[{i}]: token ids cannot be embedded with media in one request (the projector "
+                       "tokenizes text itself): send it as text, or in a request of its own", f"input[{i}]")
+    return out, True
+
+
+def _embed_media(served: ServedModel, llama: Any, items: list[Any]) -> dict[str, Any]:
+    """``{"rows", "usage"}`` of media inputs through the model's projector, pooled as its context pools
+    (the engine's thread)."""
+    pooling = llama.native_context().pooling_type()
+    if pooling in (LLAMA_POOLING_TYPE_NONE, LLAMA_POOLING_TYPE_RANK):
+        kind = "none (one vector per token)" if pooling == LLAMA_POOLING_TYPE_NONE else "rank (a reranker)"
+        raise APIError(400, f"the model {served.alias!r} pools by {kind}: inputs with media need a model with mean, "
+                       "cls or last pooling", code="invalid_model", param="model")
+    handler = served.media_embedder
+    assert handler is not None
+    total = 0
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        try:
+            total += sum(p.chunk.n_tokens for p in handler.layout(item))
+        except MultimodalError as exc:
+            raise _bad(f"{where}: {exc}", where) from None
+    try:
+        rows = handler.embed(items, normalize=-1, pooling=pooling)
+    except ContextOverflowError as exc:
+        raise APIError(400, str(exc), code="context_length_exceeded", param="input") from None
+    return {"rows": list(rows), "usage": {"prompt_tokens": total, "total_tokens": total}}
 
 
 @router.post("/v1/embeddings", dependencies=AUTH, tags=["OpenAI V1"])
@@ -88,9 +213,13 @@ async def create_embedding(request: Request, body: CreateEmbeddingRequest) -> An
     inputs = _inputs(body.input)
     if not inputs:
         raise APIError(400, "input is empty: give a string, token ids, or a non-empty list of them", param="input")
-    lists = await asyncio.to_thread(_token_lists, served, inputs)
+    inputs, media = await asyncio.to_thread(_media_inputs, served, inputs)
     name = body.model or served.alias
-    group = await submit(request, served, 1, lambda _: (lambda llama: _embed(llama, lists, served.alias, False)))
+    if media:
+        group = await submit(request, served, 1, lambda _: (lambda llama: _embed_media(served, llama, inputs)))
+    else:
+        lists = await asyncio.to_thread(_token_lists, served, inputs)
+        group = await submit(request, served, 1, lambda _: (lambda llama: _embed(llama, lists, served.alias, False)))
     out = (await collect(request, group))[0][0]
     rows, total = out["rows"], out["usage"]["prompt_tokens"]
     vectors = [np.asarray(r, dtype=np.float32) for r in rows]
