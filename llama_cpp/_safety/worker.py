@@ -1,0 +1,299 @@
+"""An object in a worker process: the boundary around native code that may abort the process.
+
+llama.cpp's RPC client aborts the whole process when a server's connection is lost mid-computation
+(``RPC_STATUS_ASSERT`` and the ``GGML_ABORT`` calls in ggml-rpc.cpp). :class:`WorkerProcess` builds
+``factory(*args, **kwargs)`` in a child process (``multiprocessing`` spawn) and forwards calls,
+attribute reads and writes to it over a pipe, an iterator result one item per request; the child's
+log records come back on the same pipe and are handled by the parent's loggers, in order. When the
+child dies the call raises :class:`~llama_cpp.WorkerLostError` naming how it died (``describe``
+adds what the owner knows, such as which RPC servers are unreachable now); every later call raises
+it too. This is the same boundary :mod:`.isolated_load` draws around an untrusted model file (a
+child whose death by a signal becomes an exception naming it), kept alive for the object's lifetime.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import multiprocessing
+import pickle
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .._errors import BusyError, ClosedError, LlamaError, WorkerLostError
+
+#: how long the child may take to build the object (a large model loading over the network)
+STARTUP_TIMEOUT = 600.0
+#: the loggers whose levels the child copies from the parent (llama.cpp's log is formatted only when enabled)
+LOGGERS = ("llama_cpp", "llama_cpp.native", "llama_cpp.native.mtmd")
+
+
+def exit_reason(code: int | None) -> str:
+    """A child's exit status in words: 'killed by SIGABRT', 'exit status 1'."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _portable(exc: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - an exception that does not pickle travels as its text
+        return LlamaError(f"{type(exc).__name__}: {exc}")
+
+
+class _PipeLogHandler(logging.handlers.QueueHandler):
+    """The child's log records, sent to the parent on the call pipe (prepared as QueueHandler does)."""
+
+    def __init__(self, send: Callable[[tuple[str, Any]], None]) -> None:
+        super().__init__(None)  # type: ignore[arg-type]
+        self._send = send
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        self._send(("log", record))
+
+
+def _serve(conn: Any, factory: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+           levels: dict[str, int]) -> None:
+    """The child: build the object, then answer ("call"|"get"|"set", name, args, kwargs); an
+    iterator result is sent one item per ("next",) request, ("stop",) closes it."""
+    send_lock = threading.Lock()
+
+    def send(msg: tuple[str, Any]) -> None:
+        with send_lock:  # llama.cpp may log from its own threads
+            conn.send(msg)
+
+    root = logging.getLogger()
+    root.handlers[:] = [_PipeLogHandler(send)]
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+    try:
+        obj = factory(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        send(("error", _portable(exc)))
+        return
+    send(("ready", None))
+    try:
+        while True:
+            try:
+                op, name, a, kw = conn.recv()
+            except EOFError:
+                return
+            if op == "close":
+                return
+            try:
+                if op == "set":
+                    setattr(obj, name, a[0])
+                    res = None
+                else:
+                    attr = getattr(obj, name)
+                    res = attr(*a, **kw) if op == "call" else attr
+            except BaseException as exc:  # noqa: BLE001
+                send(("error", _portable(exc)))
+                continue
+            if not isinstance(res, Iterator):
+                try:
+                    send(("result", res))
+                except Exception as exc:  # noqa: BLE001 - a result that does not pickle
+                    send(("error", LlamaError(f"{name} returned a {type(res).__name__}, which cannot leave the "
+                                              f"worker process: {exc}")))
+                continue
+            send(("stream", None))
+            while True:
+                if conn.recv()[0] != "next":
+                    res.close()  # type: ignore[attr-defined]
+                    send(("end", None))
+                    break
+                try:
+                    send(("item", next(res)))
+                except StopIteration:
+                    send(("end", None))
+                    break
+                except BaseException as exc:  # noqa: BLE001
+                    send(("error", _portable(exc)))
+                    break
+    finally:
+        close = getattr(obj, "close", None)
+        if callable(close):
+            close()
+
+
+class WorkerProcess:
+    """``factory(*args, **kwargs)`` in a child process; :meth:`call`, :meth:`get` and :meth:`set`
+    reach it. One call or stream at a time: a call waits for a running call, and raises
+    :class:`BusyError` while a stream is open (as :class:`~llama_cpp.Llama`'s own calls do).
+
+    ``describe(how)`` words the :class:`WorkerLostError` of a dead child (``how``: its exit status in
+    words); its message is the error's.
+    """
+
+    def __init__(self, factory: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                 describe: Callable[[str], str], name: str = "llama-worker") -> None:
+        self._describe = describe
+        self._lock = threading.Lock()
+        self._streaming = False
+        self._closed = False
+        self.lost: WorkerLostError | None = None
+        levels = {n: logging.getLogger(n).getEffectiveLevel() for n in LOGGERS}
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, factory, args, kwargs, levels), daemon=True, name=name)
+        self._proc.start()
+        child.close()
+        try:
+            kind, value = self._recv(timeout=STARTUP_TIMEOUT)
+        except TimeoutError:
+            self._proc.kill()
+            self._proc.join(5)
+            self._conn.close()
+            self._closed = True
+            raise WorkerLostError(describe(f"did not finish loading in {STARTUP_TIMEOUT:g} s")) from None
+        if kind == "error":
+            self._proc.join(10)
+            self._conn.close()
+            self._closed = True
+            raise value
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self.lost is None and self._proc.is_alive()
+
+    # -- transport ------------------------------------------------------------------------------
+    def _died(self) -> LlamaError:
+        if self._closed:  # close() from another thread ended the child under an open stream
+            return ClosedError("this model's worker process was closed during the call")
+        self._proc.join(10)
+        self.lost = WorkerLostError(self._describe(exit_reason(self._proc.exitcode)))
+        self._conn.close()
+        return self.lost
+
+    def _recv(self, timeout: float | None = None) -> tuple[str, Any]:
+        """The next message that is not a log record (those are handled by the parent's loggers)."""
+        while True:
+            try:
+                if timeout is not None and not self._conn.poll(timeout):
+                    raise TimeoutError
+                kind, value = self._conn.recv()
+            except (EOFError, OSError):
+                raise self._died() from None
+            if kind != "log":
+                return kind, value
+            logger = logging.getLogger(value.name)
+            if logger.isEnabledFor(value.levelno):
+                logger.handle(value)
+
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        try:
+            self._conn.send(msg)
+        except (BrokenPipeError, ConnectionError, EOFError) as exc:
+            if isinstance(exc, OSError) or not self._proc.is_alive():
+                raise self._died() from None
+            raise
+
+    def _check(self) -> None:
+        if self.lost is not None:
+            raise self.lost
+        if self._closed:
+            raise ClosedError("this model's worker process is closed; create a new one")
+
+    def _request(self, op: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self._check()
+        if self._streaming:
+            raise BusyError("a stream of this model is open; finish or close it first")
+        self._lock.acquire()
+        try:
+            self._check()
+            try:
+                data = pickle.dumps((op, name, args, kwargs))
+            except Exception as exc:  # noqa: BLE001 - a callable or handle that cannot leave this process
+                raise TypeError(f"{name}: an argument cannot be sent to the worker process ({exc}); the model runs "
+                                "in a worker process, which only takes arguments that pickle") from None
+            try:
+                self._conn.send_bytes(data)
+            except OSError:
+                raise self._died() from None
+            kind, value = self._recv()
+        except BaseException:
+            self._lock.release()
+            raise
+        if kind != "stream":
+            self._lock.release()
+            if kind == "error":
+                raise value
+            return value
+        self._streaming = True
+        return self._stream()
+
+    def _stream(self) -> Iterator[Any]:
+        done = False
+        try:
+            while True:
+                self._send(("next",))
+                kind, value = self._recv()
+                if kind == "end":
+                    done = True
+                    return
+                if kind == "error":
+                    done = True
+                    raise value
+                yield value
+        finally:
+            try:
+                if not done and self.lost is None and not self._closed:
+                    self._send(("stop",))
+                    while self._recv()[0] not in ("end", "error"):
+                        pass
+            finally:
+                self._streaming = False
+                self._lock.release()
+                if self._closed:
+                    self._conn.close()
+
+    # -- the forwarded object ---------------------------------------------------------------------
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``obj.name(*args, **kwargs)`` in the child; an iterator result streams."""
+        return self._request("call", name, args, kwargs)
+
+    def get(self, name: str) -> Any:
+        """``obj.name`` in the child."""
+        return self._request("get", name, (), {})
+
+    def set(self, name: str, value: Any) -> None:
+        """``obj.name = value`` in the child."""
+        self._request("set", name, (value,), {})
+
+    def close(self) -> None:
+        """Stop the child (idempotent; waits for a running call)."""
+        if self._closed:
+            return
+        if self._streaming:  # an open stream holds the lock: end the child under it
+            self._closed = True
+            self._proc.kill()
+            self._proc.join(5)
+            return
+        with self._lock:
+            self._closed = True
+            if self._proc.is_alive() and self.lost is None:
+                try:
+                    self._conn.send(("close", None, (), {}))
+                    while self._conn.poll(10):  # the child's last log records, then EOF
+                        kind, value = self._conn.recv()
+                        if kind == "log":
+                            logging.getLogger(value.name).handle(value)
+                except (EOFError, OSError):
+                    pass
+                self._proc.join(10)
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(5)
+            self._conn.close()

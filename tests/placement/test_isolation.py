@@ -1,0 +1,179 @@
+"""``Llama(..., rpc_servers=...)`` holds its model in a worker process: the same outputs as a local
+run through the public API, and a killed or restarted ``rpc-server`` is an exception naming it within
+seconds, with the interpreter alive and ``reload()`` working; ``rpc_isolation=False`` loads in-process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from llama_cpp import Llama, LlamaError, LlamaWorker, NotInProcessError, WorkerLostError
+from llama_cpp._errors import BusyError, ClosedError, ModelLoadError
+
+from .conftest import REPO, _wait_ready
+
+KW = {"n_ctx": 256, "verbose": False, "n_gpu_layers": -1, "chat_format": "chatml"}
+PROMPT = "hello world"
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def _outputs(llm: Llama) -> dict:
+    out = {
+        "text": llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"],
+        "stream": "".join(c["choices"][0]["text"] for c in llm.create_completion(PROMPT, max_tokens=16,
+                                                                                 temperature=0.0, stream=True)),
+        "chat": llm.create_chat_completion(MESSAGES, max_tokens=12, temperature=0.0)["choices"][0]["message"],
+        "chat_stream": [c["choices"][0]["delta"] for c in llm.create_chat_completion(
+            MESSAGES, max_tokens=12, temperature=0.0, stream=True)],
+        "tokens": llm.tokenize(b"hello world"),
+        "n_ctx": llm.n_ctx(), "n_vocab": llm.n_vocab(), "bos": llm.token_bos(), "eos": llm.token_eos(),
+        "metadata": llm.metadata,
+    }
+    out["detok"] = llm.detokenize(out["tokens"])
+    llm.reset()
+    llm.eval(out["tokens"])
+    out["n_tokens"] = llm.n_tokens
+    state = llm.save_state()
+    llm.n_tokens = 2  # a rewind
+    out["rewound"] = list(llm.input_ids)
+    llm.load_state(state)
+    out["restored"] = llm.n_tokens
+    return out
+
+
+@pytest.fixture(scope="module")
+def local(moe_path) -> dict:
+    with Llama(str(moe_path), **KW) as llm:
+        return _outputs(llm)
+
+
+def _restart(endpoint: str) -> subprocess.Popen:
+    """``python -m llama_cpp rpc-server`` again on ``endpoint``'s port (the caller stops it)."""
+    port = endpoint.rpartition(":")[2]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp", "rpc-server", "--port", port, "--threads", "1"],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_ready(endpoint, proc)
+    return proc
+
+
+def test_rpc_llama_runs_in_a_worker_and_equals_local(moe_path, start_rpc_server, local, caplog):
+    eps = [start_rpc_server()[0], start_rpc_server()[0]]
+    with caplog.at_level(logging.DEBUG, logger="llama_cpp.native"):
+        llm = Llama(str(moe_path), rpc_servers=",".join(eps), **KW)
+    with llm:
+        assert type(llm) is LlamaWorker and isinstance(llm, Llama)
+        assert llm.worker_pid != os.getpid()
+        assert _outputs(llm) == local
+        assert re.fullmatch(rf"LlamaWorker\('{re.escape(str(moe_path))}', rpc_servers='{re.escape(','.join(eps))}', "
+                            r"worker pid \d+\)", repr(llm))
+        # llama.cpp's load log of the worker reaches this process's loggers
+        log = "\n".join(r.getMessage() for r in caplog.records)
+        for ep in eps:
+            assert re.search(rf"RPC\d\[{re.escape(ep)}\] model buffer size", log)
+        # in-process handles are refused by name, with the opt-out
+        for get in (lambda: llm.model, lambda: llm.ctx, llm.native_model, llm.native_context, lambda: llm._ctx):
+            with pytest.raises(NotInProcessError, match="runs its model in a worker process.*rpc_isolation=False"):
+                get()
+        assert not hasattr(llm, "ctx")  # an AttributeError too, for duck typing
+        with pytest.raises(TypeError, match="cannot be sent to the worker process"):
+            llm(PROMPT, max_tokens=2, logits_processor=[lambda ids, scores: scores])
+        assert llm.tokenize(b"hello") == local["tokens"][:len(llm.tokenize(b"hello"))]  # still usable
+        # one call at a time: an open stream makes other calls busy; closing the stream frees it
+        stream = llm(PROMPT, max_tokens=8, stream=True)
+        next(stream)
+        with pytest.raises(BusyError):
+            llm.n_ctx()
+        stream.close()
+        assert llm.n_ctx() == local["n_ctx"]
+        data, pid = pickle.dumps(llm), llm.worker_pid
+    assert "closed" in repr(llm)
+    with pytest.raises(ClosedError):
+        llm.n_ctx()
+    # pickling re-creates it from its arguments: a new worker, same model (once the first let the
+    # servers go: ggml's RPC server serves one client at a time)
+    with pickle.loads(data) as clone:
+        assert type(clone) is LlamaWorker and clone.worker_pid not in (None, pid)
+        assert clone(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
+
+
+def test_killed_server_mid_generation_is_an_error_naming_it_then_reload(moe_path, start_rpc_server, local):
+    (ep0, _p0), (ep1, p1) = start_rpc_server(), start_rpc_server()
+    llm = Llama(str(moe_path), rpc_servers=[ep0, ep1], **KW)
+    restarted = None
+    try:
+        stream = llm(PROMPT, max_tokens=200, temperature=0.0, stream=True)
+        next(stream)
+        p1.kill()
+        p1.wait(10)
+        t = time.monotonic()
+        with pytest.raises(WorkerLostError) as err:
+            for _ in stream:
+                pass
+        assert time.monotonic() - t < 10
+        msg = str(err.value)
+        assert f"RPC server {ep1} is unreachable" in msg and ep0 not in msg.partition("unreachable")[0]
+        assert "reload()" in msg
+        assert isinstance(err.value, LlamaError)
+        with pytest.raises(WorkerLostError):
+            llm.tokenize(b"hello")
+        assert "worker lost: call reload()" in repr(llm)
+        # reload probes every endpoint again: the lost one is still gone, by name, before any worker starts
+        with pytest.raises(ModelLoadError, match=re.escape(f"RPC server {ep1} is unreachable")):
+            llm.reload()
+        # the same endpoint restarted: reload finds it and gives the local run's output again
+        restarted = _restart(ep1)
+        llm.reload()
+        assert llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
+    finally:
+        llm.close()
+        if restarted is not None:
+            restarted.kill()
+            restarted.wait(10)
+
+
+def test_server_restarted_between_calls_is_noticed(moe_path, start_rpc_server, local):
+    ep, proc = start_rpc_server()
+    restarted = None
+    with Llama(str(moe_path), rpc_servers=ep, **KW) as llm:
+        try:
+            assert llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
+            proc.kill()
+            proc.wait(10)
+            restarted = _restart(ep)
+            # the worker's connection went with the old server: llama.cpp aborts the worker, not us
+            with pytest.raises(WorkerLostError, match=rf"every RPC server \({re.escape(ep)}\) answers now: one may "
+                                                      r"have restarted.*call reload\(\)"):
+                llm(PROMPT, max_tokens=16, temperature=0.0)
+            llm.reload()
+            assert llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
+        finally:
+            if restarted is not None:
+                restarted.kill()
+                restarted.wait(10)
+
+
+def test_rpc_isolation_false_loads_in_process(moe_path, start_rpc_server, local):
+    ep = start_rpc_server()[0]
+    with Llama(str(moe_path), rpc_servers=ep, rpc_isolation=False, **KW) as llm:
+        assert type(llm) is Llama
+        assert llm.model and llm.native_model().n_vocab == local["n_vocab"]
+        assert llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
+    with pytest.raises(TypeError, match="rpc_isolation must be a bool"):
+        Llama(str(moe_path), rpc_isolation="no", **KW)
+
+
+def test_worker_arguments_that_do_not_pickle_are_refused_by_name(moe_path, start_rpc_server):
+    ep = start_rpc_server()[0]
+    with pytest.raises(TypeError, match=r"progress_callback=.*cannot be sent to the worker process.*"
+                                        r"rpc_isolation=False"):
+        Llama(str(moe_path), rpc_servers=ep, progress_callback=lambda p: True, **KW)
+    with pytest.raises(TypeError, match="rpc_isolation must be True for LlamaWorker"):
+        LlamaWorker(moe_path, rpc_isolation=False, **KW)
