@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .._core.model import flash_attn_type
-from .fit import DEFAULT_MARGIN, DEFAULT_N_CTX_MIN, FitResult, fit_params
+from .fit import FitResult, check_fit_ctx, fit_margins, fit_params
 from .placement import Placement, resolve
 
 log = logging.getLogger(__name__)
@@ -17,40 +16,6 @@ log = logging.getLogger(__name__)
 #: the keywords this module reads (those a caller leaves out keep these values)
 DEFAULTS: dict[str, Any] = {"devices": None, "cpu_moe": False, "n_cpu_moe": 0, "override_tensor": None,
                             "rpc_servers": None, "fit": False, "fit_target": None, "fit_ctx": None}
-MiB = 1024 * 1024
-
-
-def fit_margins(fit_target: int | str | Sequence[int] | None) -> list[int]:
-    """llama.cpp's ``-fitt``/``--fit-target``: the memory to leave free on each device, in MiB (one value
-    for every device, or one per device in order; a string as the option takes, "1024" or "512,2048")
-    -> bytes. None: llama.cpp's default (1024 MiB)."""
-    if fit_target is None:
-        return [DEFAULT_MARGIN]
-    if isinstance(fit_target, str):
-        parts = [p.strip() for p in re.split(r"[,/]+", fit_target.strip())]
-        if not all(p.isdigit() for p in parts):
-            raise ValueError(f"fit_target must be MiB per device, e.g. '1024' or '512,2048', got {fit_target!r}")
-        values: list[Any] = [int(p) for p in parts]
-    elif isinstance(fit_target, int):
-        values = [fit_target]
-    elif isinstance(fit_target, Sequence):
-        values = list(fit_target)
-    else:
-        raise TypeError(f"fit_target must be MiB (an int), one per device (a list) or a string such as '512,2048', "
-                        f"not {type(fit_target).__name__}")
-    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-        raise ValueError(f"fit_target must be MiB >= 0 per device (llama.cpp's -fitt), got {fit_target!r}")
-    return [v * MiB for v in values]
-
-
-def _fit_ctx(value: Any) -> int:
-    if value is None:
-        return DEFAULT_N_CTX_MIN
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"fit_ctx must be an int >= 0 (the smallest n_ctx the fit may choose, llama.cpp's -fitc), "
-                         f"got {value!r}")
-    return value
-
 
 @dataclass
 class Prepared:
@@ -78,7 +43,7 @@ def prepare(args: Mapping[str, Any]) -> Prepared:
     out = Prepared(placement, ngl, None if ts is None else list(ts), 0 if n_ctx is None else int(n_ctx))
     if not isinstance(a["fit"], bool):
         raise TypeError(f"fit must be a bool, not {type(a['fit']).__name__}")
-    margins, n_ctx_min = fit_margins(a["fit_target"]), _fit_ctx(a["fit_ctx"])
+    margins, n_ctx_min = fit_margins(a["fit_target"]), check_fit_ctx(a["fit_ctx"])
     if not a["fit"] and (a["fit_target"] is not None or a["fit_ctx"] is not None):
         raise ValueError("fit_target and fit_ctx are settings of the fit: pass fit=True with them")
     if not a["fit"]:
