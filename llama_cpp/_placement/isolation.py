@@ -97,7 +97,7 @@ class InWorker:
             _rpc.probe(ep)
         kwargs = {k: v for k, v in self._init_args.items() if k != "model_path"}
         self._worker = WorkerProcess(self._factory, (self.model_path,), {**kwargs, "rpc_isolation": False},
-                                     describe=self._describe_death, name=f"llama-worker {os.path.basename(self.model_path)}")
+                                     describe=self._describe_death)
 
     def _describe_death(self, how: str) -> str:
         gone = []

@@ -2,7 +2,7 @@
 
 llama.cpp's RPC client aborts the whole process when a server's connection is lost mid-computation
 (``RPC_STATUS_ASSERT`` and the ``GGML_ABORT`` calls in ggml-rpc.cpp). :class:`WorkerProcess` builds
-``factory(*args, **kwargs)`` in a child process (``multiprocessing`` spawn) and forwards calls,
+``factory(*args, **kwargs)`` in a child interpreter (a fresh ``python``) and forwards calls,
 attribute reads and writes to it over a pipe, an iterator result one item per request; the child's
 log records come back on the same pipe and are handled by the parent's loggers, in order. When the
 child dies the call raises :class:`~llama_cpp.WorkerLostError` naming how it died (``describe``
@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
-import multiprocessing
+import multiprocessing.spawn
 import pickle
 import signal
+import socket
+import subprocess
+import sys
 import threading
+import weakref
+from multiprocessing.connection import Connection
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -124,6 +129,60 @@ def _serve(conn: Any, factory: Callable[..., Any], args: tuple[Any, ...], kwargs
             close()
 
 
+def _start_child() -> tuple[Connection, subprocess.Popen]:
+    """A fresh interpreter (``python -c``, not ``multiprocessing``: that would run the caller's
+    ``__main__`` again in the child, which a script without a main guard cannot take) joined to this
+    one by a socket pair; it takes this interpreter's ``sys.path``, then the object to build."""
+    ours, theirs = socket.socketpair()
+    exe = multiprocessing.spawn.get_executable()
+    with theirs:
+        if sys.platform == "win32":  # no fd inheritance: the socket goes over stdin (WSADuplicateSocket)
+            proc = subprocess.Popen([exe, "-c", _BOOTSTRAP, "stdin"], stdin=subprocess.PIPE)
+            assert proc.stdin is not None
+            with proc.stdin:
+                proc.stdin.write(theirs.share(proc.pid))
+        else:
+            proc = subprocess.Popen([exe, "-c", _BOOTSTRAP, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                                    stdin=subprocess.DEVNULL)
+    conn = Connection(ours.detach())
+    try:
+        conn.send(list(sys.path))
+    except OSError:
+        pass
+    return conn, proc
+
+
+_BOOTSTRAP = ("import socket, sys\n"
+              "from multiprocessing.connection import Connection\n"
+              "fd = socket.fromshare(sys.stdin.buffer.read()).detach() if sys.argv[1] == 'stdin' else int(sys.argv[1])\n"
+              "conn = Connection(fd)\n"
+              "sys.path[:] = conn.recv()\n"
+              "from llama_cpp._safety.worker import child_main\n"
+              "child_main(conn)\n")
+
+
+def child_main(conn: Connection) -> None:
+    """The worker interpreter's entry (see :data:`_BOOTSTRAP`): build the object, then serve it."""
+    try:
+        factory, args, kwargs, levels = conn.recv()
+    except EOFError:
+        return
+    _serve(conn, factory, args, kwargs, levels)
+
+
+def _wait(proc: subprocess.Popen, timeout: float) -> None:
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    _wait(proc, 5)
+
+
 class WorkerProcess:
     """``factory(*args, **kwargs)`` in a child process; :meth:`call`, :meth:`get` and :meth:`set`
     reach it. One call or stream at a time: a call waits for a running call, and raises
@@ -134,28 +193,28 @@ class WorkerProcess:
     """
 
     def __init__(self, factory: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                 describe: Callable[[str], str], name: str = "llama-worker") -> None:
+                 describe: Callable[[str], str]) -> None:
         self._describe = describe
         self._lock = threading.Lock()
         self._streaming = False
         self._closed = False
         self.lost: WorkerLostError | None = None
         levels = {n: logging.getLogger(n).getEffectiveLevel() for n in LOGGERS}
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, factory, args, kwargs, levels), daemon=True, name=name)
-        self._proc.start()
-        child.close()
+        self._conn, self._proc = _start_child()
+        self._finalizer = weakref.finalize(self, _reap, self._proc)
+        try:
+            self._conn.send((factory, args, kwargs, levels))
+        except OSError:
+            pass  # the child is gone already: the first receive says how
         try:
             kind, value = self._recv(timeout=STARTUP_TIMEOUT)
         except TimeoutError:
-            self._proc.kill()
-            self._proc.join(5)
+            _reap(self._proc)
             self._conn.close()
             self._closed = True
             raise WorkerLostError(describe(f"did not finish loading in {STARTUP_TIMEOUT:g} s")) from None
         if kind == "error":
-            self._proc.join(10)
+            _wait(self._proc, 10)
             self._conn.close()
             self._closed = True
             raise value
@@ -166,14 +225,14 @@ class WorkerProcess:
 
     @property
     def alive(self) -> bool:
-        return not self._closed and self.lost is None and self._proc.is_alive()
+        return not self._closed and self.lost is None and self._proc.poll() is None
 
     # -- transport ------------------------------------------------------------------------------
     def _died(self) -> LlamaError:
         if self._closed:  # close() from another thread ended the child under an open stream
             return ClosedError("this model's worker process was closed during the call")
-        self._proc.join(10)
-        self.lost = WorkerLostError(self._describe(exit_reason(self._proc.exitcode)))
+        _wait(self._proc, 10)
+        self.lost = WorkerLostError(self._describe(exit_reason(self._proc.returncode)))
         self._conn.close()
         return self.lost
 
@@ -196,7 +255,7 @@ class WorkerProcess:
         try:
             self._conn.send(msg)
         except (BrokenPipeError, ConnectionError, EOFError) as exc:
-            if isinstance(exc, OSError) or not self._proc.is_alive():
+            if isinstance(exc, OSError) or self._proc.poll() is not None:
                 raise self._died() from None
             raise
 
@@ -278,12 +337,11 @@ class WorkerProcess:
             return
         if self._streaming:  # an open stream holds the lock: end the child under it
             self._closed = True
-            self._proc.kill()
-            self._proc.join(5)
+            _reap(self._proc)
             return
         with self._lock:
             self._closed = True
-            if self._proc.is_alive() and self.lost is None:
+            if self._proc.poll() is None and self.lost is None:
                 try:
                     self._conn.send(("close", None, (), {}))
                     while self._conn.poll(10):  # the child's last log records, then EOF
@@ -292,8 +350,6 @@ class WorkerProcess:
                             logging.getLogger(value.name).handle(value)
                 except (EOFError, OSError):
                     pass
-                self._proc.join(10)
-            if self._proc.is_alive():
-                self._proc.kill()
-            self._proc.join(5)
+                _wait(self._proc, 10)
+            _reap(self._proc)
             self._conn.close()

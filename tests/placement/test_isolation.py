@@ -4,6 +4,7 @@ seconds, with the interpreter alive and ``reload()`` working; ``rpc_isolation=Fa
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -177,3 +178,19 @@ def test_worker_arguments_that_do_not_pickle_are_refused_by_name(moe_path, start
         Llama(str(moe_path), rpc_servers=ep, progress_callback=lambda p: True, **KW)
     with pytest.raises(TypeError, match="rpc_isolation must be True for LlamaWorker"):
         LlamaWorker(moe_path, rpc_isolation=False, **KW)
+
+
+def test_a_script_without_a_main_guard_works(moe_path, start_rpc_server, local, tmp_path):
+    # the worker is a fresh interpreter, not multiprocessing's spawn (which would run this script
+    # again in the child and fail on its unguarded top level)
+    ep = start_rpc_server()[0]
+    script = tmp_path / "plain.py"
+    script.write_text("import json\nfrom llama_cpp import Llama\n"
+                      f"llm = Llama({str(moe_path)!r}, rpc_servers={ep!r}, **{KW!r})\n"
+                      f"print(json.dumps([type(llm).__name__, llm({PROMPT!r}, max_tokens=16, temperature=0.0)"
+                      "['choices'][0]['text']]))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == f'["LlamaWorker", {json.dumps(local["text"])}]'
