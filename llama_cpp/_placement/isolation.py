@@ -28,7 +28,9 @@ METHODS = ("__call__", "create_completion", "create_chat_completion", "create_em
            "token_eos", "token_nl", "pooling_type", "set_seed", "set_cache", "save_state", "load_state")
 #: the attributes read from the model in the worker (``n_tokens`` is also written: a rewind)
 ATTRIBUTES = ("metadata", "n_tokens", "input_ids", "scores", "n_batch", "eval_tokens", "eval_logits",
-              "last_speculative_stats", "cache")
+              "last_speculative_stats", "cache", "n_threads", "n_threads_batch", "last_n_tokens_size", "logits_all",
+              "sampling_convention", "chat_options", "speculative", "draft_model", "lora_base", "lora_path",
+              "lora_scale", "numa", "kv_overrides", "tensor_split", "spm_infill")
 OPT_OUT = ("Llama(..., rpc_isolation=False) loads the model in this process instead (then a lost RPC server "
            "aborts this interpreter, as llama.cpp's client does)")
 
@@ -86,6 +88,7 @@ class InWorker:
                                 f"({exc}); pass a value that pickles (a module-level function, not a lambda), or "
                                 f"{OPT_OUT}") from None
         self._init_args: dict[str, Any] = {"model_path": self.model_path, **kwargs}
+        # read here, never written to the worker: setting them changes only this object
         self.verbose = kwargs.get("verbose", True)
         self.chat_format = kwargs.get("chat_format")
         self.chat_handler = kwargs.get("chat_handler")
@@ -111,7 +114,7 @@ class InWorker:
                    "connection); start it again and call reload()")
         elif self.endpoints:
             why = (f"; every RPC server ({', '.join(self.endpoints)}) answers now: one may have restarted, which "
-                   "breaks the worker's connection; call reload()")
+                   "breaks the worker's connection (or the worker died of something else: see how); call reload()")
         else:
             why = "; call reload() to load the model again"
         return f"the worker process of {self.model_path} died ({how}){why}"

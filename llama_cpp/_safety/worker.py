@@ -13,10 +13,13 @@ child whose death by a signal becomes an exception naming it), kept alive for th
 
 from __future__ import annotations
 
+import collections
 import logging
 import logging.handlers
 import multiprocessing.spawn
+import os
 import pickle
+import re
 import signal
 import socket
 import subprocess
@@ -135,15 +138,17 @@ def _start_child() -> tuple[Connection, subprocess.Popen]:
     one by a socket pair; it takes this interpreter's ``sys.path``, then the object to build."""
     ours, theirs = socket.socketpair()
     exe = multiprocessing.spawn.get_executable()
+    env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # an abort reports at once (no debugger attached for a trace)
     with theirs:
         if sys.platform == "win32":  # no fd inheritance: the socket goes over stdin (WSADuplicateSocket)
-            proc = subprocess.Popen([exe, "-c", _BOOTSTRAP, "stdin"], stdin=subprocess.PIPE)
+            proc = subprocess.Popen([exe, "-c", _BOOTSTRAP, "stdin"], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=env)
             assert proc.stdin is not None
             with proc.stdin:
                 proc.stdin.write(theirs.share(proc.pid))
         else:
             proc = subprocess.Popen([exe, "-c", _BOOTSTRAP, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                                    stdin=subprocess.DEVNULL)
+                                    stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     conn = Connection(ours.detach())
     try:
         conn.send(list(sys.path))
@@ -168,6 +173,35 @@ def child_main(conn: Connection) -> None:
     except EOFError:
         return
     _serve(conn, factory, args, kwargs, levels)
+
+
+class _StderrTail(threading.Thread):
+    """Copies the child's stderr to ours and keeps its last lines: the text of a native abort
+    (``GGML_ABORT`` prints file, line and reason before SIGABRT) for the error that reports it."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(daemon=True, name="llama-worker-stderr")
+        self._stream = stream
+        self.lines: collections.deque[str] = collections.deque(maxlen=20)
+        self.start()
+
+    def run(self) -> None:
+        for raw in iter(self._stream.readline, b""):
+            line = raw.decode("utf-8", "replace")
+            self.lines.append(line.rstrip())
+            try:
+                sys.stderr.write(line)
+            except (OSError, ValueError):
+                pass
+        self._stream.close()
+
+    def last_error(self) -> str:
+        """The native abort's reason, as ggml prints it ('file.cpp:569: reason'), or ''."""
+        self.join(2)
+        for line in reversed(self.lines):
+            if re.search(r"\.(c|cc|cpp|h):\d+: ", line):
+                return re.sub(r"^.*?([\w.-]+\.(?:c|cc|cpp|h):\d+: )", r"\1", line)
+        return ""
 
 
 def _wait(proc: subprocess.Popen, timeout: float) -> None:
@@ -201,6 +235,7 @@ class WorkerProcess:
         self.lost: WorkerLostError | None = None
         levels = {n: logging.getLogger(n).getEffectiveLevel() for n in LOGGERS}
         self._conn, self._proc = _start_child()
+        self._stderr = _StderrTail(self._proc.stderr)
         self._finalizer = weakref.finalize(self, _reap, self._proc)
         try:
             self._conn.send((factory, args, kwargs, levels))
@@ -232,7 +267,8 @@ class WorkerProcess:
         if self._closed:  # close() from another thread ended the child under an open stream
             return ClosedError("this model's worker process was closed during the call")
         _wait(self._proc, 10)
-        self.lost = WorkerLostError(self._describe(exit_reason(self._proc.returncode)))
+        how, native = exit_reason(self._proc.returncode), self._stderr.last_error()
+        self.lost = WorkerLostError(self._describe(f"{how}: {native}" if native else how))
         self._conn.close()
         return self.lost
 
