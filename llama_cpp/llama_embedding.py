@@ -26,6 +26,7 @@ from ._core.model import LlamaModel, flash_attn_type
 from ._core.normalize import normalize_embeddings
 from ._core.ownership import float_view
 from ._errors import ContextOverflowError, LlamaError, TokenizationError
+from ._placement import isolation as _isolation
 from ._placement.load import prepare as _place
 from ._safety import checks as _checks
 from ._safety.call_guard import CallGuard, serialized
@@ -190,13 +191,20 @@ class LlamaEmbedding:
     ``n_ctx`` defaults to ``n_batch`` (at most the model's training context). Flash attention is off by default: its CPU kernel's rounding
     depends on how many inputs share a batch, and embeddings should not (``flash_attn=None`` is
     llama.cpp's auto). ``tensor_split``, ``devices``, ``cpu_moe``, ``n_cpu_moe``, ``override_tensor`` and
-    ``rpc_servers`` place the weights as in :class:`~llama_cpp.Llama` (in this process), and ``fit``
-    (with ``fit_target``, ``fit_ctx``) fits them to the devices' free memory as there, measuring the
-    context this class makes; with ``n_ctx=0`` the fit chooses the context, at most ``n_batch``.
+    ``rpc_servers`` place the weights as in :class:`~llama_cpp.Llama`, and ``fit`` (with ``fit_target``,
+    ``fit_ctx``) fits them to the devices' free memory as there, measuring the context this class makes;
+    with ``n_ctx=0`` the fit chooses the context, at most ``n_batch``. With ``rpc_servers`` the model runs
+    in a worker process, as a ``Llama``'s (a :class:`LlamaEmbeddingWorker` is returned; a lost server is
+    :class:`~llama_cpp.WorkerLostError`, ``reload()`` loads again); ``rpc_isolation=False`` loads here.
 
     Thread safety: one instance may be shared between threads; its calls run one at a time, and
     ``close()`` waits for a running one.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> LlamaEmbedding:
+        if cls is LlamaEmbedding and _isolation.wanted(kwargs):
+            cls = LlamaEmbeddingWorker
+        return super().__new__(cls)
 
     def __init__(self, model_path: str | os.PathLike[str], *,
                  pooling_type: int | str | None = LLAMA_POOLING_TYPE_UNSPECIFIED, n_batch: int = 2048, n_ctx: int | None = None, n_seq_max: int | None = None,
@@ -209,7 +217,9 @@ class LlamaEmbedding:
                  verbose: bool = False, tensor_split: list[float] | None = None, devices: list[str] | None = None,
                  cpu_moe: bool = False, n_cpu_moe: int = 0, override_tensor: str | list[str] | None = None,
                  rpc_servers: str | None = None, fit: bool = False, fit_target: int | str | list[int] | None = None,
-                 fit_ctx: int | None = None) -> None:
+                 fit_ctx: int | None = None, rpc_isolation: bool = True) -> None:
+        if not isinstance(rpc_isolation, bool):
+            raise TypeError(f"rpc_isolation must be a bool, not {type(rpc_isolation).__name__}")
         self._guard = CallGuard("LlamaEmbedding")
         self.pack_tokens = pack_tokens
         self.mmproj_path = None if mmproj_path is None else os.fspath(mmproj_path)
@@ -405,4 +415,13 @@ class LlamaEmbedding:
                 "usage": {"prompt_tokens": total, "total_tokens": total}}
 
 
-__all__ = ["POOLING_TYPES", "LlamaEmbedding", "embed_token_lists", "rank_token_lists"]
+class LlamaEmbeddingWorker(_isolation.InWorker, LlamaEmbedding):
+    """A :class:`LlamaEmbedding` whose model runs in a worker process it owns: what
+    ``LlamaEmbedding(..., rpc_servers=...)`` returns (see :class:`~llama_cpp.LlamaWorker`)."""
+
+    _factory = LlamaEmbedding
+    _methods = _isolation.EMBEDDING_METHODS
+    _attributes = _isolation.EMBEDDING_ATTRIBUTES
+
+
+__all__ = ["POOLING_TYPES", "LlamaEmbedding", "LlamaEmbeddingWorker", "embed_token_lists", "rank_token_lists"]

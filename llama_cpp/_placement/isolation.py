@@ -31,8 +31,14 @@ ATTRIBUTES = ("metadata", "n_tokens", "input_ids", "scores", "n_batch", "eval_to
               "last_speculative_stats", "cache", "n_threads", "n_threads_batch", "last_n_tokens_size", "logits_all",
               "sampling_convention", "chat_options", "speculative", "draft_model", "lora_base", "lora_path",
               "lora_scale", "numa", "kv_overrides", "tensor_split", "spm_infill")
-OPT_OUT = ("Llama(..., rpc_isolation=False) loads the model in this process instead (then a lost RPC server "
-           "aborts this interpreter, as llama.cpp's client does)")
+#: LlamaEmbedding's
+EMBEDDING_METHODS = ("embed", "embed_multimodal", "rank", "rank_inputs", "create_embedding", "tokenize", "n_ctx")
+EMBEDDING_ATTRIBUTES = ("metadata", "pooling_type", "n_embd_out", "max_input_tokens", "pack_tokens")
+
+
+def _opt_out(cls: type) -> str:
+    return (f"{cls.__name__}(..., rpc_isolation=False) loads the model in this process instead (then a lost RPC "
+            "server aborts this interpreter, as llama.cpp's client does)")
 
 
 def wanted(kwargs: Mapping[str, Any]) -> bool:
@@ -59,24 +65,30 @@ def _attribute(name: str) -> property:
 
 
 class InWorker:
-    """The model of a ``Llama`` in a worker process; mixed in before the ``Llama`` class it forwards to
-    (``_factory``, which the worker builds with ``rpc_isolation=False``)."""
+    """A model object in a worker process; mixed in before the class it forwards to (``_factory``, which
+    the worker builds with ``rpc_isolation=False``): its ``_methods`` are called there, its
+    ``_attributes`` read there (:data:`METHODS`, :data:`ATTRIBUTES` for ``Llama``)."""
 
     _factory: ClassVar[Any]
+    _methods: ClassVar[tuple[str, ...]] = METHODS
+    _attributes: ClassVar[tuple[str, ...]] = ATTRIBUTES
     _worker: WorkerProcess | None
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         base = cls._factory
-        for name in METHODS:  # the in-process method's signature and docstring, for help()
+        for name in cls._methods:  # the in-process method's signature and docstring, for help()
             if name not in cls.__dict__:
                 setattr(cls, name, functools.wraps(getattr(base, name))(_forward(name)))
+        for name in cls._attributes:
+            if name not in cls.__dict__:
+                setattr(cls, name, _attribute(name))
 
     def __init__(self, model_path: str | os.PathLike[str], **kwargs: Any) -> None:
         isolation = kwargs.pop("rpc_isolation", True)
         if isolation is not True:
             raise TypeError(f"rpc_isolation must be True for {type(self).__name__} (it always runs the model in a "
-                            f"worker process), got {isolation!r}; {OPT_OUT}")
+                            f"worker process), got {isolation!r}; {_opt_out(self._factory)}")
         self._worker = None
         self.model_path = os.fspath(model_path)
         self.endpoints = _rpc.parse_servers(kwargs["rpc_servers"]) if kwargs.get("rpc_servers") else []
@@ -86,7 +98,7 @@ class InWorker:
             except Exception as exc:  # noqa: BLE001
                 raise TypeError(f"{key}={value!r} cannot be sent to the worker process that holds this model "
                                 f"({exc}); pass a value that pickles (a module-level function, not a lambda), or "
-                                f"{OPT_OUT}") from None
+                                f"{_opt_out(self._factory)}") from None
         self._init_args: dict[str, Any] = {"model_path": self.model_path, **kwargs}
         # read here, never written to the worker: setting them changes only this object
         self.verbose = kwargs.get("verbose", True)
@@ -145,7 +157,7 @@ class InWorker:
     def _not_here(self, what: str) -> NotInProcessError:
         return NotInProcessError(f"{what} is not available: this {type(self).__name__} runs its model in a worker "
                                  f"process (rpc_servers= isolates it, so a lost RPC server cannot abort this "
-                                 f"interpreter); {OPT_OUT}")
+                                 f"interpreter); {_opt_out(self._factory)}")
 
     def native_model(self) -> Any:
         raise self._not_here("native_model()")
@@ -186,6 +198,9 @@ class InWorker:
         """The constructor's arguments: unpickling loads the model again in a new worker process."""
         return dict(self._init_args)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
     def __repr__(self) -> str:
         w = self._worker
         if w is None:
@@ -197,6 +212,3 @@ class InWorker:
         where = f", rpc_servers={','.join(self.endpoints)!r}" if self.endpoints else ""
         return f"{type(self).__name__}({self.model_path!r}{where}, {state})"
 
-
-for _name in ATTRIBUTES:
-    setattr(InWorker, _name, _attribute(_name))

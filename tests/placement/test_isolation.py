@@ -195,3 +195,36 @@ def test_a_script_without_a_main_guard_works(moe_path, start_rpc_server, local, 
                           cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == f'["LlamaWorker", {json.dumps(local["text"])}]'
+
+
+def test_embedding_over_rpc_runs_in_a_worker(start_rpc_server):
+    import numpy as np
+
+    from build_tools.fixtures import fixture_path
+    from llama_cpp import LlamaEmbedding, LlamaEmbeddingWorker
+
+    path = fixture_path("embedding_model", pooling="mean", arch="llama")
+    texts = ["a first sentence", "another one, longer than the first"]
+    with LlamaEmbedding(path) as emb:
+        local, n_ctx = emb.embed(texts), emb.n_ctx()
+    ep, proc = start_rpc_server()
+    restarted = None
+    emb = LlamaEmbedding(path, rpc_servers=ep, n_gpu_layers=-1)
+    try:
+        assert type(emb) is LlamaEmbeddingWorker and isinstance(emb, LlamaEmbedding)
+        np.testing.assert_allclose(emb.embed(texts), local, rtol=1e-5, atol=1e-6)
+        assert emb.n_ctx() == n_ctx and emb.n_embd_out == len(local[0])
+        with pytest.raises(NotInProcessError, match=r"LlamaEmbedding\(\.\.\., rpc_isolation=False\)"):
+            emb._parts()
+        proc.kill()
+        proc.wait(10)
+        with pytest.raises(WorkerLostError, match=rf"RPC server {re.escape(ep)} is unreachable"):
+            emb.embed(texts)
+        restarted = _restart(ep)
+        emb.reload()
+        np.testing.assert_allclose(emb.embed(texts), local, rtol=1e-5, atol=1e-6)
+    finally:
+        emb.close()
+        if restarted is not None:
+            restarted.kill()
+            restarted.wait(10)
