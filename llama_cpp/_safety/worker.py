@@ -70,7 +70,8 @@ class _PipeLogHandler(logging.handlers.QueueHandler):
 def _serve(conn: Any, factory: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
            levels: dict[str, int]) -> None:
     """The child: build the object, then answer ("call"|"get"|"set", name, args, kwargs); an
-    iterator result is sent one item per ("next",) request, ("stop",) closes it."""
+    iterator result is sent one item per ("next",) request, until its "end" or "error"; ("stop",)
+    closes it and is answered by "stopped" (also when the stream had ended already)."""
     send_lock = threading.Lock()
 
     def send(msg: tuple[str, Any]) -> None:
@@ -90,18 +91,26 @@ def _serve(conn: Any, factory: Callable[..., Any], args: tuple[Any, ...], kwargs
     try:
         while True:
             try:
-                op, name, a, kw = conn.recv()
+                msg = conn.recv()
             except EOFError:
                 return
-            if op == "close":
+            if msg[0] == "close":
                 return
+            if msg[0] in ("next", "stop"):  # for a stream that already ended: the parent reads up to "stopped"
+                send(("stopped", None))
+                continue
+            op, name, a, kw = msg
             try:
                 if op == "set":
                     setattr(obj, name, a[0])
                     res = None
                 else:
                     attr = getattr(obj, name)
-                    res = attr(*a, **kw) if op == "call" else attr
+                    _interruptible.set()
+                    try:
+                        res = attr(*a, **kw) if op == "call" else attr
+                    finally:
+                        _interruptible.clear()
             except BaseException as exc:  # noqa: BLE001
                 send(("error", _portable(exc)))
                 continue
@@ -116,10 +125,15 @@ def _serve(conn: Any, factory: Callable[..., Any], args: tuple[Any, ...], kwargs
             while True:
                 if conn.recv()[0] != "next":
                     res.close()  # type: ignore[attr-defined]
-                    send(("end", None))
+                    send(("stopped", None))
                     break
                 try:
-                    send(("item", next(res)))
+                    _interruptible.set()
+                    try:
+                        item = next(res)
+                    finally:
+                        _interruptible.clear()
+                    send(("item", item))
                 except StopIteration:
                     send(("end", None))
                     break
@@ -166,8 +180,25 @@ _BOOTSTRAP = ("import socket, sys\n"
               "child_main(conn)\n")
 
 
+# set while the child runs a forwarded call: the parent's interruption (INTERRUPT) stops it there only
+_interruptible = threading.Event()
+#: the signal the parent sends when its caller is interrupted (Ctrl-C) during a call (POSIX)
+INTERRUPT = getattr(signal, "SIGUSR1", None)
+
+
+def _on_interrupt(signum: int, frame: Any) -> None:
+    if _interruptible.is_set():
+        raise KeyboardInterrupt
+
+
 def child_main(conn: Connection) -> None:
-    """The worker interpreter's entry (see :data:`_BOOTSTRAP`): build the object, then serve it."""
+    """The worker interpreter's entry (see :data:`_BOOTSTRAP`): build the object, then serve it.
+
+    A terminal's Ctrl-C (SIGINT to the process group) is the parent's to handle: the child ignores it,
+    and stops the running call when the parent forwards it (:data:`INTERRUPT`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if INTERRUPT is not None:
+        signal.signal(INTERRUPT, _on_interrupt)
     try:
         factory, args, kwargs, levels = conn.recv()
     except EOFError:
@@ -232,6 +263,7 @@ class WorkerProcess:
         self._lock = threading.Lock()
         self._streaming = False
         self._closed = False
+        self._unanswered = False
         self.lost: WorkerLostError | None = None
         levels = {n: logging.getLogger(n).getEffectiveLevel() for n in LOGGERS}
         self._conn, self._proc = _start_child()
@@ -276,7 +308,8 @@ class WorkerProcess:
         """The next message that is not a log record (those are handled by the parent's loggers)."""
         while True:
             try:
-                if timeout is not None and not self._conn.poll(timeout):
+                # wait in poll, which an interruption leaves the stream intact in, then read a whole message
+                if not self._conn.poll(timeout):
                     raise TimeoutError
                 kind, value = self._conn.recv()
             except (EOFError, OSError):
@@ -313,11 +346,21 @@ class WorkerProcess:
             except Exception as exc:  # noqa: BLE001 - a callable or handle that cannot leave this process
                 raise TypeError(f"{name}: an argument cannot be sent to the worker process ({exc}); the model runs "
                                 "in a worker process, which only takes arguments that pickle") from None
+            self._drain()
             try:
                 self._conn.send_bytes(data)
             except OSError:
                 raise self._died() from None
-            kind, value = self._recv()
+            try:
+                kind, value = self._recv()
+            except (WorkerLostError, ClosedError):
+                raise
+            except BaseException:
+                # interrupted (Ctrl-C): the child stops the call too, and its reply is read before the next request
+                self._unanswered = True
+                if INTERRUPT is not None and self._proc.poll() is None:
+                    os.kill(self._proc.pid, INTERRUPT)
+                raise
         except BaseException:
             self._lock.release()
             raise
@@ -328,6 +371,22 @@ class WorkerProcess:
             return value
         self._streaming = True
         return self._stream()
+
+    def _drain(self) -> None:
+        """Read the reply of a request whose caller was interrupted (an open stream is stopped)."""
+        if not self._unanswered:
+            return
+        kind, _value = self._recv()
+        if kind == "stream":
+            self._stop_stream()
+        self._unanswered = False
+
+    def _stop_stream(self) -> None:
+        """Close the child's open stream: one "stop", answered by one "stopped" (items, its end or its
+        error may come before it)."""
+        self._send(("stop",))
+        while self._recv()[0] != "stopped":
+            pass
 
     def _stream(self) -> Iterator[Any]:
         done = False
@@ -345,9 +404,9 @@ class WorkerProcess:
         finally:
             try:
                 if not done and self.lost is None and not self._closed:
-                    self._send(("stop",))
-                    while self._recv()[0] not in ("end", "error"):
-                        pass
+                    if INTERRUPT is not None and self._proc.poll() is None:
+                        os.kill(self._proc.pid, INTERRUPT)  # a token being computed is not waited for
+                    self._stop_stream()
             finally:
                 self._streaming = False
                 self._lock.release()

@@ -228,3 +228,41 @@ def test_embedding_over_rpc_runs_in_a_worker(start_rpc_server):
         if restarted is not None:
             restarted.kill()
             restarted.wait(10)
+
+
+def test_an_interrupted_call_leaves_the_worker_usable(moe_path, local):
+    import signal
+    import threading
+
+    # no RPC server needed: LlamaWorker holds any model in a worker process
+    with LlamaWorker(moe_path, **KW) as llm:
+        timer = threading.Timer(0.05, lambda: signal.raise_signal(signal.SIGINT))  # Ctrl-C mid-call
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            llm(PROMPT, max_tokens=5000, temperature=0.0, stop=[])  # no n_ctx room check: 256 ends it
+        timer.join()
+        # the interrupted call's reply is read and dropped; the next call gets its own answer
+        assert llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
+
+
+def test_an_interrupted_stream_leaves_the_worker_usable(moe_path, local):
+    import signal
+    import threading
+
+    with LlamaWorker(moe_path, **KW) as llm:
+        stream = llm(PROMPT, max_tokens=5000, temperature=0.0, stream=True)
+        next(stream)
+        timer = threading.Timer(0.05, lambda: signal.raise_signal(signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            for _ in stream:
+                pass
+        timer.join()
+        assert llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
+        # a stream left after its end and one closed early both leave it usable
+        assert "".join(c["choices"][0]["text"] for c in llm(PROMPT, max_tokens=16, temperature=0.0,
+                                                            stream=True)) == local["text"]
+        early = llm(PROMPT, max_tokens=16, temperature=0.0, stream=True)
+        next(early)
+        early.close()
+        assert llm.tokenize(b"hello world") == local["tokens"]
