@@ -4,14 +4,19 @@ seconds, with the interpreter alive and ``reload()`` working; ``rpc_isolation=Fa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import pickle
 import re
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -53,6 +58,31 @@ def _outputs(llm: Llama) -> dict:
 def local(moe_path) -> dict:
     with Llama(str(moe_path), **KW) as llm:
         return _outputs(llm)
+
+
+@contextlib.contextmanager
+def _fake_server(endpoint: str, hello: bytes) -> Iterator[None]:
+    """A listener on ``endpoint`` that answers one HELLO with ``hello`` (another protocol version)."""
+    host, _, port = endpoint.rpartition(":")
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, int(port)))
+    srv.listen(1)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(1 + 8 + 24)
+            conn.sendall(struct.pack("<Q", len(hello)) + hello)
+            conn.recv(1)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        t.join(5)
+        srv.close()
 
 
 def _restart(endpoint: str) -> subprocess.Popen:
@@ -130,6 +160,10 @@ def test_killed_server_mid_generation_is_an_error_naming_it_then_reload(moe_path
         # reload probes every endpoint again: the lost one is still gone, by name, before any worker starts
         with pytest.raises(ModelLoadError, match=re.escape(f"RPC server {ep1} is unreachable")):
             llm.reload()
+        # a server of another protocol version there now: refused with its version, before llama.cpp connects
+        with _fake_server(ep1, struct.pack("<BBBB24s", 6, 3, 1, 0, bytes(24))):
+            with pytest.raises(ModelLoadError, match=re.escape(f"RPC server {ep1} speaks RPC protocol 6.3.1")):
+                llm.reload()
         # the same endpoint restarted: reload finds it and gives the local run's output again
         restarted = _restart(ep1)
         llm.reload()
@@ -232,7 +266,6 @@ def test_embedding_over_rpc_runs_in_a_worker(start_rpc_server):
 
 def test_an_interrupted_call_leaves_the_worker_usable(moe_path, local):
     import signal
-    import threading
 
     # no RPC server needed: LlamaWorker holds any model in a worker process
     with LlamaWorker(moe_path, **KW) as llm:
@@ -247,7 +280,6 @@ def test_an_interrupted_call_leaves_the_worker_usable(moe_path, local):
 
 def test_an_interrupted_stream_leaves_the_worker_usable(moe_path, local):
     import signal
-    import threading
 
     with LlamaWorker(moe_path, **KW) as llm:
         stream = llm(PROMPT, max_tokens=5000, temperature=0.0, stream=True)
