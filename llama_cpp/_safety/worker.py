@@ -26,8 +26,8 @@ import subprocess
 import sys
 import threading
 import weakref
-from multiprocessing.connection import Connection
 from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from typing import Any
 
 from .._errors import BusyError, ClosedError, LlamaError, WorkerLostError
