@@ -115,15 +115,15 @@ class InWorker:
                                      describe=self._describe_death)
 
     def _describe_death(self, how: str) -> str:
-        gone = []
+        gone = []  # what the probe says of each endpoint that no longer answers as it should
         for ep in self.endpoints:
             try:
                 _rpc.probe(ep, timeout=2.0)
-            except ModelLoadError:
-                gone.append(ep)
+            except ModelLoadError as exc:
+                gone.append(str(exc))
         if gone:
-            why = (f": RPC server {', '.join(gone)} is unreachable (llama.cpp's RPC client aborts on a lost "
-                   "connection); start it again and call reload()")
+            why = (f": {'; '.join(gone)}. llama.cpp's RPC client aborts the process on a lost connection; start "
+                   "the server again and call reload()")
         elif self.endpoints:
             why = (f"; every RPC server ({', '.join(self.endpoints)}) answers now: one may have restarted, which "
                    "breaks the worker's connection (or the worker died of something else: see how); call reload()")

@@ -273,6 +273,11 @@ class WorkerProcess:
             self._conn.send((factory, args, kwargs, levels))
         except OSError:
             pass  # the child is gone already: the first receive says how
+        except Exception as exc:  # noqa: BLE001 - an argument that does not pickle
+            _reap(self._proc)
+            self._conn.close()
+            self._closed = True
+            raise TypeError(f"the arguments cannot be sent to the worker process: {exc}") from None
         try:
             kind, value = self._recv(timeout=STARTUP_TIMEOUT)
         except TimeoutError:
