@@ -112,7 +112,7 @@ class InWorker:
             _rpc.probe(ep)
         kwargs = {k: v for k, v in self._init_args.items() if k != "model_path"}
         self._worker = WorkerProcess(self._factory, (self.model_path,), {**kwargs, "rpc_isolation": False},
-                                     describe=self._describe_death)
+                                     describe=self._describe_death, advice=f"; {_opt_out(self._factory)}")
 
     def _describe_death(self, how: str) -> str:
         gone = []  # what the probe says of each endpoint that no longer answers as it should

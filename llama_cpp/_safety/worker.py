@@ -254,12 +254,13 @@ class WorkerProcess:
     :class:`BusyError` while a stream is open (as :class:`~llama_cpp.Llama`'s own calls do).
 
     ``describe(how)`` words the :class:`WorkerLostError` of a dead child (``how``: its exit status in
-    words); its message is the error's.
+    words); its message is the error's. ``advice`` ends the message of an argument that cannot be sent.
     """
 
     def __init__(self, factory: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                 describe: Callable[[str], str]) -> None:
+                 describe: Callable[[str], str], advice: str = "") -> None:
         self._describe = describe
+        self._advice = advice
         self._lock = threading.Lock()
         self._streaming = False
         self._closed = False
@@ -350,7 +351,8 @@ class WorkerProcess:
                 data = pickle.dumps((op, name, args, kwargs))
             except Exception as exc:  # noqa: BLE001 - a callable or handle that cannot leave this process
                 raise TypeError(f"{name}: an argument cannot be sent to the worker process ({exc}); the model runs "
-                                "in a worker process, which only takes arguments that pickle") from None
+                                "in a worker process, which only takes arguments that pickle (module-level "
+                                f"functions and classes, not lambdas or closures){self._advice}") from None
             self._drain()
             try:
                 self._conn.send_bytes(data)
