@@ -298,3 +298,31 @@ def test_an_interrupted_stream_leaves_the_worker_usable(moe_path, local):
         next(early)
         early.close()
         assert llm.tokenize(b"hello world") == local["tokens"]
+
+
+def test_in_process_loads_probe_a_registered_endpoint_again(moe_path, start_rpc_server, local):
+    ep, proc = start_rpc_server()
+    kw = {**KW, "rpc_servers": ep, "rpc_isolation": False}
+    restarted = None
+    try:
+        with Llama(str(moe_path), **kw) as llm:
+            # a second model while the first holds the server's one connection: the re-probe is not answered
+            # (the server is busy with this process) and the load shares that connection
+            with Llama(str(moe_path), **kw) as other:
+                assert other(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
+            assert llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
+        proc.kill()
+        proc.wait(10)
+        # gone, then another version there: refused by name before llama.cpp connects (it would abort)
+        with pytest.raises(ModelLoadError, match=re.escape(f"RPC server {ep} is unreachable")):
+            Llama(str(moe_path), **kw)
+        with _fake_server(ep, struct.pack("<BBBB24s", 6, 3, 1, 0, bytes(24))):
+            with pytest.raises(ModelLoadError, match=re.escape(f"RPC server {ep} speaks RPC protocol 6.3.1")):
+                Llama(str(moe_path), **kw)
+        restarted = _restart(ep)
+        with Llama(str(moe_path), **kw) as llm:
+            assert llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
+    finally:
+        if restarted is not None:
+            restarted.kill()
+            restarted.wait(10)
