@@ -945,17 +945,18 @@ class LlamaWorker(_isolation.InWorker, Llama):
 
     Generation, chat (streams too), embeddings, tokenizer and state calls are forwarded (their
     arguments and results must pickle); one call at a time, as a ``Llama``'s, and while a stream is
-    open every other call raises :class:`BusyError` (``tokenize`` too, unlike in-process). When the worker dies (llama.cpp's RPC client aborts
-    it when a server is lost) the call raises :class:`WorkerLostError` naming the unreachable
-    servers, as does every later call, until :meth:`reload`. In-process handles (``model``, ``ctx``,
-    ``native_model()``...) raise :class:`NotInProcessError`. Pickling re-creates it from its arguments.
+    open every other call raises :class:`BusyError` (``tokenize`` too, unlike in-process). When the
+    worker dies (llama.cpp's RPC client aborts it when a server is lost) the call raises
+    :class:`WorkerLostError` naming the unreachable servers, as does every later call, until
+    :meth:`reload`. In-process handles (``model``, ``ctx``, ``native_model()``...) raise
+    :class:`NotInProcessError`. Pickling re-creates it from its arguments (a new worker).
     """
 
     _factory = Llama
 
 
-__all__ = ["BaseLlamaCache", "BaseLlamaTokenizer", "Llama", "LlamaWorker", "LlamaCache", "LlamaDiskCache", "LlamaDraftModel",
+__all__ = ["BaseLlamaCache", "BaseLlamaTokenizer", "Llama", "LlamaCache", "LlamaDiskCache", "LlamaDraftModel",
            "LlamaGrammar", "LlamaHFTokenizer", "LlamaPromptLookupDecoding", "LlamaRAMCache", "LlamaState",
            "LlamaTokenizer", "LogitsProcessor", "LogitsProcessorList", "MinTokensLogitsProcessor",
-           "StoppingCriteria", "StoppingCriteriaList", "VocabOnlyContext"]
+           "StoppingCriteria", "StoppingCriteriaList", "VocabOnlyContext", "LlamaWorker"]
 __all__ += T.__all__  # noqa: PLE0605 (upstream's llama module re-exports its types)
