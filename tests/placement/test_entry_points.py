@@ -65,3 +65,13 @@ def test_server_refuses_a_bad_fit_target(moe_path):
 
     with pytest.raises(SystemExit):
         parse_settings(["--model", str(moe_path), "--fit", "true", "--fit_target", "1G"])
+
+
+def test_cli_complete_over_rpc_shows_load_progress(moe_path, start_rpc_server):
+    ep = start_rpc_server()[0]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "llama_cpp", "complete", str(moe_path), "hello world", "-n", "4",
+                           "--temp", "0", "--rpc", ep, "-ngl", "-1"], check=False, capture_output=True, text=True,
+                          timeout=120, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "loading model: 100%" in proc.stderr  # the progress callback ran in the model's worker process
