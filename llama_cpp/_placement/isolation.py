@@ -36,6 +36,13 @@ EMBEDDING_METHODS = ("embed", "embed_multimodal", "rank", "rank_inputs", "create
 EMBEDDING_ATTRIBUTES = ("metadata", "pooling_type", "n_embd_out", "max_input_tokens", "pack_tokens")
 
 
+#: what the in-process attributes are, for their NotInProcessError
+_IN_PROCESS = {"model": "llm.model (the native llama_model pointer)",
+               "ctx": "llm.ctx (the native llama_context pointer)",
+               "context_params": "context_params (the native llama_context_params)",
+               "model_params": "model_params (the native llama_model_params)"}
+
+
 def _opt_out(cls: type) -> str:
     return (f"{cls.__name__}(..., rpc_isolation=False) loads the model in this process instead (then a lost RPC "
             "server aborts this interpreter, as llama.cpp's client does)")
@@ -173,25 +180,26 @@ class InWorker:
 
     @property
     def model(self) -> Any:
-        raise self._not_here("llm.model (the native llama_model pointer)")
+        raise self._not_here(_IN_PROCESS["model"])
 
     @property
     def ctx(self) -> Any:
-        raise self._not_here("llm.ctx (the native llama_context pointer)")
+        raise self._not_here(_IN_PROCESS["ctx"])
 
     @property
     def context_params(self) -> Any:
-        raise self._not_here("context_params")
+        raise self._not_here(_IN_PROCESS["context_params"])
 
     @property
     def model_params(self) -> Any:
-        raise self._not_here("model_params")
+        raise self._not_here(_IN_PROCESS["model_params"])
 
     def __getattr__(self, name: str) -> Any:
-        # only reached for what neither this class nor the Llama defines as a class attribute or sets
+        # reached for what neither this class nor the base defines or sets, and after a property raised
+        # an AttributeError (the NotInProcessError of model, ctx... above): worded here, once
         if name.startswith("__"):
             raise AttributeError(name)
-        raise self._not_here(f"{name!r}")
+        raise self._not_here(_IN_PROCESS.get(name, repr(name)))
 
     # -- pickling, repr -----------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:

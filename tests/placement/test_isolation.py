@@ -115,6 +115,8 @@ def test_rpc_llama_runs_in_a_worker_and_equals_local(moe_path, start_rpc_server,
             with pytest.raises(NotInProcessError, match="runs its model in a worker process.*rpc_isolation=False"):
                 get()
         assert not hasattr(llm, "ctx")  # an AttributeError too, for duck typing
+        with pytest.raises(NotInProcessError, match=r"^llm\.model \(the native llama_model pointer\) is not available"):
+            llm.model
         with pytest.raises(TypeError, match=r"cannot be sent to the worker process.*Llama\(\.\.\., rpc_isolation=False\)"):
             llm(PROMPT, max_tokens=2, logits_processor=[lambda ids, scores: scores])
         assert llm.tokenize(b"hello") == local["tokens"][:len(llm.tokenize(b"hello"))]  # still usable
