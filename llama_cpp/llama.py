@@ -945,7 +945,7 @@ class LlamaWorker(_isolation.InWorker, Llama):
 
     Generation, chat (streams too), embeddings, tokenizer and state calls are forwarded (their
     arguments and results must pickle); one call at a time, as a ``Llama``'s, and while a stream is
-    open every other call raises :class:`BusyError` (``tokenize`` too, unlike in-process). When the
+    open every other call but ``tokenize``/``detokenize`` raises :class:`BusyError`. When the
     worker dies (llama.cpp's RPC client aborts it when a server is lost) the call raises
     :class:`WorkerLostError` naming the unreachable servers, as does every later call, until
     :meth:`reload`. In-process handles (``model``, ``ctx``, ``native_model()``...) raise

@@ -31,6 +31,8 @@ ATTRIBUTES = ("metadata", "n_tokens", "input_ids", "scores", "n_batch", "eval_to
               "last_speculative_stats", "cache", "n_threads", "n_threads_batch", "last_n_tokens_size", "logits_all",
               "sampling_convention", "chat_options", "speculative", "draft_model", "lora_base", "lora_path",
               "lora_scale", "numa", "kv_overrides", "tensor_split", "spm_infill")
+#: the calls a Llama answers while one of its streams is open
+DURING_STREAM = frozenset({"tokenize", "detokenize"})
 #: LlamaEmbedding's
 EMBEDDING_METHODS = ("embed", "embed_multimodal", "rank", "rank_inputs", "create_embedding", "tokenize", "n_ctx")
 EMBEDDING_ATTRIBUTES = ("metadata", "pooling_type", "n_embd_out", "max_input_tokens", "pack_tokens")
@@ -119,7 +121,8 @@ class InWorker:
             _rpc.probe(ep)
         kwargs = {k: v for k, v in self._init_args.items() if k != "model_path"}
         self._worker = WorkerProcess(self._factory, (self.model_path,), {**kwargs, "rpc_isolation": False},
-                                     describe=self._describe_death, advice=f"; {_opt_out(self._factory)}")
+                                     describe=self._describe_death, advice=f"; {_opt_out(self._factory)}",
+                                     during_stream=DURING_STREAM)
 
     def _describe_death(self, how: str) -> str:
         gone = []  # what the probe says of each endpoint that no longer answers as it should

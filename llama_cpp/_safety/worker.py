@@ -67,6 +67,34 @@ class _PipeLogHandler(logging.handlers.QueueHandler):
         self._send(("log", record))
 
 
+def _answer(obj: Any, msg: tuple[Any, ...], send: Callable[[tuple[str, Any]], None]) -> Any:
+    """Run one ("call"|"get"|"set", name, args, kwargs) request on ``obj`` and send its "result" or
+    "error"; an iterator result is returned unsent (the caller streams it)."""
+    op, name, a, kw = msg
+    try:
+        if op == "set":
+            setattr(obj, name, a[0])
+            res = None
+        else:
+            attr = getattr(obj, name)
+            _interruptible.set()
+            try:
+                res = attr(*a, **kw) if op == "call" else attr
+            finally:
+                _interruptible.clear()
+    except BaseException as exc:  # noqa: BLE001
+        send(("error", _portable(exc)))
+        return None
+    if isinstance(res, Iterator):
+        return res
+    try:
+        send(("result", res))
+    except Exception as exc:  # noqa: BLE001 - a result that does not pickle
+        send(("error", LlamaError(f"{name} returned a {type(res).__name__}, which cannot leave the worker "
+                                  f"process: {exc}")))
+    return None
+
+
 def _serve(conn: Any, factory: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
            levels: dict[str, int]) -> None:
     """The child: build the object, then answer ("call"|"get"|"set", name, args, kwargs); an
@@ -99,31 +127,19 @@ def _serve(conn: Any, factory: Callable[..., Any], args: tuple[Any, ...], kwargs
             if msg[0] in ("next", "stop"):  # for a stream that already ended: the parent reads up to "stopped"
                 send(("stopped", None))
                 continue
-            op, name, a, kw = msg
-            try:
-                if op == "set":
-                    setattr(obj, name, a[0])
-                    res = None
-                else:
-                    attr = getattr(obj, name)
-                    _interruptible.set()
-                    try:
-                        res = attr(*a, **kw) if op == "call" else attr
-                    finally:
-                        _interruptible.clear()
-            except BaseException as exc:  # noqa: BLE001
-                send(("error", _portable(exc)))
-                continue
+            res = _answer(obj, msg, send)
             if not isinstance(res, Iterator):
-                try:
-                    send(("result", res))
-                except Exception as exc:  # noqa: BLE001 - a result that does not pickle
-                    send(("error", LlamaError(f"{name} returned a {type(res).__name__}, which cannot leave the "
-                                              f"worker process: {exc}")))
                 continue
             send(("stream", None))
             while True:
-                if conn.recv()[0] != "next":
+                msg = conn.recv()
+                if msg[0] in ("call", "get"):  # a call allowed while a stream is open (tokenize)
+                    extra = _answer(obj, msg, send)
+                    if isinstance(extra, Iterator):
+                        extra.close()  # type: ignore[attr-defined]
+                        send(("error", BusyError("a stream of this model is open; finish or close it first")))
+                    continue
+                if msg[0] != "next":
                     res.close()  # type: ignore[attr-defined]
                     send(("stopped", None))
                     break
@@ -251,17 +267,20 @@ def _reap(proc: subprocess.Popen) -> None:
 class WorkerProcess:
     """``factory(*args, **kwargs)`` in a child process; :meth:`call`, :meth:`get` and :meth:`set`
     reach it. One call or stream at a time: a call waits for a running call, and raises
-    :class:`BusyError` while a stream is open (as :class:`~llama_cpp.Llama`'s own calls do).
+    :class:`BusyError` while a stream is open (as :class:`~llama_cpp.Llama`'s own calls do), except
+    the names in ``during_stream``, answered between two of its items.
 
     ``describe(how)`` words the :class:`WorkerLostError` of a dead child (``how``: its exit status in
     words); its message is the error's. ``advice`` ends the message of an argument that cannot be sent.
     """
 
     def __init__(self, factory: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                 describe: Callable[[str], str], advice: str = "") -> None:
+                 describe: Callable[[str], str], advice: str = "", during_stream: frozenset[str] = frozenset()) -> None:
         self._describe = describe
         self._advice = advice
-        self._lock = threading.Lock()
+        self._during_stream = during_stream
+        self._lock = threading.Lock()  # one call or stream at a time
+        self._io = threading.Lock()  # one request and its reply at a time (a stream step, a call during it)
         self._streaming = False
         self._closed = False
         self._unanswered = False
@@ -340,26 +359,23 @@ class WorkerProcess:
         if self._closed:
             raise ClosedError("this model's worker process is closed; create a new one")
 
-    def _request(self, op: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        self._check()
-        if self._streaming:
-            raise BusyError("a stream of this model is open; finish or close it first")
-        self._lock.acquire()
+    def _exchange(self, op: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
+        """Send one request and read its reply, as one step under ``_io``."""
         try:
+            data = pickle.dumps((op, name, args, kwargs))
+        except Exception as exc:  # noqa: BLE001 - a callable or handle that cannot leave this process
+            raise TypeError(f"{name}: an argument cannot be sent to the worker process ({exc}); the model runs "
+                            "in a worker process, which only takes arguments that pickle (module-level "
+                            f"functions and classes, not lambdas or closures){self._advice}") from None
+        with self._io:
             self._check()
-            try:
-                data = pickle.dumps((op, name, args, kwargs))
-            except Exception as exc:  # noqa: BLE001 - a callable or handle that cannot leave this process
-                raise TypeError(f"{name}: an argument cannot be sent to the worker process ({exc}); the model runs "
-                                "in a worker process, which only takes arguments that pickle (module-level "
-                                f"functions and classes, not lambdas or closures){self._advice}") from None
             self._drain()
             try:
                 self._conn.send_bytes(data)
             except OSError:
                 raise self._died() from None
             try:
-                kind, value = self._recv()
+                return self._recv()
             except (WorkerLostError, ClosedError):
                 raise
             except BaseException:
@@ -368,6 +384,20 @@ class WorkerProcess:
                 if INTERRUPT is not None and self._proc.poll() is None:
                     os.kill(self._proc.pid, INTERRUPT)
                 raise
+
+    def _request(self, op: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self._check()
+        if self._streaming:
+            if name not in self._during_stream:
+                raise BusyError("a stream of this model is open; finish or close it first")
+            kind, value = self._exchange(op, name, args, kwargs)  # answered between two of its items
+            if kind == "error":
+                raise value
+            return value
+        self._lock.acquire()
+        try:
+            self._check()
+            kind, value = self._exchange(op, name, args, kwargs)
         except BaseException:
             self._lock.release()
             raise
@@ -383,10 +413,10 @@ class WorkerProcess:
         """Read the reply of a request whose caller was interrupted (an open stream is stopped)."""
         if not self._unanswered:
             return
+        self._unanswered = False
         kind, _value = self._recv()
         if kind == "stream":
             self._stop_stream()
-        self._unanswered = False
 
     def _stop_stream(self) -> None:
         """Close the child's open stream: one "stop", answered by one "stopped" (items, its end or its
@@ -399,8 +429,10 @@ class WorkerProcess:
         done = False
         try:
             while True:
-                self._send(("next",))
-                kind, value = self._recv()
+                with self._io:
+                    self._drain()
+                    self._send(("next",))
+                    kind, value = self._recv()
                 if kind == "end":
                     done = True
                     return
@@ -413,7 +445,9 @@ class WorkerProcess:
                 if not done and self.lost is None and not self._closed:
                     if INTERRUPT is not None and self._proc.poll() is None:
                         os.kill(self._proc.pid, INTERRUPT)  # a token being computed is not waited for
-                    self._stop_stream()
+                    with self._io:
+                        self._drain()
+                        self._stop_stream()
             finally:
                 self._streaming = False
                 self._lock.release()

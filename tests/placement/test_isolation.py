@@ -120,12 +120,15 @@ def test_rpc_llama_runs_in_a_worker_and_equals_local(moe_path, start_rpc_server,
         with pytest.raises(TypeError, match=r"cannot be sent to the worker process.*Llama\(\.\.\., rpc_isolation=False\)"):
             llm(PROMPT, max_tokens=2, logits_processor=[lambda ids, scores: scores])
         assert llm.tokenize(b"hello") == local["tokens"][:len(llm.tokenize(b"hello"))]  # still usable
-        # one call at a time: an open stream makes other calls busy; closing the stream frees it
-        stream = llm(PROMPT, max_tokens=8, stream=True)
-        next(stream)
+        # one call at a time: an open stream makes other calls busy but tokenize/detokenize, as in-process
+        stream = llm(PROMPT, max_tokens=8, temperature=0.0, stream=True)
+        first = next(stream)["choices"][0]["text"]
         with pytest.raises(BusyError):
             llm.n_ctx()
-        stream.close()
+        assert llm.tokenize(b"hello world") == local["tokens"]
+        assert llm.detokenize(local["tokens"]) == local["detok"]
+        rest = "".join(c["choices"][0]["text"] for c in stream)
+        assert first + rest == local["stream"][:len(first + rest)] and rest
         assert llm.n_ctx() == local["n_ctx"]
         data, pid = pickle.dumps(llm), llm.worker_pid
     assert "closed" in repr(llm)
@@ -328,3 +331,24 @@ def test_in_process_loads_probe_a_registered_endpoint_again(moe_path, start_rpc_
         if restarted is not None:
             restarted.kill()
             restarted.wait(10)
+
+
+def test_tokenize_from_another_thread_during_a_stream(moe_path, local):
+    with LlamaWorker(moe_path, **KW) as llm:
+        results, errors = [], []
+
+        def tokenize_many() -> None:
+            try:
+                for _ in range(40):
+                    results.append(llm.tokenize(b"hello world"))
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        stream = llm(PROMPT, max_tokens=16, temperature=0.0, stream=True)
+        text = [next(stream)["choices"][0]["text"]]
+        t = threading.Thread(target=tokenize_many)
+        t.start()
+        text += [c["choices"][0]["text"] for c in stream]
+        t.join(60)
+        assert not errors and results == [local["tokens"]] * 40
+        assert "".join(text) == local["stream"]
