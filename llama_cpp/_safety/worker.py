@@ -14,6 +14,7 @@ child whose death by a signal becomes an exception naming it), kept alive for th
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import logging.handlers
 import multiprocessing.spawn
@@ -284,6 +285,7 @@ class WorkerProcess:
         self._streaming = False
         self._closed = False
         self._unanswered = False
+        self._interrupted = False  # a Ctrl-C deferred while a message was read or written
         self.lost: WorkerLostError | None = None
         levels = {n: logging.getLogger(n).getEffectiveLevel() for n in LOGGERS}
         self._conn, self._proc = _start_child()
@@ -336,7 +338,8 @@ class WorkerProcess:
                 # wait in poll, which an interruption leaves the stream intact in, then read a whole message
                 if not self._conn.poll(timeout):
                     raise TimeoutError
-                kind, value = self._conn.recv()
+                with self._whole():
+                    kind, value = self._conn.recv()
             except (EOFError, OSError):
                 raise self._died() from None
             if kind != "log":
@@ -345,9 +348,32 @@ class WorkerProcess:
             if logger.isEnabledFor(value.levelno):
                 logger.handle(value)
 
+    @contextlib.contextmanager
+    def _whole(self) -> Iterator[None]:
+        """Read or write one whole message: a Ctrl-C meanwhile would cut it and desynchronize the pipe,
+        so it is deferred (:meth:`_raise_deferred` raises it at the next safe point)."""
+        if threading.current_thread() is not threading.main_thread() or \
+                signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self._defer)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _defer(self, signum: int, frame: Any) -> None:
+        self._interrupted = True
+
+    def _raise_deferred(self) -> None:
+        if self._interrupted:
+            self._interrupted = False
+            raise KeyboardInterrupt
+
     def _send(self, msg: tuple[Any, ...]) -> None:
         try:
-            self._conn.send(msg)
+            with self._whole():
+                self._conn.send(msg)
         except (BrokenPipeError, ConnectionError, EOFError) as exc:
             if isinstance(exc, OSError) or self._proc.poll() is not None:
                 raise self._died() from None
@@ -371,11 +397,12 @@ class WorkerProcess:
             self._check()
             self._drain()
             try:
-                self._conn.send_bytes(data)
+                with self._whole():
+                    self._conn.send_bytes(data)
             except OSError:
                 raise self._died() from None
             try:
-                return self._recv()
+                reply = self._recv()
             except (WorkerLostError, ClosedError):
                 raise
             except BaseException:
@@ -384,6 +411,8 @@ class WorkerProcess:
                 if INTERRUPT is not None and self._proc.poll() is None:
                     os.kill(self._proc.pid, INTERRUPT)
                 raise
+            self._raise_deferred()  # a Ctrl-C during the reply's reading: the reply is read, the call done
+            return reply
 
     def _request(self, op: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._check()
@@ -433,6 +462,7 @@ class WorkerProcess:
                     self._drain()
                     self._send(("next",))
                     kind, value = self._recv()
+                self._raise_deferred()
                 if kind == "end":
                     done = True
                     return
@@ -448,6 +478,7 @@ class WorkerProcess:
                     with self._io:
                         self._drain()
                         self._stop_stream()
+                    self._raise_deferred()
             finally:
                 self._streaming = False
                 self._lock.release()
