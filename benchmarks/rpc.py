@@ -1,5 +1,7 @@
 """Generation over llama.cpp's RPC backend: ``Llama(rpc_servers=...)`` vs ``llama-bench --rpc`` built from
 the same source, with the model split over two loopback ``rpc-server`` processes, and vs local only.
+``Llama(rpc_servers=...)`` holds its model in a worker process (one pipe round trip per call and per
+streamed token); the ``rpc_isolation=False`` row is the same model loaded in this process.
 
     python benchmarks/rpc.py [--model M.gguf] [--threads N] [--n-prompt P] [--n-gen G] [--reps R] [--ngl L]
 
@@ -110,13 +112,18 @@ def main(argv: list[str] | None = None) -> int:
         prompt_tokens = v.tokenize(b" the cat sat on the mat and looked at the house" * 64)[: a.n_prompt]
     bench_eps, procs_b = start_servers(2, a.threads)
     our_eps, procs_o = start_servers(2, a.threads)
-    res: dict[str, list[float]] = {k: [] for k in ("pp", "tg", "bench_pp", "bench_tg", "local_pp", "local_tg")}
+    res: dict[str, list[float]] = {k: [] for k in ("pp", "tg", "inproc_pp", "inproc_tg", "bench_pp", "bench_tg",
+                                                   "local_pp", "local_tg")}
     try:
         for _ in range(a.reps):  # interleaved, so machine-load drift hits all sides alike
             pp, tg = ours(model, a.threads, prompt_tokens, a.n_gen, rpc_servers=",".join(our_eps),
                           n_gpu_layers=a.ngl, tensor_split=[1.0, 1.0])
             res["pp"].append(pp)
             res["tg"].append(tg)
+            ipp, itg = ours(model, a.threads, prompt_tokens, a.n_gen, rpc_servers=",".join(our_eps),
+                            n_gpu_layers=a.ngl, tensor_split=[1.0, 1.0], rpc_isolation=False)
+            res["inproc_pp"].append(ipp)
+            res["inproc_tg"].append(itg)
             bpp, btg = llama_bench(tools, env, model, a.threads, len(prompt_tokens), a.n_gen, bench_eps, a.ngl)
             res["bench_pp"].append(bpp)
             res["bench_tg"].append(btg)
@@ -132,9 +139,11 @@ def main(argv: list[str] | None = None) -> int:
           f"split 1,1 over 2 loopback RPC servers  reps {a.reps}")
     print(f"{'':28s}{'prompt tok/s':>14s}{'gen tok/s':>12s}")
     print(f"{'Llama(rpc_servers=2)':28s}{med['pp']:14.1f}{med['tg']:12.1f}")
+    print(f"{'  rpc_isolation=False':28s}{med['inproc_pp']:14.1f}{med['inproc_tg']:12.1f}")
     print(f"{'llama-bench --rpc (2)':28s}{med['bench_pp']:14.1f}{med['bench_tg']:12.1f}")
     print(f"{'Llama, local only':28s}{med['local_pp']:14.1f}{med['local_tg']:12.1f}")
     print(f"ratio vs llama-bench --rpc: prompt {med['pp'] / med['bench_pp']:.3f}  gen {med['tg'] / med['bench_tg']:.3f}")
+    print(f"worker vs in-process:       prompt {med['pp'] / med['inproc_pp']:.3f}  gen {med['tg'] / med['inproc_tg']:.3f}")
     print(f"ratio vs local only:        prompt {med['pp'] / med['local_pp']:.3f}  gen {med['tg'] / med['local_tg']:.3f}")
     return 0
 

@@ -85,5 +85,10 @@ class ModelNotFoundError(ModelLoadError, FileNotFoundError):
 
 
 class WorkerLostError(LlamaError, RuntimeError):
-    """The worker process holding a model died (an RPC server it used went away, say); create a new
-    one to reload the model."""
+    """The worker process holding a model died (an RPC server it used went away, say); ``reload()``
+    (or a new object) loads the model again."""
+
+
+class NotInProcessError(LlamaError, AttributeError):
+    """An in-process handle (``llm.model``, ``llm.ctx``, ``native_model()``...) was asked of a model that
+    runs in a worker process (``Llama(rpc_servers=...)``); ``rpc_isolation=False`` loads in-process."""

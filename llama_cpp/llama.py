@@ -40,6 +40,7 @@ from ._generation import completion as _completion
 from ._generation import loop as _gen
 from ._generation import sampling as _sampling
 from ._generation import streams as _streams
+from ._placement import isolation as _isolation
 from ._placement.load import prepare as _place
 from ._safety import boundary as _boundary
 from ._safety import checks as _checks
@@ -77,10 +78,18 @@ class Llama:
     vocabulary's tokenizer for ``tokenize``/``detokenize`` and text prompts. ``load_mtp=True``
     loads the model's NextN (MTP) tensors without a speculative decoder, for a caller that drafts
     with them over this context itself (the server's slot engine); a file without NextN layers is
-    refused before loading. Placement as llama.cpp's -dev/-cmoe/-ncmoe/-ot/--rpc/--fit: ``devices``, ``cpu_moe``,
-    ``n_cpu_moe``, ``override_tensor`` ("exps=CPU"), ``rpc_servers`` ("host:port,..."), ``fit`` (llama_cpp._placement).
+    refused before loading. Placement as llama.cpp's -dev/-cmoe/-ncmoe/-ot/--rpc/--fit/-fitt/-fitc: ``devices``,
+    ``cpu_moe``, ``n_cpu_moe``, ``override_tensor`` ("exps=CPU"), ``rpc_servers`` ("host:port,..."), ``fit``,
+    ``fit_target`` (MiB left free per device, default 1024) and ``fit_ctx`` (the smallest ``n_ctx`` the
+    fit may choose, default 4096) (llama_cpp._placement).
     ``chat_template_kwargs``, ``reasoning_format`` and ``reasoning_budget`` are the defaults of
     ``create_chat_completion``'s (llama.cpp's chat layer, as llama-server's).
+
+    With ``rpc_servers`` the model runs in a worker process this object owns (``Llama(...)`` returns a
+    :class:`~llama_cpp.LlamaWorker`, a ``Llama``): llama.cpp's RPC client aborts the process that holds
+    the model when a server is lost, so a lost server raises :class:`WorkerLostError` naming it instead,
+    and ``reload()`` loads again. ``rpc_isolation=False`` loads in this process (a lost server then
+    aborts the interpreter); a subclass of ``Llama`` always loads in-process.
 
     Thread safety: one ``Llama`` may be shared between threads. Calls are serialized (a call from
     another thread waits for the running one); a stream (``stream=True``, ``generate``) holds the
@@ -93,6 +102,11 @@ class Llama:
     the ``llama_cpp.native`` :mod:`logging` logger (upstream prints it to stderr when ``verbose``);
     ``logging.basicConfig(level=logging.INFO)`` shows it.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Llama:
+        if cls is Llama and _isolation.wanted(kwargs):
+            cls = LlamaWorker
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -150,14 +164,17 @@ class Llama:
         load_mtp: bool = False, sampling_convention: str = "upstream",  # see _generation.sampling.CONVENTIONS
         isolate_load: bool | None = None, devices: list[str] | None = None, cpu_moe: bool = False, n_cpu_moe: int = 0,
         override_tensor: str | list[str] | None = None, rpc_servers: str | None = None, fit: bool = False,
+        fit_target: int | str | list[int] | None = None, fit_ctx: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None, reasoning_format: str | None = None,
-        reasoning_budget: int | None = None,
+        reasoning_budget: int | None = None, rpc_isolation: bool = True,
         **kwargs: Any,
     ) -> None:
         # the constructor's arguments, for pickling (__getstate__ re-creates the object from them)
         self._init_args = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
         if kwargs:
             unknown_keywords(kwargs, self._init_args)
+        if not isinstance(rpc_isolation, bool):
+            raise TypeError(f"rpc_isolation must be a bool, not {type(rpc_isolation).__name__}")
         if draft_model is not None and not callable(draft_model):
             raise TypeError(f"draft_model must be a LlamaDraftModel (a callable), got {type(draft_model).__name__}")
         if tokenizer is not None and not isinstance(tokenizer, BaseLlamaTokenizer):
@@ -922,8 +939,24 @@ class Llama:
         return f"Llama({self.model_path!r}, {state})"
 
 
+class LlamaWorker(_isolation.InWorker, Llama):
+    """A :class:`Llama` whose model runs in a worker process it owns: what ``Llama(..., rpc_servers=...)``
+    returns, or made directly for any model (``LlamaWorker(path, **llama_kwargs)``).
+
+    Generation, chat (streams too), embeddings, tokenizer and state calls are forwarded (their
+    arguments and results must pickle); one call at a time, as a ``Llama``'s, and while a stream is
+    open every other call but ``tokenize``/``detokenize`` raises :class:`BusyError`. When the
+    worker dies (llama.cpp's RPC client aborts it when a server is lost) the call raises
+    :class:`WorkerLostError` naming the unreachable servers, as does every later call, until
+    :meth:`reload`. In-process handles (``model``, ``ctx``, ``native_model()``...) raise
+    :class:`NotInProcessError`. Pickling re-creates it from its arguments (a new worker).
+    """
+
+    _factory = Llama
+
+
 __all__ = ["BaseLlamaCache", "BaseLlamaTokenizer", "Llama", "LlamaCache", "LlamaDiskCache", "LlamaDraftModel",
            "LlamaGrammar", "LlamaHFTokenizer", "LlamaPromptLookupDecoding", "LlamaRAMCache", "LlamaState",
            "LlamaTokenizer", "LogitsProcessor", "LogitsProcessorList", "MinTokensLogitsProcessor",
-           "StoppingCriteria", "StoppingCriteriaList", "VocabOnlyContext"]
+           "StoppingCriteria", "StoppingCriteriaList", "VocabOnlyContext", "LlamaWorker"]
 __all__ += T.__all__  # noqa: PLE0605 (upstream's llama module re-exports its types)

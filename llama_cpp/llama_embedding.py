@@ -26,6 +26,7 @@ from ._core.model import LlamaModel, flash_attn_type
 from ._core.normalize import normalize_embeddings
 from ._core.ownership import float_view
 from ._errors import ContextOverflowError, LlamaError, TokenizationError
+from ._placement import isolation as _isolation
 from ._placement.load import prepare as _place
 from ._safety import checks as _checks
 from ._safety.call_guard import CallGuard, serialized
@@ -190,11 +191,20 @@ class LlamaEmbedding:
     ``n_ctx`` defaults to ``n_batch`` (at most the model's training context). Flash attention is off by default: its CPU kernel's rounding
     depends on how many inputs share a batch, and embeddings should not (``flash_attn=None`` is
     llama.cpp's auto). ``tensor_split``, ``devices``, ``cpu_moe``, ``n_cpu_moe``, ``override_tensor`` and
-    ``rpc_servers`` place the weights as in :class:`~llama_cpp.Llama`.
+    ``rpc_servers`` place the weights as in :class:`~llama_cpp.Llama`, and ``fit`` (with ``fit_target``,
+    ``fit_ctx``) fits them to the devices' free memory as there, measuring the context this class makes;
+    with ``n_ctx=0`` the fit chooses the context, at most ``n_batch``. With ``rpc_servers`` the model runs
+    in a worker process, as a ``Llama``'s (a :class:`LlamaEmbeddingWorker` is returned; a lost server is
+    :class:`~llama_cpp.WorkerLostError`, ``reload()`` loads again); ``rpc_isolation=False`` loads here.
 
     Thread safety: one instance may be shared between threads; its calls run one at a time, and
     ``close()`` waits for a running one.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> LlamaEmbedding:
+        if cls is LlamaEmbedding and _isolation.wanted(kwargs):
+            cls = LlamaEmbeddingWorker
+        return super().__new__(cls)
 
     def __init__(self, model_path: str | os.PathLike[str], *,
                  pooling_type: int | str | None = LLAMA_POOLING_TYPE_UNSPECIFIED, n_batch: int = 2048, n_ctx: int | None = None, n_seq_max: int | None = None,
@@ -206,7 +216,10 @@ class LlamaEmbedding:
                  pack_tokens: int | None = None, mmproj_path: str | os.PathLike[str] | None = None,
                  verbose: bool = False, tensor_split: list[float] | None = None, devices: list[str] | None = None,
                  cpu_moe: bool = False, n_cpu_moe: int = 0, override_tensor: str | list[str] | None = None,
-                 rpc_servers: str | None = None) -> None:
+                 rpc_servers: str | None = None, fit: bool = False, fit_target: int | str | list[int] | None = None,
+                 fit_ctx: int | None = None, rpc_isolation: bool = True) -> None:
+        if not isinstance(rpc_isolation, bool):
+            raise TypeError(f"rpc_isolation must be a bool, not {type(rpc_isolation).__name__}")
         self._guard = CallGuard("LlamaEmbedding")
         self.pack_tokens = pack_tokens
         self.mmproj_path = None if mmproj_path is None else os.fspath(mmproj_path)
@@ -216,9 +229,17 @@ class LlamaEmbedding:
         self.model_path = os.fspath(model_path)
         _checks.model_params(n_gpu_layers=n_gpu_layers, main_gpu=main_gpu)
         _checks.context_sizes(n_ctx=0 if n_ctx is None else n_ctx, n_batch=n_batch, n_ubatch=n_batch)
+        # the fit measures the context made below: n_ubatch = n_batch, raised to n_ctx
+        fit_ctx_size = int(n_batch) if n_ctx is None else int(n_ctx)
+        fit_batch = max(int(n_batch), fit_ctx_size)
         placed = _place({"model_path": self.model_path, "n_gpu_layers": n_gpu_layers, "tensor_split": tensor_split,
                          "devices": devices, "cpu_moe": cpu_moe, "n_cpu_moe": n_cpu_moe,
-                         "override_tensor": override_tensor, "rpc_servers": rpc_servers})
+                         "override_tensor": override_tensor, "rpc_servers": rpc_servers, "fit": fit,
+                         "fit_target": fit_target, "fit_ctx": fit_ctx, "n_ctx": fit_ctx_size, "n_batch": fit_batch,
+                         "n_ubatch": fit_batch, "n_seq_max": n_seq_max, "kv_unified": True, "flash_attn": flash_attn})
+        if placed.fit is not None and n_ctx == 0:
+            # the fit's context, at most one batch (an input must fit one): the batches it measured stay
+            n_ctx = min(placed.n_ctx, int(n_batch))
         self._model = LlamaModel(model_path, main_gpu=main_gpu, use_mmap=use_mmap, use_mlock=use_mlock,
                                  kv_overrides=kv_overrides, progress_callback=progress_callback,
                                  **placed.model_kwargs())
@@ -286,6 +307,10 @@ class LlamaEmbedding:
     @property
     def n_embd_out(self) -> int:
         return self._parts()[1].n_embd_out()
+
+    def n_ctx(self) -> int:
+        """The context size (tokens), as :meth:`Llama.n_ctx <llama_cpp.Llama.n_ctx>`."""
+        return self._parts()[0].n_ctx()
 
     @property
     def max_input_tokens(self) -> int:
@@ -390,4 +415,13 @@ class LlamaEmbedding:
                 "usage": {"prompt_tokens": total, "total_tokens": total}}
 
 
-__all__ = ["POOLING_TYPES", "LlamaEmbedding", "embed_token_lists", "rank_token_lists"]
+class LlamaEmbeddingWorker(_isolation.InWorker, LlamaEmbedding):
+    """A :class:`LlamaEmbedding` whose model runs in a worker process it owns: what
+    ``LlamaEmbedding(..., rpc_servers=...)`` returns (see :class:`~llama_cpp.LlamaWorker`)."""
+
+    _factory = LlamaEmbedding
+    _methods = _isolation.EMBEDDING_METHODS
+    _attributes = _isolation.EMBEDDING_ATTRIBUTES
+
+
+__all__ = ["POOLING_TYPES", "LlamaEmbedding", "LlamaEmbeddingWorker", "embed_token_lists", "rank_token_lists"]

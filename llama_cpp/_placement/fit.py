@@ -31,6 +31,39 @@ _fn_lock = threading.Lock()
 _LAYER_MOE = re.compile(r"^blk\\\.(\d+)\\\.ffn_\(up\|down\|gate_up\|gate\)_\(ch\|\)exps$")
 
 
+def fit_margins(fit_target: int | str | Sequence[int] | None) -> list[int]:
+    """llama.cpp's ``-fitt``/``--fit-target``: the memory to leave free on each device, in MiB (one value
+    for every device, or one per device in order; a string as the option takes, "1024" or "512,2048")
+    -> bytes. None: llama.cpp's default (1024 MiB)."""
+    if fit_target is None:
+        return [DEFAULT_MARGIN]
+    if isinstance(fit_target, str):
+        parts = [p.strip() for p in re.split(r"[,/]+", fit_target.strip())]
+        if not all(p.isdigit() for p in parts):
+            raise ValueError(f"fit_target must be MiB per device, e.g. '1024' or '512,2048', got {fit_target!r}")
+        values: list[Any] = [int(p) for p in parts]
+    elif isinstance(fit_target, int):
+        values = [fit_target]
+    elif isinstance(fit_target, Sequence):
+        values = list(fit_target)
+    else:
+        raise TypeError(f"fit_target must be MiB (an int), one per device (a list) or a string such as '512,2048', "
+                        f"not {type(fit_target).__name__}")
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise ValueError(f"fit_target must be MiB >= 0 per device (llama.cpp's -fitt), got {fit_target!r}")
+    return [v * MiB for v in values]
+
+
+def check_fit_ctx(value: Any) -> int:
+    """llama.cpp's ``-fitc``/``--fit-ctx``: the smallest ``n_ctx`` the fit may choose (None: 4096)."""
+    if value is None:
+        return DEFAULT_N_CTX_MIN
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"fit_ctx must be an int >= 0 (the smallest n_ctx the fit may choose, llama.cpp's -fitc), "
+                         f"got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class FitResult:
     """What the fit chose: the values ``llama-fit-params`` prints as ``-c``, ``-ngl``, ``-ts``, ``-ot``."""

@@ -7,8 +7,9 @@ model of the process. A model names its servers' devices explicitly instead (``m
 llama.cpp's RPC client aborts the process when an endpoint cannot be reached or speaks another
 protocol version (``GGML_ABORT`` in ggml-rpc.cpp), so every endpoint is probed here first: a TCP
 connection with a timeout and the protocol's HELLO exchange, which tells the server's version. An
-endpoint already registered in this process is not probed again: ggml keeps one connection per
-endpoint, and its server serves one client at a time.
+endpoint already registered in this process is probed again at each load (a restarted server may be
+of another version), briefly: ggml keeps one connection per endpoint while a model uses it, and its
+server serves one client at a time, so a silent server is taken to be busy with this process.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ _CMD_HELLO = 14  # RPC_CMD_HELLO ("must be always 14")
 _CONN_CAPS = 24  # RPC_CONN_CAPS_SIZE: rpc_msg_hello_req is conn_caps[24]
 _HELLO_RSP = struct.Struct("<BBBB24s")  # rpc_msg_hello_rsp: major, minor, patch, padding, conn_caps
 DEFAULT_TIMEOUT = 5.0
+#: a registered endpoint's probe: a server busy with this process's own connection never answers it
+REPROBE_TIMEOUT = 0.5
 
 UNAUTHENTICATED = ("the RPC server is unauthenticated and unencrypted: anyone who can reach its port can run "
                    "computations on this machine's devices and read what they hold; never expose it to an open "
@@ -82,9 +85,22 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
-def probe(endpoint: str, timeout: float = DEFAULT_TIMEOUT) -> ServerVersion:
+def _read_late_answer(sock: socket.socket) -> None:
+    """Read a HELLO answer whenever it comes (the server serves its current client first), then close."""
+    with sock:
+        sock.settimeout(None)
+        try:
+            (size,) = struct.unpack("<Q", _recv_exactly(sock, 8))
+            _recv_exactly(sock, min(size, _HELLO_RSP.size))
+        except (OSError, struct.error):
+            pass
+
+
+def probe(endpoint: str, timeout: float = DEFAULT_TIMEOUT, *, silent_ok: bool = False) -> ServerVersion | None:
     """Connect to ``endpoint`` and exchange HELLO; :class:`ModelLoadError` naming it when it is
-    unreachable, silent, not an RPC server, or of a protocol version llama.cpp's client refuses."""
+    unreachable, silent, not an RPC server, or of a protocol version llama.cpp's client refuses.
+    ``silent_ok``: a server that accepts but does not answer returns None (it is serving a client,
+    which may be this process's own connection)."""
     host, _, port = endpoint.partition(":")
     try:
         sock = socket.create_connection((host, int(port)), timeout=timeout)
@@ -92,20 +108,27 @@ def probe(endpoint: str, timeout: float = DEFAULT_TIMEOUT) -> ServerVersion:
         raise ModelLoadError(f"RPC server {endpoint} is unreachable: {exc} (is `python -m llama_cpp rpc-server "
                              f"--host {host} --port {port}` or llama.cpp's rpc-server running there?)") from None
     try:
-        with sock:
-            sock.settimeout(timeout)
-            sock.sendall(struct.pack("<BQ", _CMD_HELLO, _CONN_CAPS) + bytes(_CONN_CAPS))
-            (size,) = struct.unpack("<Q", _recv_exactly(sock, 8))
-            if size != _HELLO_RSP.size:
-                raise ModelLoadError(f"RPC server {endpoint} answered HELLO with {size} bytes, not the "
-                                     f"{_HELLO_RSP.size} of RPC protocol {PROTO_VERSION[0]}.x: not a ggml RPC "
-                                     "server of this protocol generation")
-            major, minor, patch, _pad, _caps = _HELLO_RSP.unpack(_recv_exactly(sock, _HELLO_RSP.size))
+        sock.settimeout(timeout)
+        sock.sendall(struct.pack("<BQ", _CMD_HELLO, _CONN_CAPS) + bytes(_CONN_CAPS))
+        (size,) = struct.unpack("<Q", _recv_exactly(sock, 8))
+        if size != _HELLO_RSP.size:
+            sock.close()
+            raise ModelLoadError(f"RPC server {endpoint} answered HELLO with {size} bytes, not the "
+                                 f"{_HELLO_RSP.size} of RPC protocol {PROTO_VERSION[0]}.x: not a ggml RPC "
+                                 "server of this protocol generation")
+        major, minor, patch, _pad, _caps = _HELLO_RSP.unpack(_recv_exactly(sock, _HELLO_RSP.size))
+        sock.close()
     except TimeoutError:
+        # the server answers once it is free: the answer is read then, so that its send does not hit a
+        # closed socket (llama.cpp's rpc-server does not ignore SIGPIPE)
+        threading.Thread(target=_read_late_answer, args=(sock,), daemon=True, name=f"rpc-probe {endpoint}").start()
+        if silent_ok:
+            return None
         raise ModelLoadError(f"RPC server {endpoint} accepted the connection but did not answer HELLO within "
                              f"{timeout:g} s (ggml's RPC server serves one client at a time: is another process "
                              "using it?)") from None
     except OSError as exc:
+        sock.close()
         raise ModelLoadError(f"RPC server {endpoint} broke off the handshake: {exc} (not a ggml RPC server, or "
                              "one of another protocol version)") from None
     version = ServerVersion(major, minor, patch)
@@ -147,13 +170,16 @@ def registered() -> dict[str, tuple[str, ...]]:
 def add_servers(endpoints: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> list[str]:
     """Probe each endpoint, then add its devices (``ggml_backend_rpc_add_server``, as llama.cpp's
     ``--rpc``, but outside ggml's registry); returns the names of every remote device of ``endpoints``,
-    in their order. An endpoint added before is not probed again."""
+    in their order. An endpoint added before is probed again (it may have restarted, or be another
+    server now), briefly: one that does not answer is taken to be serving this process's connection."""
     reg = _rpc_reg()
     add = _proc(reg, "ggml_backend_rpc_add_server", _ADD_SERVER)
     names: list[str] = []
     with _lock:
         for ep in endpoints:
-            if ep not in _registered:
+            if ep in _registered:
+                probe(ep, min(timeout, REPROBE_TIMEOUT), silent_ok=True)
+            else:
                 probe(ep, timeout)
                 server_reg = add(ep.encode())
                 if not server_reg:

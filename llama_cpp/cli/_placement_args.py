@@ -1,5 +1,5 @@
 """The placement options of the model commands, spelled as llama.cpp's: ``-dev``, ``-ts``, ``-cmoe``,
-``-ncmoe``, ``-ot``, ``--rpc`` and ``--fit``."""
+``-ncmoe``, ``-ot``, ``--rpc``, ``--fit``, ``-fitt`` and ``-fitc``."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ def add_placement_arguments(p: argparse.ArgumentParser, *, fit: bool = True) -> 
     if fit:
         g.add_argument("-fit", "--fit", choices=["on", "off"], default="off",
                        help="fit -ngl, expert placement and -c 0 to the devices' free memory")
+        g.add_argument("-fitt", "--fit-target", metavar="MiB0,MiB1,...",
+                       help="memory to leave free per device for --fit (one value: every device; default 1024)")
+        g.add_argument("-fitc", "--fit-ctx", type=int, metavar="N",
+                       help="the smallest context size --fit may choose (default 4096)")
 
 
 def placement_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -37,4 +41,7 @@ def placement_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
     if getattr(args, "fit", "off") == "on":
         kw["fit"] = True
+    for name in ("fit_target", "fit_ctx"):
+        if getattr(args, name, None) is not None:
+            kw[name] = getattr(args, name)
     return kw

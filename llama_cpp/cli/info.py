@@ -11,27 +11,32 @@ from typing import Any
 HELP = "show a model's metadata, sizes and whether it has a chat template"
 
 
-def progress_printer(label: str = "loading model") -> Callable[[float], bool]:
+class _ProgressPrinter:
     """A load-progress callback that draws a percentage on stderr (only when stderr is a terminal
-    would it be redrawn in place; otherwise it prints a line at 0% and at 100%)."""
-    state = {"last": -1}
-    tty = sys.stderr.isatty()
+    would it be redrawn in place; otherwise it prints a line at 0% and at 100%). An object, not a
+    closure, so that it pickles: a model split over RPC servers loads in a worker process."""
 
-    def cb(progress: float) -> bool:
+    def __init__(self, label: str) -> None:
+        self.label, self.last, self.tty = label, -1, sys.stderr.isatty()
+
+    def __call__(self, progress: float) -> bool:
         pct = int(progress * 100)
-        if tty:
-            if pct != state["last"]:
-                sys.stderr.write(f"\r{label}: {pct:3d}%")
+        if self.tty:
+            if pct != self.last:
+                sys.stderr.write(f"\r{self.label}: {pct:3d}%")
                 if pct >= 100:
                     sys.stderr.write("\n")
                 sys.stderr.flush()
-        elif (state["last"] < 0) or (pct >= 100 > state["last"]):
-            sys.stderr.write(f"{label}: {pct}%\n")
+        elif (self.last < 0) or (pct >= 100 > self.last):
+            sys.stderr.write(f"{self.label}: {pct}%\n")
             sys.stderr.flush()
-        state["last"] = pct
+        self.last = pct
         return True
 
-    return cb
+
+def progress_printer(label: str = "loading model") -> Callable[[float], bool]:
+    """A load-progress callback printing a percentage on stderr (see :class:`_ProgressPrinter`)."""
+    return _ProgressPrinter(label)
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:

@@ -92,7 +92,8 @@ class ServedModel:
             flash_attn=s.flash_attn, last_n_tokens_size=s.last_n_tokens_size, lora_base=s.lora_base,
             numa=bool(s.numa), chat_format=s.chat_format, type_k=s.type_k, type_v=s.type_v,
             verbose=False, isolate_load=s.isolate_load, devices=s.devices, cpu_moe=s.cpu_moe, n_cpu_moe=s.n_cpu_moe,
-            override_tensor=s.override_tensor, rpc_servers=s.rpc_servers, fit=s.fit,
+            override_tensor=s.override_tensor, rpc_servers=s.rpc_servers, fit=s.fit, fit_target=s.fit_target,
+            fit_ctx=s.fit_ctx, rpc_isolation=False,  # the slot engine drives the native context in this process
             chat_template_kwargs=s.chat_template_kwargs, reasoning_format=s.reasoning_format,
             reasoning_budget=s.reasoning_budget)
         if serial:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import multiprocessing
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .._chat.native_completion import check_chat_options
+from .._placement.fit import fit_margins
 
 _CPUS = max(multiprocessing.cpu_count(), 1)
 
@@ -78,6 +79,16 @@ class ModelSettings(_Base):
                                               "pattern=buffer type, as llama.cpp's -ot (e.g. exps=CPU).")
     fit: bool = Field(default=False, description="Fit n_gpu_layers, expert placement and n_ctx=0 to the devices' "
                       "free memory before loading, as llama.cpp's --fit.")
+    fit_target: str | None = Field(default=None, description="With fit: the memory to leave free per device in MiB, "
+                                   "one value or one per device ('512,2048'), as llama.cpp's -fitt (default 1024).")
+    fit_ctx: int | None = Field(default=None, ge=0, description="With fit: the smallest n_ctx the fit may choose, "
+                                "as llama.cpp's -fitc (default 4096).")
+
+    @field_validator("fit_target")
+    @classmethod
+    def _check_fit_target(cls, value: str | None) -> str | None:
+        fit_margins(value)
+        return value
     # context parameters
     seed: int = Field(default=_DEFAULT_SEED, description="Random seed (4294967295: random).")
     n_ctx: int = Field(default=2048, ge=0, description="The context size of each request (each slot).")

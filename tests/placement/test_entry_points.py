@@ -42,10 +42,13 @@ def test_cli_refuses_bad_placement_by_name(moe_path):
 def test_server_settings_reach_llama(moe_path):
     _server, models = parse_settings(["--model", str(moe_path), "--rpc_servers", "127.0.0.1:50052",
                                       "--devices", "RPC0", "--cpu_moe", "true", "--n_cpu_moe", "2",
-                                      "--override_tensor", "a=CPU", "b=CPU", "--fit", "true"])
+                                      "--override_tensor", "a=CPU", "b=CPU", "--fit", "true", "--fit_target",
+                                      "512,2048", "--fit_ctx", "1024"])
     kw = ServedModel(models[0])._llama_kwargs(serial=True)
     assert kw["rpc_servers"] == "127.0.0.1:50052" and kw["devices"] == ["RPC0"]
+    assert kw["rpc_isolation"] is False  # the slot engine drives the native context in the server's process
     assert kw["cpu_moe"] is True and kw["n_cpu_moe"] == 2 and kw["fit"] is True
+    assert kw["fit_target"] == "512,2048" and kw["fit_ctx"] == 1024
     assert kw["override_tensor"] == ["a=CPU", "b=CPU"]
 
 
@@ -53,3 +56,22 @@ def test_cli_fit_on_fits_the_context(moe_path):
     proc = _complete(moe_path, "--fit", "on", "-c", "0", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["choices"][0]["text"]
+    proc = _complete(moe_path, "--fit", "on", "-c", "0", "-fitt", "lots")
+    assert proc.returncode != 0 and "fit_target must be MiB per device" in proc.stderr
+
+
+def test_server_refuses_a_bad_fit_target(moe_path):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        parse_settings(["--model", str(moe_path), "--fit", "true", "--fit_target", "1G"])
+
+
+def test_cli_complete_over_rpc_shows_load_progress(moe_path, start_rpc_server):
+    ep = start_rpc_server()[0]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "llama_cpp", "complete", str(moe_path), "hello world", "-n", "4",
+                           "--temp", "0", "--rpc", ep, "-ngl", "-1"], check=False, capture_output=True, text=True,
+                          timeout=120, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "loading model: 100%" in proc.stderr  # the progress callback ran in the model's worker process

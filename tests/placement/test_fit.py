@@ -6,9 +6,11 @@ margin, so margins close to the total simulate a small free memory."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from llama_cpp import Llama
+from llama_cpp import Llama, LlamaEmbedding
 from llama_cpp._native import loader
 from llama_cpp._placement.fit import FitResult, fit_params
 
@@ -42,6 +44,40 @@ def test_fit_params_gives_the_tools_numbers(run_tool, moe_path, room):
     else:
         assert got.status == "success"
         assert got.cli_args() == expected
+
+
+# fit_target: llama.cpp's -fitt (MiB per device), as a Llama / LlamaEmbedding setting
+@pytest.mark.parametrize("room", [200, 60, 30])
+def test_fit_target_gives_the_tools_numbers(run_tool, moe_path, room):
+    margin = host_total_mib() - room
+
+    def tool_n_ctx(*ctx_args: object) -> int:
+        out = run_tool("llama-fit-params", "-m", moe_path, "-c", 0, "-fitt", margin, "-fitc", 1024, "-fa", "off",
+                       *ctx_args)
+        return int(re.match(r"-c (\d+) ", out.stdout.decode()).group(1))
+
+    # Llama's context defaults: batches of 512, one sequence, flash attention off
+    expected = tool_n_ctx("-b", 512, "-ub", 512)
+    assert 1024 <= expected < 65536
+    for target in (margin, str(margin), [margin]):  # an int, -fitt's text, one per device
+        with Llama(str(moe_path), n_ctx=0, fit=True, fit_target=target, fit_ctx=1024, verbose=False) as llm:
+            assert llm.n_ctx() == expected
+    # LlamaEmbedding's: n_ubatch = n_batch, a unified KV cache; the context at most one batch
+    with LlamaEmbedding(str(moe_path), n_ctx=0, n_batch=4096, n_seq_max=1, fit=True, fit_target=margin,
+                        fit_ctx=1024) as emb:
+        assert emb.n_ctx() == min(4096, tool_n_ctx("-b", 4096, "-ub", 4096, "-np", 1))
+
+
+@pytest.mark.parametrize(("kw", "error", "words"), [
+    ({"fit": True, "fit_target": -1}, ValueError, "fit_target must be MiB >= 0 per device"),
+    ({"fit": True, "fit_target": "1G"}, ValueError, "fit_target must be MiB per device, e.g. '1024'"),
+    ({"fit": True, "fit_target": 1.5}, TypeError, "fit_target must be MiB"),
+    ({"fit": True, "fit_ctx": -5}, ValueError, "fit_ctx must be an int >= 0"),
+    ({"fit_target": 512}, ValueError, "pass fit=True with them"),
+])
+def test_fit_target_checked(moe_path, kw, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        Llama(str(moe_path), n_ctx=0, verbose=False, **kw)
 
 
 def test_fit_reduces_the_context_then_loads_with_it(moe_path):
@@ -116,25 +152,22 @@ def test_fit_over_two_rpc_servers_gives_the_tools_numbers(run_tool, fit_servers,
         assert got.n_cpu_moe >= 2  # experts moved to the CPU, as -ot per-layer patterns
 
 
-def test_llama_fit_true_applies_layers_split_and_expert_overrides(fit_servers, big_moe, monkeypatch, caplog):
-    import functools
+def test_llama_fit_true_applies_layers_split_and_expert_overrides(fit_servers, big_moe, caplog):
     import logging
-    import re
 
     from llama_cpp._placement import load
 
     _tool_eps, our_eps = fit_servers
     with Llama(str(big_moe), n_ctx=1024, verbose=False) as llm:
         plain = llm("hello world", max_tokens=12, temperature=0.0)["choices"][0]["text"]
+    expected_devices = load.resolve(rpc_servers=our_eps).device_names
     free = min(d.memory_free for b in loader.backends() if b.name.startswith("RPC[") for d in b.devices)
-    # llama.cpp's --fit target is a setting of the fit, not of Llama: small room, as -fitt would give
-    margin = (free // MiB - 10) * MiB
-    monkeypatch.setattr(load, "fit_params", functools.partial(fit_params, margins=margin, n_ctx_min=1024))
-    expected = fit_params(big_moe, margins=margin, n_ctx_min=1024,
-                          devices=load.resolve(rpc_servers=our_eps).device_names)
+    margin_mib = free // MiB - 10  # small room, through fit_target (llama.cpp's -fitt)
+    expected = fit_params(big_moe, margins=margin_mib * MiB, n_ctx_min=1024, devices=expected_devices)
     assert expected.n_cpu_moe == 4
     with caplog.at_level(logging.DEBUG, logger="llama_cpp.native"):
-        with Llama(str(big_moe), n_ctx=0, fit=True, rpc_servers=our_eps, verbose=False) as llm:
+        with Llama(str(big_moe), n_ctx=0, fit=True, fit_target=margin_mib, fit_ctx=1024, rpc_servers=our_eps,
+                   verbose=False) as llm:
             assert llm.n_ctx() == expected.n_ctx
             text = llm("hello world", max_tokens=12, temperature=0.0)["choices"][0]["text"]
     assert text == plain
