@@ -51,9 +51,12 @@ NEEDS_DRAFT_MODEL = "draft model"      # ``SpecConfig.draft_model_path``
 NEEDS_FEATURES = "target features"     # the target's extracted layers at every position
 NEEDS_NEXTN = "NextN heads"            # the target model's own MTP layers
 
-#: how the server's slots run a row: a drafter per slot, or one object for every slot (built by
+#: how the server's slots run a row: a drafter per request (``PER_SLOT``: cheap, built when the request
+#: starts), a drafter per slot sequence (``PER_SEQUENCE``: it owns a draft context, is built once over
+#: the target context and kept between that slot's requests, and is told the target rows of its
+#: sequence), or one object for every slot (``BATCHED``, built by
 #: :class:`~llama_cpp.speculative.slots.SlotSpeculation`)
-PER_SLOT, BATCHED = "per-slot", "batched"
+PER_SLOT, PER_SEQUENCE, BATCHED = "per-slot", "per-sequence", "batched"
 #: how a media decoder tells a row's drafter about media positions: the text tokens only, the draft
 #: model mirroring the target's memory, the target's layer features of media rows, or the decoder's
 #: own head (MTP)
@@ -62,9 +65,10 @@ MEDIA_TEXT, MEDIA_MIRROR, MEDIA_FEATURES, MEDIA_OWN = "text", "mirror", "feature
 
 @dataclasses.dataclass(frozen=True)
 class DrafterArgs:
-    """What a row's constructor gets: the target model and ``config``, the target context (None in
-    the server's slots, whose per-slot types need none), upstream's prompt-lookup object, the
-    parameters a draft context inherits from the target's, and loaded n-gram cache files."""
+    """What a row's constructor gets: the target model and ``config``, the target context (None for
+    the server's per-request drafters, which need none), upstream's prompt-lookup object, the
+    parameters a draft context inherits from the target's (and in the slots its ``n_ctx``), loaded
+    n-gram cache files, and the target sequence it follows."""
 
     model: Any
     config: Any
@@ -72,13 +76,15 @@ class DrafterArgs:
     prompt_lookup: Any = None
     ctx_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     ngram_caches: tuple[Any, Any] | None = None
+    seq: int = 0  # the target sequence the drafter follows (a server slot's)
 
 
 @dataclasses.dataclass(frozen=True)
 class TypeSpec:
     """One speculative type. ``build`` makes its drafter (None: the decoder's own head, ``draft-mtp``);
     ``n_max(config)`` is its longest draft (None: ``config.draft_n_max``); ``not_in_slots`` /
-    ``not_in_media`` say why the server's slots / multimodal chat refuse it (None: they run it)."""
+    ``not_in_media`` say why the server's slots / multimodal chat refuse it (None: they run it);
+    ``slot_check(model_path)`` says why the slots refuse it for that model file (None: they run it)."""
 
     type: Any  # a SpeculativeType, or a CustomType
     build: Callable[[DrafterArgs], Any] | None
@@ -88,6 +94,7 @@ class TypeSpec:
     not_in_slots: str | None = None
     media: str = MEDIA_TEXT
     not_in_media: str | None = None
+    slot_check: Callable[[Any], str | None] | None = None
 
     @property
     def name(self) -> str:
@@ -155,6 +162,10 @@ def _draft_kwargs(a: DrafterArgs) -> dict[str, Any]:
                 n_gpu_layers=c.draft_n_gpu_layers)
 
 
+def _feature_kwargs(a: DrafterArgs) -> dict[str, Any]:
+    return dict(_draft_kwargs(a), seq=a.seq)
+
+
 def _draft_simple(a: DrafterArgs) -> Any:
     from .draft import DraftModel
 
@@ -164,19 +175,30 @@ def _draft_simple(a: DrafterArgs) -> Any:
 def _eagle3(a: DrafterArgs) -> Any:
     from .eagle3 import Eagle3Drafter
 
-    return Eagle3Drafter(a.model, a.target, a.config.draft_model_path, **_draft_kwargs(a))
+    return Eagle3Drafter(a.model, a.target, a.config.draft_model_path, **_feature_kwargs(a))
 
 
 def _dflash(dspark: bool) -> Callable[[DrafterArgs], Any]:
     def build(a: DrafterArgs) -> Any:
         from .dflash import DFlashDrafter
 
-        return DFlashDrafter(a.model, a.target, a.config.draft_model_path, dspark=dspark, **_draft_kwargs(a))
+        return DFlashDrafter(a.model, a.target, a.config.draft_model_path, dspark=dspark, **_feature_kwargs(a))
     return build
 
 
-_FEATURES_NOT_IN_SLOTS = ("drafts from the target's extracted layer features of every position, which the slot "
-                          "engine does not carry per slot: served one request at a time")
+def _mtp_slot_check(model_path: Any) -> str | None:
+    from .model_files import gguf_nextn_layers
+
+    try:
+        n = gguf_nextn_layers(model_path)
+    except (OSError, ValueError):
+        return None  # an unreadable file is refused when it loads
+    if n is not None and n > 1:
+        return (f"draft-mtp on a model with {n} chained NextN heads (each draft position runs the next head "
+                "over the whole draft) is not run in slots: served one request at a time")
+    return None
+
+
 _T = SpeculativeType
 _DRAFT = frozenset((NEEDS_DRAFT_MODEL,))
 _FEAT = frozenset((NEEDS_DRAFT_MODEL, NEEDS_FEATURES))
@@ -191,12 +213,13 @@ TYPES: tuple[TypeSpec, ...] = (
     TypeSpec(_T.NGRAM_MOD, _ngram_mod, n_max=lambda c: c.ngram_mod.n_max),
     TypeSpec(_T.NGRAM_CACHE, _ngram_cache, n_max=lambda c: c.ngram_cache.n_draft),
     TypeSpec(_T.DRAFT_SIMPLE, _draft_simple, _DRAFT, slots=BATCHED, media=MEDIA_MIRROR),
-    TypeSpec(_T.DRAFT_EAGLE3, _eagle3, _FEAT, not_in_slots=_FEATURES_NOT_IN_SLOTS,
+    TypeSpec(_T.DRAFT_EAGLE3, _eagle3, _FEAT, slots=PER_SEQUENCE,
              not_in_media="its draft pairs the target's features at each position with the token at the next one, "
                           "which a media position does not have"),
-    TypeSpec(_T.DRAFT_MTP, None, frozenset((NEEDS_NEXTN,)), slots=BATCHED, media=MEDIA_OWN),
-    TypeSpec(_T.DRAFT_DFLASH, _dflash(False), _FEAT, not_in_slots=_FEATURES_NOT_IN_SLOTS, media=MEDIA_FEATURES),
-    TypeSpec(_T.DRAFT_DSPARK, _dflash(True), _FEAT, not_in_slots=_FEATURES_NOT_IN_SLOTS, media=MEDIA_FEATURES),
+    TypeSpec(_T.DRAFT_MTP, None, frozenset((NEEDS_NEXTN,)), slots=BATCHED, media=MEDIA_OWN,
+             slot_check=_mtp_slot_check),
+    TypeSpec(_T.DRAFT_DFLASH, _dflash(False), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES),
+    TypeSpec(_T.DRAFT_DSPARK, _dflash(True), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES),
 )
 
 
@@ -244,5 +267,5 @@ def unregister(name: str) -> None:
 
 
 __all__ = ["BATCHED", "MEDIA_FEATURES", "MEDIA_MIRROR", "MEDIA_OWN", "MEDIA_TEXT", "NEEDS_DRAFT_MODEL",
-           "NEEDS_FEATURES", "NEEDS_NEXTN", "PER_SLOT", "TYPES", "CustomType", "DrafterArgs", "SpeculativeType",
+           "NEEDS_FEATURES", "NEEDS_NEXTN", "PER_SEQUENCE", "PER_SLOT", "TYPES", "CustomType", "DrafterArgs", "SpeculativeType",
            "TypeSpec", "find", "prompt_lookup_drafter", "register", "rows_of", "spec_of", "table", "unregister"]

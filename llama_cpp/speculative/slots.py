@@ -19,10 +19,15 @@ the rollback costs no decode of its own.
 each kept token is paired with the row before it (``(x_p, h_{p-1})``, llama.cpp's MTP input), and the
 pairs ride in the slot's next draft batch. ``Llama(load_mtp=True)`` loads the NextN tensors for it.
 
-What cannot run here (see :func:`slot_unsupported`): ``draft-eagle3``, ``draft-dflash`` and
-``draft-dspark`` (their drafts read extracted target layers of every position, which the slot engine
-does not route per slot) and models with several chained NextN heads. Such models stay on the serial
-engine.
+``draft-eagle3``, ``draft-dflash`` and ``draft-dspark`` (the table's ``PER_SEQUENCE`` rows) keep a
+drafter per slot sequence, with its own draft context, built once and kept between that slot's
+requests: after each target decode it is told the tokens of its sequence and their first entry in the
+batch, so it reads its own layer features (llama.cpp hands per-token outputs out in batch order, also
+where a recurrent or hybrid target's micro-batches took the tokens in another order).
+
+What cannot run here (see :func:`slot_unsupported`) is what the table's rows say (``not_in_slots``,
+``slot_check``): ``draft-mtp`` on a model with several chained NextN heads. Such models stay on the
+serial engine.
 """
 
 from __future__ import annotations
@@ -38,9 +43,9 @@ from .._errors import DecodeError, SpeculativeError
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import SeqCheckpoint, common_prefix, top_k_share
 from .decoder import verify_draft
-from .engine import propose, share_threadpools
+from .engine import close_drafters, propose, share_threadpools
 from .ngram import PromptLookup
-from .registry import PER_SLOT, DrafterArgs, SpeculativeType, rows_of
+from .registry import PER_SEQUENCE, PER_SLOT, DrafterArgs, SpeculativeType, rows_of
 from .stats import SpeculativeStats
 
 log = logging.getLogger("llama_cpp.speculative")
@@ -49,33 +54,30 @@ _TOP_K = 10  # llama.cpp's top-k draft sampler (draft_p_min compares the top tok
 
 
 def slot_unsupported(config: Any, model_path: Any = None) -> str | None:
-    """Why ``config`` (a :class:`~llama_cpp.speculative.SpecConfig`) cannot speculate in slots; None if it can.
-
-    ``model_path`` (the served file) lets ``draft-mtp`` on a model with several chained NextN heads be named."""
-    from .model_files import gguf_nextn_layers
-
-    refused = [r for r in rows_of(config) if r.not_in_slots]
+    """Why ``config`` (a :class:`~llama_cpp.speculative.SpecConfig`) cannot speculate in slots; None if it can:
+    its rows' ``not_in_slots``, then (given ``model_path``, the served file) their ``slot_check``."""
+    rows = rows_of(config)
+    refused = [r for r in rows if r.not_in_slots]
     if refused:
         return f"{', '.join(r.name for r in refused)} {refused[0].not_in_slots}"
-    if SpeculativeType.DRAFT_MTP in config.types and model_path is not None:
-        try:
-            n = gguf_nextn_layers(model_path)
-        except (OSError, ValueError):
-            n = None  # an unreadable file is refused when it loads
-        if n is not None and n > 1:
-            return (f"draft-mtp on a model with {n} chained NextN heads (each draft position runs the next head "
-                    "over the whole draft) is not run in slots: served one request at a time")
+    if model_path is not None:
+        for r in rows:
+            why = r.slot_check(model_path) if r.slot_check is not None else None
+            if why is not None:
+                return why
     return None
 
 
 class SlotDrafts:
-    """One request's drafters (its own n-gram tables) and counters."""
+    """One request's drafters (its own n-gram tables, its slot's per-sequence drafters, in priority
+    order), those of them that read the target's rows, and counters."""
 
-    __slots__ = ("drafters", "draft_model", "stats")
+    __slots__ = ("drafters", "draft_model", "observers", "stats")
 
     def __init__(self, drafters: list[Any], draft_model: bool) -> None:
         self.drafters = drafters
         self.draft_model = draft_model
+        self.observers = [d for d in drafters if d.observes]
         self.stats = SpeculativeStats()
 
 
@@ -482,7 +484,7 @@ class SlotSpeculation:
 
     def __init__(self, model: Any, target_ctx: Any, n_slots: int, config: Any = None,
                  prompt_lookup: Any = None) -> None:
-        from .config import SpeculativeType
+        from .config import INHERITED_PARAMS, SpeculativeType
 
         if config is None and prompt_lookup is None:
             raise SpeculativeError("SlotSpeculation needs a SpecConfig or a prompt_lookup draft callable")
@@ -504,19 +506,35 @@ class SlotSpeculation:
             # read once, shared read-only by every slot's drafter
             self._static = load_ngram_cache(c.lookup_cache_static) if c.lookup_cache_static is not None else None
             self._dynamic = load_ngram_cache(c.lookup_cache_dynamic) if c.lookup_cache_dynamic is not None else None
+        # the per-sequence rows' drafters (draft-eagle3, draft-dflash, draft-dspark), slot by slot
+        self.seq_drafters: list[list[Any]] = [[] for _ in range(n_slots)]
         self.draft_model: BatchedDraftModel | None = None
-        if config is not None and SpeculativeType.DRAFT_SIMPLE in config.types:
-            self.draft_model = BatchedDraftModel(model, target_ctx, config.draft_model_path, n_slots,
-                                                 n_max=config.draft_n_max, n_min=config.draft_n_min,
-                                                 p_min=config.draft_p_min, n_gpu_layers=config.draft_n_gpu_layers)
         self.mtp: BatchedMTP | None = None
-        if config is not None and SpeculativeType.DRAFT_MTP in config.types:
+        seq_rows = [r for r in rows_of(config) if r.slots == PER_SEQUENCE] if config is not None else []
+        if seq_rows:
+            tp = target_ctx.params
+            inherited = {n: getattr(tp, n) for n in INHERITED_PARAMS if hasattr(tp, n)}
+            inherited["n_ctx"] = max(1, target_ctx.n_ctx() // n_slots)  # a slot's share, as its positions are
             try:
-                self.mtp = BatchedMTP(model, target_ctx, n_slots, n_max=config.draft_n_max,
-                                      n_min=config.draft_n_min, p_min=config.draft_p_min)
+                for seq in range(n_slots):
+                    args = DrafterArgs(model, config, target_ctx, ctx_params=inherited, seq=seq)
+                    for row in seq_rows:
+                        self.seq_drafters[seq].append(row.build(args))
+                        share_threadpools(target_ctx, self.seq_drafters[seq][-1].ctx)
             except BaseException:
                 self.close()
                 raise
+        try:
+            if config is not None and SpeculativeType.DRAFT_SIMPLE in config.types:
+                self.draft_model = BatchedDraftModel(model, target_ctx, config.draft_model_path, n_slots,
+                                                     n_max=config.draft_n_max, n_min=config.draft_n_min,
+                                                     p_min=config.draft_p_min, n_gpu_layers=config.draft_n_gpu_layers)
+            if config is not None and SpeculativeType.DRAFT_MTP in config.types:
+                self.mtp = BatchedMTP(model, target_ctx, n_slots, n_max=config.draft_n_max,
+                                      n_min=config.draft_n_min, p_min=config.draft_p_min)
+        except BaseException:
+            self.close()
+            raise
         self.n_max = max([config.n_max if config is not None else 0]
                          + ([prompt_lookup.num_pred_tokens] if prompt_lookup is not None else []))
         self.stats = SpeculativeStats()  # every request's, since start
@@ -527,15 +545,29 @@ class SlotSpeculation:
                                 for seq in range(n_slots)]
 
     def close(self) -> None:
-        if self.draft_model is not None:
+        for ds in self.seq_drafters:
+            close_drafters(ds)
+            ds.clear()
+        if getattr(self, "draft_model", None) is not None:
             self.draft_model.close()
             self.draft_model = None
         if getattr(self, "mtp", None) is not None:
             self.mtp.close()
             self.mtp = None
 
-    def _slot_drafters(self) -> list[Any]:
-        """One request's own drafters: upstream's prompt-lookup object first, then every per-slot row."""
+    @property
+    def observes(self) -> bool:
+        """Whether a slot's drafters read the target's per-token rows (see :meth:`observe`)."""
+        return any(d.observes for ds in self.seq_drafters for d in ds)
+
+    def observe(self, sd: SlotDrafts, tokens: Sequence[int], pos0: int, first: int) -> None:
+        """The target decoded ``tokens`` of ``sd``'s slot at ``pos0..``, batch entries ``first..``."""
+        for d in sd.observers:
+            d.observe(tokens, pos0, first)
+
+    def _slot_drafters(self, seq: int) -> list[Any]:
+        """One request's drafters: upstream's prompt-lookup object first, then every per-slot row (built
+        now) and per-sequence row (``seq``'s, kept), in the table's order."""
         cfg = self.config
         out: list[Any] = []
         if self.prompt_lookup is not None:
@@ -543,7 +575,10 @@ class SlotSpeculation:
         if cfg is None:
             return out
         args = DrafterArgs(self.model, cfg, ngram_caches=(self._static, self._dynamic))
+        kept = iter(self.seq_drafters[seq])
         for row in rows_of(cfg):
+            if row.slots == PER_SEQUENCE:
+                out.append(next(kept))
             if row.slots != PER_SLOT or row.build is None:
                 continue
             if row.type is SpeculativeType.PROMPT_LOOKUP and self.prompt_lookup is not None:
@@ -551,9 +586,9 @@ class SlotSpeculation:
             out.append(row.build(args))
         return out
 
-    def start(self, prompt: Sequence[int]) -> SlotDrafts:
-        """A new request's drafters, told its prompt."""
-        sd = SlotDrafts(self._slot_drafters(), self.draft_model is not None)
+    def start(self, prompt: Sequence[int], seq: int = 0) -> SlotDrafts:
+        """A new request's drafters on sequence ``seq``, told its prompt."""
+        sd = SlotDrafts(self._slot_drafters(seq), self.draft_model is not None)
         for d in sd.drafters:
             d.begin(prompt)
         return sd
