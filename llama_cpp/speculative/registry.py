@@ -84,7 +84,11 @@ class TypeSpec:
     """One speculative type. ``build`` makes its drafter (None: the decoder's own head, ``draft-mtp``);
     ``n_max(config)`` is its longest draft (None: ``config.draft_n_max``); ``not_in_slots`` /
     ``not_in_media`` say why the server's slots / multimodal chat refuse it (None: they run it);
-    ``slot_check(model_path)`` says why the slots refuse it for that model file (None: they run it)."""
+    ``slot_check(model_path)`` says why the slots refuse it for that model file (None: they run it);
+    ``batched(args, n_slots)`` builds a ``BATCHED`` row's one object for every slot (``args.target``:
+    the slot engine's context; ``draft(items)`` for ``(seq, history, id_last, k_max)`` items);
+    ``check_draft(path, target_arch=, target_n_embd=, target_n_layer=)`` checks its draft file against
+    the target from the GGUF headers, before anything loads."""
 
     type: Any  # a SpeculativeType, or a CustomType
     build: Callable[[DrafterArgs], Any] | None
@@ -95,6 +99,8 @@ class TypeSpec:
     media: str = MEDIA_TEXT
     not_in_media: str | None = None
     slot_check: Callable[[Any], str | None] | None = None
+    batched: Callable[[DrafterArgs, int], Any] | None = None
+    check_draft: Callable[..., Any] | None = None
 
     @property
     def name(self) -> str:
@@ -186,8 +192,37 @@ def _dflash(dspark: bool) -> Callable[[DrafterArgs], Any]:
     return build
 
 
+def _draft_simple_slots(a: DrafterArgs, n_slots: int) -> Any:
+    from .slot_drafts import BatchedDraftModel
+
+    c = a.config
+    return BatchedDraftModel(a.model, a.target, c.draft_model_path, n_slots, n_max=c.draft_n_max, n_min=c.draft_n_min,
+                             p_min=c.draft_p_min, n_gpu_layers=c.draft_n_gpu_layers)
+
+
+def _mtp_slots(a: DrafterArgs, n_slots: int) -> Any:
+    from .slot_drafts import BatchedMTP
+
+    c = a.config
+    return BatchedMTP(a.model, a.target, n_slots, n_max=c.draft_n_max, n_min=c.draft_n_min, p_min=c.draft_p_min)
+
+
+def _check_eagle3(path: Any, **target: Any) -> Any:
+    from .eagle3 import check_draft_header
+
+    return check_draft_header(path, **target)
+
+
+def _check_dflash(dspark: bool) -> Callable[..., Any]:
+    def check(path: Any, **target: Any) -> Any:
+        from .dflash import check_draft_header
+
+        return check_draft_header(path, dspark=dspark, **target)
+    return check
+
+
 def _mtp_slot_check(model_path: Any) -> str | None:
-    from .model_files import gguf_nextn_layers
+    from .gguf_nextn import gguf_nextn_layers
 
     try:
         n = gguf_nextn_layers(model_path)
@@ -212,14 +247,16 @@ TYPES: tuple[TypeSpec, ...] = (
     TypeSpec(_T.NGRAM_MAP_K4V, _ngram_map(False), n_max=lambda c: c.ngram_map_k4v.size_m),
     TypeSpec(_T.NGRAM_MOD, _ngram_mod, n_max=lambda c: c.ngram_mod.n_max),
     TypeSpec(_T.NGRAM_CACHE, _ngram_cache, n_max=lambda c: c.ngram_cache.n_draft),
-    TypeSpec(_T.DRAFT_SIMPLE, _draft_simple, _DRAFT, slots=BATCHED, media=MEDIA_MIRROR),
-    TypeSpec(_T.DRAFT_EAGLE3, _eagle3, _FEAT, slots=PER_SEQUENCE,
+    TypeSpec(_T.DRAFT_SIMPLE, _draft_simple, _DRAFT, slots=BATCHED, media=MEDIA_MIRROR, batched=_draft_simple_slots),
+    TypeSpec(_T.DRAFT_EAGLE3, _eagle3, _FEAT, slots=PER_SEQUENCE, check_draft=_check_eagle3,
              not_in_media="its draft pairs the target's features at each position with the token at the next one, "
                           "which a media position does not have"),
     TypeSpec(_T.DRAFT_MTP, None, frozenset((NEEDS_NEXTN,)), slots=BATCHED, media=MEDIA_OWN,
-             slot_check=_mtp_slot_check),
-    TypeSpec(_T.DRAFT_DFLASH, _dflash(False), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES),
-    TypeSpec(_T.DRAFT_DSPARK, _dflash(True), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES),
+             slot_check=_mtp_slot_check, batched=_mtp_slots),
+    TypeSpec(_T.DRAFT_DFLASH, _dflash(False), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES,
+             check_draft=_check_dflash(False)),
+    TypeSpec(_T.DRAFT_DSPARK, _dflash(True), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES,
+             check_draft=_check_dflash(True)),
 )
 
 
