@@ -21,7 +21,8 @@ move between slots, and what they reuse comes from the prompt cache the slots sh
 ``--spec TYPES`` runs the speculative workload instead: for each type (``none``, ``draft-eagle3``,
 ``draft-dflash``, ``draft-dspark``, ``draft-mtp``, ``draft-simple``, ``ngram-simple``...) this server on the
 hybrid ``qwen35_mtp`` echo fixture (``--large``: ``qwen35_mtp_large``, about 80 M parameters) with that
-type's echo-form draft fixture, once with ``max(--clients)`` slots and once serial (``--n_parallel 0``, one
+type's echo-form draft fixture (``draft-mtp-heads``: ``draft-mtp`` on the ``step35_mtp_heads`` echo fixture,
+three chained NextN heads; four and the large trunk with ``--large``), once with ``max(--clients)`` slots and once serial (``--n_parallel 0``, one
 request at a time, as before the type ran in slots); it prints each one's aggregate tokens/s for every
 client count and the ratio slots/serial.
 
@@ -361,7 +362,7 @@ def spec_args(kind: str, large: bool) -> tuple[str, ...]:
 
     if kind == "none":
         return ()
-    out = ["--spec_type", kind, "--draft_n_max", "4"]
+    out = ["--spec_type", "draft-mtp" if kind == "draft-mtp-heads" else kind, "--draft_n_max", "4"]
     draft = SPEC_DRAFTS.get(kind)
     if draft is not None:
         name, kw = draft
@@ -377,14 +378,16 @@ def spec_main(args: argparse.Namespace, clients: list[int], lib_dir: Path) -> No
     """Aggregate tokens/s of each speculative type in slots against the same served one at a time."""
     from build_tools.fixtures import fixture_path
 
-    model = fixture_path("qwen35_mtp_large" if args.large else "qwen35_mtp", form="echo")
+    base = fixture_path("qwen35_mtp_large" if args.large else "qwen35_mtp", form="echo")
+    heads = fixture_path("step35_mtp_heads", form="echo", **({"heads": 4, "size": "large"} if args.large else {}))
     kinds = [k.strip() for k in args.spec.split(",") if k.strip()]
     n_parallel = max(clients)
-    print(f"speculative workload: model {model.name}, threads {args.threads}, {args.n_gen} tokens per request, "
+    print(f"speculative workload: model {base.name} ({heads.name} for draft-mtp-heads), threads {args.threads}, {args.n_gen} tokens per request, "
           f"{args.requests} requests per client, median of {args.reps}, load average {os.getloadavg()[0]:.2f}")
     results: dict[str, dict[str, dict[int, float]]] = {}
     for kind in kinds:
         extra = spec_args(kind, args.large)
+        model = heads if kind == "draft-mtp-heads" else base
         servers = [ours("slots", model, args, n_parallel, lib_dir, extra), ours("serial", model, args, 0, lib_dir, extra)]
         try:
             for srv in servers:
@@ -409,7 +412,7 @@ def spec_main(args: argparse.Namespace, clients: list[int], lib_dir: Path) -> No
         for c in clients:
             print(f"{kind:<15} {c:>7} {r['slots'][c]:13.1f} {r['serial'][c]:13.1f} {r['slots'][c] / r['serial'][c]:12.2f}x")
     if args.json:
-        args.json.write_text(json.dumps({"model": model.name, "threads": args.threads, "n_gen": args.n_gen,
+        args.json.write_text(json.dumps({"model": base.name, "threads": args.threads, "n_gen": args.n_gen,
                                          "speculative": results}, indent=2))
 
 

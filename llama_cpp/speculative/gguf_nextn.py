@@ -1,4 +1,5 @@
-"""Does a model file have NextN (MTP) layers? Read from its GGUF header, without loading it."""
+"""Does a model file have NextN (MTP) layers (read from its GGUF header, without loading it), and
+how the pinned llama.cpp's MTP graphs of each architecture treat several heads and hidden rows."""
 
 from __future__ import annotations
 
@@ -8,6 +9,18 @@ from typing import Any
 
 from .._core.gguf import open_header
 from .._errors import ModelLoadError
+
+#: Architectures whose MTP graph runs any of several NextN blocks (``il = n_layer +
+#: nextn_layer_offset``) without asserting a single one; every other MTP graph of the pinned
+#: llama.cpp aborts the process when a model declares more than one.
+CHAINED_NEXTN_ARCHS = frozenset(("step35", "hy-v3", "mimo2"))
+#: MTP graphs (the pinned llama.cpp's ``src/models``) whose NextN hidden state covers every entry of
+#: a batch (taken before the output rows are selected). llama.cpp's masked mode copies the first
+#: ``n_outputs`` rows of it, which are the output's only when the output comes first: their draft
+#: contexts return every entry's row (unmasked) and are read by batch index.
+NEXTN_H_ALL_ROWS_ARCHS = frozenset(("qwen35", "qwen35moe", "hy-v3"))
+#: MTP graphs whose NextN hidden state holds the output rows only (masked mode returns the output's).
+NEXTN_H_OUTPUT_ROWS_ARCHS = frozenset(("step35", "mimo2"))
 
 
 def gguf_nextn_layers(path: str | os.PathLike[str], kv_overrides: Mapping[str, Any] | None = None) -> int | None:
@@ -39,4 +52,4 @@ def gguf_nextn_layers(path: str | os.PathLike[str], kv_overrides: Mapping[str, A
     return values.get(key, 0)
 
 
-__all__ = ["gguf_nextn_layers"]
+__all__ = ["CHAINED_NEXTN_ARCHS", "NEXTN_H_ALL_ROWS_ARCHS", "NEXTN_H_OUTPUT_ROWS_ARCHS", "gguf_nextn_layers"]

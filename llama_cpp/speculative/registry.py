@@ -201,10 +201,11 @@ def _draft_simple_slots(a: DrafterArgs, n_slots: int) -> Any:
 
 
 def _mtp_slots(a: DrafterArgs, n_slots: int) -> Any:
-    from .slot_drafts import BatchedMTP
+    from .slot_drafts import BatchedMTP, ChainedSlotsMTP
 
     c = a.config
-    return BatchedMTP(a.model, a.target, n_slots, n_max=c.draft_n_max, n_min=c.draft_n_min, p_min=c.draft_p_min)
+    cls = ChainedSlotsMTP if a.model.n_layer_nextn() > 1 else BatchedMTP  # several heads: chained per slot
+    return cls(a.model, a.target, n_slots, n_max=c.draft_n_max, n_min=c.draft_n_min, p_min=c.draft_p_min)
 
 
 def _check_eagle3(path: Any, **target: Any) -> Any:
@@ -219,19 +220,6 @@ def _check_dflash(dspark: bool) -> Callable[..., Any]:
 
         return check_draft_header(path, dspark=dspark, **target)
     return check
-
-
-def _mtp_slot_check(model_path: Any) -> str | None:
-    from .gguf_nextn import gguf_nextn_layers
-
-    try:
-        n = gguf_nextn_layers(model_path)
-    except (OSError, ValueError):
-        return None  # an unreadable file is refused when it loads
-    if n is not None and n > 1:
-        return (f"draft-mtp on a model with {n} chained NextN heads (each draft position runs the next head "
-                "over the whole draft) is not run in slots: served one request at a time")
-    return None
 
 
 _T = SpeculativeType
@@ -251,8 +239,7 @@ TYPES: tuple[TypeSpec, ...] = (
     TypeSpec(_T.DRAFT_EAGLE3, _eagle3, _FEAT, slots=PER_SEQUENCE, check_draft=_check_eagle3,
              not_in_media="its draft pairs the target's features at each position with the token at the next one, "
                           "which a media position does not have"),
-    TypeSpec(_T.DRAFT_MTP, None, frozenset((NEEDS_NEXTN,)), slots=BATCHED, media=MEDIA_OWN,
-             slot_check=_mtp_slot_check, batched=_mtp_slots),
+    TypeSpec(_T.DRAFT_MTP, None, frozenset((NEEDS_NEXTN,)), slots=BATCHED, media=MEDIA_OWN, batched=_mtp_slots),
     TypeSpec(_T.DRAFT_DFLASH, _dflash(False), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES,
              check_draft=_check_dflash(False)),
     TypeSpec(_T.DRAFT_DSPARK, _dflash(True), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES,

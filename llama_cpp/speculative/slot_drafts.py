@@ -3,7 +3,10 @@
 
 - :class:`BatchedDraftModel` (``draft-simple``): one draft context with one sequence per slot;
 - :class:`BatchedMTP` (``draft-mtp``, one NextN head): one MTP draft context with one sequence per
-  slot, fed the target's NextN rows by the slot engine (``reads_nextn``).
+  slot, fed the target's NextN rows by the slot engine (``reads_nextn``);
+- :class:`ChainedSlotsMTP` (``draft-mtp`` on a model with several chained NextN heads): the same
+  bookkeeping, with one MTP draft context per slot, each drafting as
+  :class:`~llama_cpp.speculative.MTPDecoder` chains heads.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from .._errors import DecodeError, SpeculativeError
-from .batch import common_prefix, top_k_share
+from .batch import RawExtBatch, common_prefix, top_k_share
 from .engine import share_threadpools
+from .gguf_nextn import CHAINED_NEXTN_ARCHS, NEXTN_H_ALL_ROWS_ARCHS, NEXTN_H_OUTPUT_ROWS_ARCHS
 
 _TOP_K = 10  # llama.cpp's top-k draft sampler (draft_p_min compares the top token's share of these)
 
@@ -309,6 +313,10 @@ class BatchedMTP:
             st.n_valid += m
             st.n_mem = st.n_valid
 
+    def _forget(self, seq: int) -> None:
+        """Empty ``seq``'s draft memory."""
+        self.ctx.seq_rm(seq, -1, -1)
+
     # -- the slot engine's side ----------------------------------------------------------------
     def reuse(self, seq: int, keep: int) -> int:
         """How much of a cached prefix of ``keep`` tokens the target may keep for MTP: ``keep`` when
@@ -324,7 +332,7 @@ class BatchedMTP:
         st = self._seqs[seq]
         h = st.h_at(keep) if 0 < keep <= st.n_c else None
         if keep <= 0:
-            self.ctx.seq_rm(seq, -1, -1)
+            self._forget(seq)
             st.reset()
             return
         if h is not None:
@@ -416,4 +424,168 @@ class BatchedMTP:
         return out
 
 
-__all__ = ["BatchedDraftModel", "BatchedMTP"]
+class ChainedSlotsMTP(BatchedMTP):
+    """``draft-mtp`` with several chained NextN heads for every slot: one MTP draft context per slot
+    (one sequence each), with :class:`BatchedMTP`'s pairs bookkeeping (:meth:`commit_rows`,
+    :meth:`reuse`, :meth:`restart`).
+
+    A slot's draft is llama.cpp's chained one, as in :class:`~llama_cpp.speculative.MTPDecoder`: step
+    ``i`` selects head ``i``, removes the draft region and decodes the waiting pairs, ``(id_last,
+    h_{P-1})`` and the draft so far with the head rows ``h'_j``; the heads a draft does not reach get
+    the waiting pairs alone. Each head writes its own layer's KV into cells that come back in the same
+    order after the removal, which holds within one sequence of its own context (cells freed by one
+    slot could go to another in a shared one). ``n_max`` is ``draft_n_max`` capped at the heads.
+    """
+
+    def __init__(self, model: Any, target_ctx: Any, n_slots: int, *, n_max: int, n_min: int, p_min: float) -> None:
+        from .._core.context import LlamaContext
+        from ..llama_batch import LlamaBatchExt
+        from ..llama_cpp import LLAMA_CONTEXT_TYPE_MTP
+        from .engine import warm_up
+
+        self._ctxs: list[Any] = []
+        self._bexts: list[Any] = []
+        self._raws: list[Any] = []
+        if getattr(model, "load_mtp", None) is not True or model.n_layer_nextn() <= 1:
+            raise SpeculativeError("ChainedSlotsMTP runs models loaded with several NextN heads "
+                                   "(Llama(path, load_mtp=True)); one head is BatchedMTP's")
+        arch = model.metadata.get("general.architecture")
+        self.n_heads = int(model.n_layer_nextn())
+        if arch not in CHAINED_NEXTN_ARCHS:
+            raise SpeculativeError(f"llama.cpp's {arch!r} MTP graph runs one NextN head; this model has {self.n_heads}")
+        C = model._C
+        if not C.__bindings__.functions["llama_set_nextn_layer_offset"].available():
+            raise SpeculativeError("this llama.cpp build does not export llama_set_nextn_layer_offset, which "
+                                   f"chaining {self.n_heads} NextN heads needs: use a build from the pinned source")
+        self._C = C
+        self.n_max, self.n_min, self.p_min = min(int(n_max), self.n_heads), int(n_min), float(p_min)
+        self._n_used = self.n_max  # the heads a draft can reach: only their layers need the history's pairs
+        self.n_embd = int(model.n_embd_out())
+        self.n_vocab = int(model.n_vocab)
+        self._topk = min(_TOP_K, self.n_vocab)
+        self._target = target_ctx
+        unmasked = arch in NEXTN_H_ALL_ROWS_ARCHS
+        self._h_last_exact = unmasked or arch in NEXTN_H_OUTPUT_ROWS_ARCHS
+        tp = target_ctx.params
+        try:
+            C.llama_set_embeddings_nextn(target_ctx.ptr, True, False)  # h for every decoded entry
+            for _ in range(n_slots):
+                ctx = LlamaContext(model, ctx_other=target_ctx, ctx_type=LLAMA_CONTEXT_TYPE_MTP,
+                                   n_ctx=max(1, target_ctx.n_ctx() // n_slots), n_batch=target_ctx.n_batch(),
+                                   n_ubatch=target_ctx.n_ubatch(), n_seq_max=1, n_rs_seq=0, n_outputs_max=1,
+                                   n_outputs_max_per_seq=1, n_threads=tp.n_threads,
+                                   n_threads_batch=tp.n_threads_batch, embeddings=False)
+                self._ctxs.append(ctx)
+                share_threadpools(target_ctx, ctx)
+                C.llama_set_embeddings_nextn(ctx.ptr, True, not unmasked)
+                self._bexts.append(LlamaBatchExt(ctx))
+                self._raws.append(RawExtBatch(self._bexts[-1], ctx, self.n_embd))
+                zeros = np.zeros((2, self.n_embd), dtype=np.float32)
+                raw = self._raws[-1]
+                warm_up(model, ctx, lambda toks, raw=raw: raw.decode(toks, 0, "last", zeros[:len(toks)]))
+            self.n_batch = int(target_ctx.n_batch())
+            self._n_ubatch = int(target_ctx.n_ubatch())
+            self._seqs = [_MTPSeq(self.n_embd) for _ in range(n_slots)]
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for b in self._bexts:  # the batches first: they point into their contexts
+            b.close()
+        for ctx in self._ctxs:
+            ctx.close()
+        self._bexts, self._ctxs, self._raws = [], [], []
+
+    def _forget(self, seq: int) -> None:
+        self._ctxs[seq].seq_rm(0, -1, -1)
+
+    def _set_head(self, ctx: Any, i: int) -> None:
+        self._C.llama_set_nextn_layer_offset(ctx.ptr, int(i))
+
+    def _row(self, ctx: Any, i: int) -> np.ndarray:
+        ptr = self._C.llama_get_embeddings_nextn_ith(ctx.ptr, int(i))
+        if not ptr:
+            raise SpeculativeError(f"the MTP draft context returned no hidden state for output {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
+
+    def _rm(self, ctx: Any, p0: int) -> None:
+        if not ctx.seq_rm(0, p0, -1):
+            raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
+
+    def _flush(self, seq: int) -> None:
+        """Decode ``seq``'s waiting pairs on their own, in every head's layer."""
+        st, ctx, raw = self._seqs[seq], self._ctxs[seq], self._raws[seq]
+        toks, rows, base = st.pend_tok, st.pend_h, st.n_valid
+        try:
+            for head in range(self._n_used):
+                self._rm(ctx, base)
+                self._set_head(ctx, head)
+                for s in range(0, len(toks), self.n_batch):
+                    e = min(len(toks), s + self.n_batch)
+                    raw.decode(toks[s:e], base + s, False, rows[s:e])
+        finally:
+            self._set_head(ctx, 0)
+        st.n_valid = st.n_mem = base + len(toks)
+        st.pend_tok, st.pend_h = [], []
+
+    def draft(self, items: list[tuple[int, list[int], int, int]]) -> list[list[int]]:
+        """Drafts for ``(seq, history, id_last, k_max)`` items (distinct sequences), in order, slot by slot."""
+        out: list[list[int]] = [[] for _ in items]
+        for i, (seq, hist, id_last, k_max) in enumerate(items):
+            k = min(k_max, self.n_max)
+            if k < max(self.n_min, 1):
+                continue
+            st = self._seqs[seq]
+            if st.n_c != len(hist) or st.n_valid + len(st.pend_tok) != st.n_c:
+                raise SpeculativeError(f"internal error: MTP pairs of sequence {seq} cover {st.n_c} of {len(hist)} "
+                                       "positions")
+            d = self._chain(seq, int(id_last), k)
+            out[i] = d if len(d) >= self.n_min else []
+        return out
+
+    def _chain(self, seq: int, id_last: int, k: int) -> list[int]:
+        st, ctx, raw = self._seqs[seq], self._ctxs[seq], self._raws[seq]
+        P = st.n_c
+        if st.pend_tok and (len(st.pend_tok) + k > self._n_ubatch or (k > 1 and not self._h_last_exact)):
+            self._flush(seq)
+        base, n_pend = st.n_valid, len(st.pend_tok)
+        toks, rows = [*st.pend_tok, id_last], [*st.pend_h, st.h_last]
+        st.pend_tok, st.pend_h = [], []
+        out: list[int] = []
+        ran = 0
+        try:
+            for i in range(k):
+                self._rm(ctx, base)
+                self._set_head(ctx, i)
+                raw.decode(toks, base, "last", rows)
+                ran = i + 1
+                st.n_mem = base + len(toks)
+                last = len(toks) - 1
+                logits = ctx.logits_ith(last)
+                best = int(np.argmax(logits))
+                if self.p_min > 0.0 and top_k_share(logits, best, self._topk) < self.p_min:
+                    break
+                out.append(best)
+                if len(out) >= k:
+                    break
+                rows.append(self._row(ctx, last))
+                toks.append(best)
+            if n_pend and ran < self._n_used:  # the heads this draft did not reach: the pairs alone
+                for head in range(ran, self._n_used):
+                    self._rm(ctx, base)
+                    self._set_head(ctx, head)
+                    raw.decode(toks[:n_pend], base, False, rows[:n_pend])
+                st.n_mem = P
+        except BaseException:
+            # what the draft memory holds is unknown now: the slot's pairs start over
+            ctx.seq_rm(0, -1, -1)
+            st.n_valid = st.n_mem = 0
+            raise
+        finally:
+            self._set_head(ctx, 0)
+        st.n_valid = P  # the pairs below P are in every head's layer; (id_last, h) is decoded again next time
+        return out
+
+
+__all__ = ["BatchedDraftModel", "BatchedMTP", "ChainedSlotsMTP"]

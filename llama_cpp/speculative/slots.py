@@ -17,7 +17,9 @@ the rollback costs no decode of its own.
 
 ``draft-mtp`` (:class:`BatchedMTP`): the target context returns the NextN row of every decoded entry;
 each kept token is paired with the row before it (``(x_p, h_{p-1})``, llama.cpp's MTP input), and the
-pairs ride in the slot's next draft batch. ``Llama(load_mtp=True)`` loads the NextN tensors for it.
+pairs ride in the slot's next draft batch. ``Llama(load_mtp=True)`` loads the NextN tensors for it. A
+model with several chained NextN heads drafts through :class:`ChainedSlotsMTP` (an MTP draft context
+per slot, heads chained as llama.cpp chains them).
 
 ``draft-eagle3``, ``draft-dflash`` and ``draft-dspark`` (the table's ``PER_SEQUENCE`` rows) keep a
 drafter per slot sequence, with its own draft context, built once and kept between that slot's
@@ -25,8 +27,8 @@ requests: after each target decode it is told the tokens of its sequence and the
 batch, so it reads its own layer features (llama.cpp hands per-token outputs out in batch order, also
 where a recurrent or hybrid target's micro-batches took the tokens in another order).
 
-What cannot run here (see :func:`slot_unsupported`) is what the table's rows say (``not_in_slots``,
-``slot_check``): ``draft-mtp`` on a model with several chained NextN heads. Such models stay on the
+What cannot run here (see :func:`slot_unsupported`) is what the table's rows say (``not_in_slots``;
+``slot_check`` for a model file; a row without a constructor for the slots): such models stay on the
 serial engine.
 """
 

@@ -17,8 +17,8 @@ A request's greedy output is the one ``Llama.create_completion`` gives for it al
 prompt tokens, sampler chain, limits and chunk rendering.
 
 With a :class:`~llama_cpp.speculative.slots.SlotSpeculation` (n-gram types, ``draft-simple``,
-``draft-eagle3``, ``draft-dflash``, ``draft-dspark``, ``draft-mtp`` with one NextN head, upstream's
-prompt lookup) step 2 adds each generating slot's draft after its pending token, all rows outputs;
+``draft-eagle3``, ``draft-dflash``, ``draft-dspark``, ``draft-mtp`` with one or several chained NextN
+heads, upstream's prompt lookup) step 2 adds each generating slot's draft after its pending token, all rows outputs;
 step 3 picks at those rows in turn while they match the draft, removes the rejected rows from the
 slot's sequence and hands the kept tokens to the same per-token code, so the output is unchanged.
 Drafters that read the target's per-token rows (layer features, NextN rows) are told, after the
