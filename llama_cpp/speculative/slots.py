@@ -132,7 +132,9 @@ class SlotSpeculation:
                     args = DrafterArgs(model, config, target_ctx, ctx_params=inherited, seq=seq)
                     for row in seq_rows:
                         self.seq_drafters[seq].append(row.build(args))
-                        share_threadpools(target_ctx, self.seq_drafters[seq][-1].ctx)
+                        ctx = getattr(self.seq_drafters[seq][-1], "ctx", None)
+                        if ctx is not None:  # its draft context runs on the target's threadpools
+                            share_threadpools(target_ctx, ctx)
             except BaseException:
                 self.close()
                 raise

@@ -22,7 +22,7 @@ heads, upstream's prompt lookup) step 2 adds each generating slot's draft after 
 step 3 picks at those rows in turn while they match the draft, removes the rejected rows from the
 slot's sequence and hands the kept tokens to the same per-token code, so the output is unchanged.
 Drafters that read the target's per-token rows (layer features, NextN rows) are told, after the
-decode, each span of their slot and where its rows are among the outputs.
+decode, each span of their slot and its first batch entry.
 """
 
 from __future__ import annotations
@@ -477,6 +477,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 if s in self._active:
                     self._release(s)
         for s, first, draft, src, pos0 in verifies:
+            if s.job.done or s not in self._active:  # its drafter failed above
+                continue
             try:
                 self._verify(s, first, draft, src, pos0)
             except Exception as exc:  # this request's sampler, grammar or hook: it alone ends
@@ -485,6 +487,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 if s in self._active:
                     self._release(s)
         for s, i in outputs:
+            if s.job.done or s not in self._active:
+                continue
             try:
                 if s.spec is not None:
                     self.spec.accepted(s.spec, None, 0, 0, 1)  # a step without a draft
