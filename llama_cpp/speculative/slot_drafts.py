@@ -19,6 +19,7 @@ import numpy as np
 
 from .._errors import DecodeError, SpeculativeError
 from .batch import RawExtBatch, common_prefix, top_k_share
+from .chain import chain_draft, chain_pairs
 from .engine import share_threadpools
 from .gguf_nextn import CHAINED_NEXTN_ARCHS, NEXTN_H_ALL_ROWS_ARCHS, NEXTN_H_OUTPUT_ROWS_ARCHS
 
@@ -500,32 +501,20 @@ class ChainedSlotsMTP(BatchedMTP):
     def _forget(self, seq: int) -> None:
         self._ctxs[seq].seq_rm(0, -1, -1)
 
-    def _set_head(self, ctx: Any, i: int) -> None:
-        self._C.llama_set_nextn_layer_offset(ctx.ptr, int(i))
-
     def _row(self, ctx: Any, i: int) -> np.ndarray:
         ptr = self._C.llama_get_embeddings_nextn_ith(ctx.ptr, int(i))
         if not ptr:
             raise SpeculativeError(f"the MTP draft context returned no hidden state for output {i}")
         return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
 
-    def _rm(self, ctx: Any, p0: int) -> None:
-        if not ctx.seq_rm(0, p0, -1):
-            raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
+    def _confident(self, logits: np.ndarray, best: int) -> bool:
+        return self.p_min <= 0.0 or top_k_share(logits, best, self._topk) >= self.p_min
 
     def _flush(self, seq: int) -> None:
         """Decode ``seq``'s waiting pairs on their own, in every head's layer."""
         st, ctx, raw = self._seqs[seq], self._ctxs[seq], self._raws[seq]
         toks, rows, base = st.pend_tok, st.pend_h, st.n_valid
-        try:
-            for head in range(self._n_used):
-                self._rm(ctx, base)
-                self._set_head(ctx, head)
-                for s in range(0, len(toks), self.n_batch):
-                    e = min(len(toks), s + self.n_batch)
-                    raw.decode(toks[s:e], base + s, False, rows[s:e])
-        finally:
-            self._set_head(ctx, 0)
+        chain_pairs(ctx, raw, toks, rows, base, self._n_used, self.n_batch)
         st.n_valid = st.n_mem = base + len(toks)
         st.pend_tok, st.pend_h = [], []
 
@@ -552,38 +541,14 @@ class ChainedSlotsMTP(BatchedMTP):
         base, n_pend = st.n_valid, len(st.pend_tok)
         toks, rows = [*st.pend_tok, id_last], [*st.pend_h, st.h_last]
         st.pend_tok, st.pend_h = [], []
-        out: list[int] = []
-        ran = 0
         try:
-            for i in range(k):
-                self._rm(ctx, base)
-                self._set_head(ctx, i)
-                raw.decode(toks, base, "last", rows)
-                ran = i + 1
-                st.n_mem = base + len(toks)
-                last = len(toks) - 1
-                logits = ctx.logits_ith(last)
-                best = int(np.argmax(logits))
-                if self.p_min > 0.0 and top_k_share(logits, best, self._topk) < self.p_min:
-                    break
-                out.append(best)
-                if len(out) >= k:
-                    break
-                rows.append(self._row(ctx, last))
-                toks.append(best)
-            if n_pend and ran < self._n_used:  # the heads this draft did not reach: the pairs alone
-                for head in range(ran, self._n_used):
-                    self._rm(ctx, base)
-                    self._set_head(ctx, head)
-                    raw.decode(toks[:n_pend], base, False, rows[:n_pend])
-                st.n_mem = P
+            out, st.n_mem = chain_draft(ctx, raw, toks, rows, base, k, n_pend, self._n_used, self._confident,
+                                        lambda i: self._row(ctx, i))
         except BaseException:
             # what the draft memory holds is unknown now: the slot's pairs start over
             ctx.seq_rm(0, -1, -1)
             st.n_valid = st.n_mem = 0
             raise
-        finally:
-            self._set_head(ctx, 0)
         st.n_valid = P  # the pairs below P are in every head's layer; (id_last, h) is decoded again next time
         return out
 
