@@ -115,6 +115,7 @@ class DFlashDrafter(FeatureDraftParts):
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0, seq: int = 0,
+                 draft_model: Any = None,
                  dspark: bool = False) -> None:
         from ..llama_batch import LlamaBatchExt
         from .draft import check_draft_vocab
@@ -143,7 +144,7 @@ class DFlashDrafter(FeatureDraftParts):
             log.info("DFlash: draft_n_max=%d exceeds the trained block size %d; drafting %d", n_max, block, self.n_max)
         self._C = C
         try:
-            self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers)
+            self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers, draft_model)
             self.mask = int(C.llama_vocab_mask(self.model.vocab))
             if self.mask < 0:
                 raise SpeculativeError(f"{p}: llama.cpp found no mask token in this DFlash draft")

@@ -139,7 +139,8 @@ class Eagle3Drafter(FeatureDraftParts):
     observes = True  # reads the target's layer features of every decode
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
-                 n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0, seq: int = 0) -> None:
+                 n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0, seq: int = 0,
+                 draft_model: Any = None) -> None:
         from ..llama_batch import LlamaBatchExt
         from .draft import check_draft_vocab
 
@@ -153,7 +154,7 @@ class Eagle3Drafter(FeatureDraftParts):
         check_draft_vocab(target_model, p)
         self._C = C
         try:
-            self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers)
+            self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers, draft_model)
             self._batch = LlamaBatchExt(self.ctx)
             self.n_dec = int(self.model.n_embd())
             self._raw = RawExtBatch(self._batch, self.ctx, self.n_dec)

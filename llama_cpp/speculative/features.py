@@ -89,25 +89,30 @@ def require_symbols(C: Any, extra: Sequence[str], kind: str) -> None:
 
 
 def open_draft(C: Any, path: str, layers: Sequence[int], target_ctx: Any, ctx_params: Any,
-               n_gpu_layers: int) -> tuple[Any, Any]:
+               n_gpu_layers: int, model: Any = None) -> tuple[Any, Any]:
     """(model, context) of the draft at ``path``: llama.cpp's loaded target layers must be the header's;
     the context has the target's sizes (``n_ctx`` from ``ctx_params`` where given: a server slot's
-    share), one sequence without snapshots, and reads the target's embeddings (``ctx_other``)."""
+    share), one sequence without snapshots, and reads the target's embeddings (``ctx_other``).
+    ``model``: the draft already loaded (the server slots' drafters of one type share it; closing it
+    is deferred while a context uses it)."""
     from .._core.context import LlamaContext
     from .._core.model import LlamaModel
 
-    model = LlamaModel(path, n_gpu_layers=n_gpu_layers)
+    owned = model is None
+    if owned:
+        model = LlamaModel(path, n_gpu_layers=n_gpu_layers)
     try:
         loaded = loaded_layers(C, model)
         if loaded != list(layers):
             raise SpeculativeError(f"{path}: llama.cpp loaded target layers {loaded}, the header lists {list(layers)}")
         params = dict(ctx_params)
-        params.update(n_ctx=int(params.get("n_ctx") or target_ctx.n_ctx()), n_batch=target_ctx.n_batch(), n_ubatch=target_ctx.n_ubatch(),
-                      n_seq_max=1, n_rs_seq=0, embeddings=False)
+        params.update(n_ctx=int(params.get("n_ctx") or target_ctx.n_ctx()), n_batch=target_ctx.n_batch(),
+                      n_ubatch=target_ctx.n_ubatch(), n_seq_max=1, n_rs_seq=0, embeddings=False)
         params.pop("ctx_type", None)
         return model, LlamaContext(model, ctx_other=target_ctx, **params)
     except BaseException:
-        model.close()
+        if owned:
+            model.close()
         raise
 
 

@@ -77,6 +77,8 @@ class DrafterArgs:
     ctx_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     ngram_caches: tuple[Any, Any] | None = None
     seq: int = 0  # the target sequence the drafter follows (a server slot's)
+    #: what the server slots' drafters of one PER_SEQUENCE row share (their loaded draft model)
+    shared: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +171,14 @@ def _draft_kwargs(a: DrafterArgs) -> dict[str, Any]:
 
 
 def _feature_kwargs(a: DrafterArgs) -> dict[str, Any]:
-    return dict(_draft_kwargs(a), seq=a.seq)
+    return dict(_draft_kwargs(a), seq=a.seq, draft_model=(a.shared or {}).get("draft_model"))
+
+
+def _sharing(a: DrafterArgs, drafter: Any) -> Any:
+    """``drafter``, its draft model kept for the next slot's drafter of the same row."""
+    if a.shared is not None:
+        a.shared.setdefault("draft_model", drafter.model)
+    return drafter
 
 
 def _draft_simple(a: DrafterArgs) -> Any:
@@ -181,14 +190,15 @@ def _draft_simple(a: DrafterArgs) -> Any:
 def _eagle3(a: DrafterArgs) -> Any:
     from .eagle3 import Eagle3Drafter
 
-    return Eagle3Drafter(a.model, a.target, a.config.draft_model_path, **_feature_kwargs(a))
+    return _sharing(a, Eagle3Drafter(a.model, a.target, a.config.draft_model_path, **_feature_kwargs(a)))
 
 
 def _dflash(dspark: bool) -> Callable[[DrafterArgs], Any]:
     def build(a: DrafterArgs) -> Any:
         from .dflash import DFlashDrafter
 
-        return DFlashDrafter(a.model, a.target, a.config.draft_model_path, dspark=dspark, **_feature_kwargs(a))
+        return _sharing(a, DFlashDrafter(a.model, a.target, a.config.draft_model_path, dspark=dspark,
+                                         **_feature_kwargs(a)))
     return build
 
 

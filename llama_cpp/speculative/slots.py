@@ -127,10 +127,12 @@ class SlotSpeculation:
             tp = target_ctx.params
             inherited = {n: getattr(tp, n) for n in INHERITED_PARAMS if hasattr(tp, n)}
             inherited["n_ctx"] = max(1, target_ctx.n_ctx() // n_slots)  # a slot's share, as its positions are
+            shared: dict[str, dict[str, Any]] = {row.name: {} for row in seq_rows}  # one draft model per row
             try:
                 for seq in range(n_slots):
-                    args = DrafterArgs(model, config, target_ctx, ctx_params=inherited, seq=seq)
                     for row in seq_rows:
+                        args = DrafterArgs(model, config, target_ctx, ctx_params=inherited, seq=seq,
+                                           shared=shared[row.name])
                         self.seq_drafters[seq].append(row.build(args))
                         ctx = getattr(self.seq_drafters[seq][-1], "ctx", None)
                         if ctx is not None:  # its draft context runs on the target's threadpools

@@ -79,6 +79,9 @@ def test_feature_drafts_in_slots_equal_plain(srv, prompts, alias):
         assert 0 < accepted <= drafted
     engine = srv.engine(alias)
     assert not engine.serial
+    drafters = [d for ds in engine.spec.seq_drafters for d in ds]  # one per slot, one draft model loaded
+    assert len(drafters) == 4 and len({id(d.model) for d in drafters}) == 1
+    assert len({id(d.ctx) for d in drafters}) == 4
     assert engine.stats()["speculative"]["drafted_by"].get(kind, 0) >= drafted
     assert_kv_matches_bookkeeping(engine)
 
