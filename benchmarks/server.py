@@ -2,6 +2,7 @@
 
     python benchmarks/server.py [--gemma] [--threads N] [--n-gen G] [--requests R] [--clients 1,4,8]
                                 [--no-llama-server] [--no-stream]
+    python benchmarks/server.py --spec draft-eagle3,draft-dflash,draft-dspark,draft-mtp [--large] [--clients 4]
 
 Three servers on loopback, the same model, threads, batch sizes and per-request context:
 
@@ -16,6 +17,14 @@ the total time, for this server (``slots``), the same with ``--cache_prompt fals
 llama-server with its defaults, each with one slot per conversation or ``--slots N`` (then conversations
 move between slots, and what they reuse comes from the prompt cache the slots share, as llama-server's
 ``--cache-ram``); it also prints this server's prompt-reuse counters from ``/metrics``.
+
+``--spec TYPES`` runs the speculative workload instead: for each type (``none``, ``draft-eagle3``,
+``draft-dflash``, ``draft-dspark``, ``draft-mtp``, ``draft-simple``, ``ngram-simple``...) this server on the
+hybrid ``qwen35_mtp`` echo fixture (``--large``: ``qwen35_mtp_large``, about 80 M parameters) with that
+type's echo-form draft fixture (``draft-mtp-heads``: ``draft-mtp`` on the ``step35_mtp_heads`` echo fixture,
+three chained NextN heads; four and the large trunk with ``--large``), once with ``max(--clients)`` slots and once serial (``--n_parallel 0``, one
+request at a time, as before the type ran in slots); it prints each one's aggregate tokens/s for every
+client count and the ratio slots/serial.
 
 Each client streams ``R`` greedy completions of ``G`` tokens back to back (``--no-stream``: whole
 responses); the score is the sum of ``usage.completion_tokens`` (the last streamed chunk's, with
@@ -340,6 +349,73 @@ def agent_main(args: argparse.Namespace, model: Path, tools: Path, env: dict[str
             "results": {k: {"last_turn_ttft_s": v[0], "total_s": v[1]} for k, v in results.items()}}}, indent=2))
 
 
+#: the draft fixture of each speculative type (echo forms: the draft agrees with the echo target)
+SPEC_DRAFTS: dict[str, tuple[str, dict[str, str]] | None] = {
+    "draft-eagle3": ("eagle3_draft", {"form": "echo"}), "draft-dflash": ("dflash_draft", {"form": "first"}),
+    "draft-dspark": ("dflash_draft", {"form": "first", "markov": "chain"}),
+    "draft-simple": ("qwen35_mtp", {"form": "echo"}), "draft-mtp": None, "none": None}
+
+
+def spec_args(kind: str, large: bool) -> tuple[str, ...]:
+    """The server arguments that make it speculate with ``kind`` on the (large) echo fixture."""
+    from build_tools.fixtures import fixture_path
+
+    if kind == "none":
+        return ()
+    out = ["--spec_type", "draft-mtp" if kind == "draft-mtp-heads" else kind, "--draft_n_max", "4"]
+    draft = SPEC_DRAFTS.get(kind)
+    if draft is not None:
+        name, kw = draft
+        if name == "qwen35_mtp":
+            name = "qwen35_mtp_large" if large else name
+        else:
+            kw = {**kw, "target": "qwen35_mtp_large"} if large else kw
+        out += ["--draft_model_path", str(fixture_path(name, **kw))]
+    return tuple(out)
+
+
+def spec_main(args: argparse.Namespace, clients: list[int], lib_dir: Path) -> None:
+    """Aggregate tokens/s of each speculative type in slots against the same served one at a time."""
+    from build_tools.fixtures import fixture_path
+
+    base = fixture_path("qwen35_mtp_large" if args.large else "qwen35_mtp", form="echo")
+    heads = fixture_path("step35_mtp_heads", form="echo", **({"heads": 4, "size": "large"} if args.large else {}))
+    kinds = [k.strip() for k in args.spec.split(",") if k.strip()]
+    n_parallel = max(clients)
+    print(f"speculative workload: model {base.name} ({heads.name} for draft-mtp-heads), threads {args.threads}, {args.n_gen} tokens per request, "
+          f"{args.requests} requests per client, median of {args.reps}, load average {os.getloadavg()[0]:.2f}")
+    results: dict[str, dict[str, dict[int, float]]] = {}
+    for kind in kinds:
+        extra = spec_args(kind, args.large)
+        model = heads if kind == "draft-mtp-heads" else base
+        servers = [ours("slots", model, args, n_parallel, lib_dir, extra), ours("serial", model, args, 0, lib_dir, extra)]
+        try:
+            for srv in servers:
+                srv.wait_ready()
+                srv.measure(1, 1, 8, not args.no_stream)  # warm-up
+            rates = {srv.name: {c: [] for c in clients} for srv in servers}
+            for c in clients:
+                for _ in range(args.reps):
+                    for srv in servers:  # interleaved: load from elsewhere hits both alike
+                        rates[srv.name][c].append(srv.measure(c, args.requests, args.n_gen, not args.no_stream))
+                for srv in servers:
+                    results.setdefault(kind, {}).setdefault(srv.name, {})[c] = statistics.median(rates[srv.name][c])
+                r = results[kind]
+                print(f"  {kind:>14} {c} client(s): slots {r['slots'][c]:8.1f} tok/s, serial {r['serial'][c]:8.1f} "
+                      f"tok/s, slots/serial {r['slots'][c] / r['serial'][c]:5.2f}x", flush=True)
+        finally:
+            for srv in servers:
+                srv.stop()
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    print("\ntype            clients   slots tok/s  serial tok/s  slots/serial")
+    for kind, r in results.items():
+        for c in clients:
+            print(f"{kind:<15} {c:>7} {r['slots'][c]:13.1f} {r['serial'][c]:13.1f} {r['slots'][c] / r['serial'][c]:12.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"model": base.name, "threads": args.threads, "n_gen": args.n_gen,
+                                         "speculative": results}, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gemma", action="store_true", help="Gemma 3 270M (the realmodels package) instead of the fixture")
@@ -358,8 +434,14 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--slots", type=int, default=0, help="--agent: slots of every server (default: one per "
                     "conversation; fewer move conversations between slots, through the shared prompt cache)")
+    ap.add_argument("--spec", help="the speculative workload: comma-separated types (see above)")
+    ap.add_argument("--large", action="store_true", help="--spec: the qwen35_mtp_large fixtures")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers (finally) when terminated
+    if args.spec:
+        tools, env, lib_dir, _ = native_tools(with_server=False)
+        spec_main(args, [int(c) for c in args.clients.split(",")], lib_dir)
+        return
     if args.agent:
         tools, env, lib_dir, have_server = native_tools(with_server=not args.no_llama_server)
         model = model_path(args.gemma)

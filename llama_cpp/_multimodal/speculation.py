@@ -254,8 +254,8 @@ class MediaFeatureDrafter(DrafterBase):
     def n_max(self) -> int:
         return int(self.inner.n_max)
 
-    def observe(self, tokens: Sequence[int], pos0: int) -> None:
-        self.inner.observe(tokens, pos0)
+    def observe(self, tokens: Sequence[int], pos0: int, first: int = 0) -> None:
+        self.inner.observe(tokens, pos0, first)
 
     def observe_media(self, positions: np.ndarray) -> None:
         """The target just decoded media rows at ``positions`` (``[n, n_pos_per_embd]``)."""

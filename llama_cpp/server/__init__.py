@@ -9,9 +9,7 @@ one of two engines (:mod:`.engine`):
   chunks of newly admitted ones, decodes it once and samples each slot with its own sampler
   chain, grammar, stop strings and logprobs (continuous batching, as llama.cpp's ``llama-server``).
 - **serial**: one request at a time through :class:`~llama_cpp.Llama` itself, for what cannot
-  share a batch yet: the speculative types fed extracted target layers (``draft-eagle3``,
-  ``draft-dflash``, ``draft-dspark``) and MTP with chained NextN heads, image chat
-  (``clip_model_path``) and embedding models (``embedding=true``). ``n_parallel=0`` forces it (upstream's behaviour).
+  share a batch yet: image chat (``clip_model_path``) and embedding models (``embedding=true``). ``n_parallel=0`` forces it (upstream's behaviour).
 
 Libraries: FastAPI (request validation with pydantic and the OpenAPI page, as upstream, so the
 settings and request classes stay pydantic models), uvicorn (the ASGI server upstream uses;

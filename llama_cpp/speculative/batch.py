@@ -224,19 +224,20 @@ class RawExtBatch:
 
 
 class RawBatch:
-    """One ``llama_batch`` of ``ctx.n_batch()`` entries of sequence 0, decoded without checks.
+    """One ``llama_batch`` of ``ctx.n_batch()`` entries of sequence ``seq`` (default 0), decoded without checks.
 
     Callers pass token ids they have checked (prompt tokens), drawn from logits, or range-checked
     (drafts); positions are consecutive from ``pos0``. Longer inputs are split into ``n_batch`` chunks.
     """
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, seq: int = 0) -> None:
         from .._core.context import LlamaBatch
 
         self._C = ctx._C
         self.n_batch = ctx.n_batch()
         self._batch = LlamaBatch(self.n_batch, 0, 1)
         self._batch.n_tokens = self.n_batch
+        self._batch.seq_ids[:, 0] = int(seq)
         self._struct = self._batch.validated_view(ctx, 0, self.n_batch)  # sequence ids, once
         # ctypes views of the batch's buffers: a slice assignment from a list is one C loop, where
         # numpy's dispatch, run cold after a decode, costs several microseconds a step

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import SpeculativeError
+from .gguf_nextn import CHAINED_NEXTN_ARCHS, NEXTN_H_ALL_ROWS_ARCHS, NEXTN_H_OUTPUT_ROWS_ARCHS  # noqa: F401 (here too)
 from .registry import NEEDS_DRAFT_MODEL, NEEDS_NEXTN, SpeculativeType, find, rows_of, spec_of
 
 log = logging.getLogger("llama_cpp.speculative")
@@ -26,17 +27,6 @@ NEXTN_SYMBOLS = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn", "ll
 INHERITED_PARAMS = ("n_threads", "n_threads_batch", "flash_attn_type", "type_k", "type_v", "offload_kqv",
                      "op_offload", "kv_unified", "no_perf")
 DRAFT_TOP_K = 10  # the draft's confidence is its top token's share of the top 10, as in llama.cpp
-#: Architectures whose MTP graph runs any of several NextN blocks (``il = n_layer +
-#: nextn_layer_offset``) without asserting a single one; every other MTP graph of the pinned
-#: llama.cpp aborts the process when a model declares more than one.
-CHAINED_NEXTN_ARCHS = frozenset(("step35", "hy-v3", "mimo2"))
-#: MTP graphs (the pinned llama.cpp's ``src/models``) whose NextN hidden state covers every entry of
-#: a batch (taken before the output rows are selected). llama.cpp's masked mode copies the first
-#: ``n_outputs`` rows of it, which are the output's only when the output comes first: their draft
-#: contexts return every entry's row (unmasked) and are read by batch index.
-NEXTN_H_ALL_ROWS_ARCHS = frozenset(("qwen35", "qwen35moe", "hy-v3"))
-#: MTP graphs whose NextN hidden state holds the output rows only (masked mode returns the output's).
-NEXTN_H_OUTPUT_ROWS_ARCHS = frozenset(("step35", "mimo2"))
 
 
 _NGRAM_SIZE_LIMIT = 1024  # llama.cpp's bound on --spec-ngram-* sizes

@@ -114,7 +114,8 @@ class DFlashDrafter(FeatureDraftParts):
     observes = True  # reads the target's layer features of every decode
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
-                 n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0,
+                 n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0, seq: int = 0,
+                 draft_model: Any = None,
                  dspark: bool = False) -> None:
         from ..llama_batch import LlamaBatchExt
         from .draft import check_draft_vocab
@@ -143,7 +144,7 @@ class DFlashDrafter(FeatureDraftParts):
             log.info("DFlash: draft_n_max=%d exceeds the trained block size %d; drafting %d", n_max, block, self.n_max)
         self._C = C
         try:
-            self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers)
+            self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers, draft_model)
             self.mask = int(C.llama_vocab_mask(self.model.vocab))
             if self.mask < 0:
                 raise SpeculativeError(f"{p}: llama.cpp found no mask token in this DFlash draft")
@@ -153,7 +154,7 @@ class DFlashDrafter(FeatureDraftParts):
             self._n_embd = int(self.model.n_embd())
             self._mrope = self.model.n_pos_per_embd() > 1  # drafts for M-RoPE targets: (p, p, p, 0) per row
             self._raw = RawExtBatch(self._batch, self.ctx, self._n_embd)
-            self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd())
+            self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd(), seq=seq)
             if self._conf:
                 C.llama_set_embeddings_nextn(self.ctx.ptr, True, True)  # the confidence of every row
             elif self._top_k:
@@ -202,15 +203,16 @@ class DFlashDrafter(FeatureDraftParts):
             self._k_end = pos
         self._ok = min(self._ok, pos)
 
-    def observe(self, tokens: Sequence[int], pos0: int) -> None:
-        """The target just decoded ``tokens`` at ``pos0..``: write their features at those positions."""
+    def observe(self, tokens: Sequence[int], pos0: int, first: int = 0) -> None:
+        """The target just decoded ``tokens`` at ``pos0..`` (batch entries ``first..``): write their
+        features at those positions."""
         m = len(tokens)
         if m == 0 or self.ctx is None:
             return
         self._drop(pos0)
         if pos0 > self._n_mem:
             return  # a gap (positions this drafter never saw): the next draft decodes them again
-        feats = self._tl.rows(m)
+        feats = self._tl.rows(m, first)
         for s in range(0, m, self._n_ubatch):
             e = min(m, s + self._n_ubatch)
             self._raw.rows(feats[s:e], pos0 + s, encode=False, mrope=self._mrope)

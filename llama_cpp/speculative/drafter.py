@@ -19,9 +19,10 @@ class Drafter(Protocol):
     first non-empty draft of the drafters, in priority order, is verified; with ``takes_limit`` it
     gets the step's budget as a third argument) and ``accept`` with how many of that draft's tokens
     the target took; ``rewind(n_keep)`` when the history was cut back to ``n_keep`` tokens;
-    ``observe(tokens, pos0)`` after every target decode of ``tokens`` at ``pos0..`` when
-    ``observes`` (drafters that read the target's layer features); ``close()`` frees native
-    resources. :class:`DrafterBase` gives the defaults most drafters keep.
+    ``observe(tokens, pos0, first)`` after every target decode of ``tokens`` at ``pos0..`` when
+    ``observes`` (drafters that read the target's layer features; ``first``: the batch entry of
+    ``tokens[0]``, as the server's slots decode many sequences in one batch); ``close()`` frees
+    native resources. :class:`DrafterBase` gives the defaults most drafters keep.
     """
 
     #: the type name counted in :class:`~llama_cpp.speculative.SpeculativeStats` (``drafted_by``)
@@ -41,7 +42,7 @@ class Drafter(Protocol):
 
     def rewind(self, n_keep: int) -> None: ...
 
-    def observe(self, tokens: Sequence[int], pos0: int) -> None: ...
+    def observe(self, tokens: Sequence[int], pos0: int, first: int = 0) -> None: ...
 
     def close(self) -> None: ...
 
@@ -56,7 +57,7 @@ class DrafterBase:
     def rewind(self, n_keep: int) -> None:
         """The history was cut back to ``n_keep`` tokens (``begin`` follows with the new one)."""
 
-    def observe(self, tokens: Sequence[int], pos0: int) -> None:
+    def observe(self, tokens: Sequence[int], pos0: int, first: int = 0) -> None:
         """The target decoded ``tokens`` at ``pos0..`` (read only when ``observes``)."""
 
     def close(self) -> None:

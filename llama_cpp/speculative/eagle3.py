@@ -139,7 +139,8 @@ class Eagle3Drafter(FeatureDraftParts):
     observes = True  # reads the target's layer features of every decode
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
-                 n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0) -> None:
+                 n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0, seq: int = 0,
+                 draft_model: Any = None) -> None:
         from ..llama_batch import LlamaBatchExt
         from .draft import check_draft_vocab
 
@@ -153,11 +154,11 @@ class Eagle3Drafter(FeatureDraftParts):
         check_draft_vocab(target_model, p)
         self._C = C
         try:
-            self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers)
+            self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers, draft_model)
             self._batch = LlamaBatchExt(self.ctx)
             self.n_dec = int(self.model.n_embd())
             self._raw = RawExtBatch(self._batch, self.ctx, self.n_dec)
-            self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd(), target_model.n_layer())
+            self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd(), target_model.n_layer(), seq)
             C.llama_set_embeddings_nextn(self.ctx.ptr, True, True)  # g rows (encoder) and pre-norm rows (outputs)
             self._warm_up()
         except BaseException:
@@ -198,12 +199,12 @@ class Eagle3Drafter(FeatureDraftParts):
         pass
 
     # -- the target's side ------------------------------------------------------------------
-    def observe(self, tokens: Sequence[int], pos0: int) -> None:
-        """The target just decoded ``tokens`` at ``pos0..``: keep their ``g`` rows."""
+    def observe(self, tokens: Sequence[int], pos0: int, first: int = 0) -> None:
+        """The target just decoded ``tokens`` at ``pos0..`` (batch entries ``first..``): keep their ``g`` rows."""
         m = len(tokens)
         if m == 0 or self.ctx is None:
             return
-        feats = self._tl.rows(m)
+        feats = self._tl.rows(m, first)
         C, dft = self._C, self.ctx.ptr
         g = np.empty((m, self.n_dec), dtype=np.float32)
         for s in range(0, m, self._n_ubatch):  # the encoder needs the whole batch in one micro-batch

@@ -89,25 +89,30 @@ def require_symbols(C: Any, extra: Sequence[str], kind: str) -> None:
 
 
 def open_draft(C: Any, path: str, layers: Sequence[int], target_ctx: Any, ctx_params: Any,
-               n_gpu_layers: int) -> tuple[Any, Any]:
+               n_gpu_layers: int, model: Any = None) -> tuple[Any, Any]:
     """(model, context) of the draft at ``path``: llama.cpp's loaded target layers must be the header's;
-    the context has the target's sizes, one sequence without snapshots, and reads the target's
-    embeddings and memory (``ctx_other``)."""
+    the context has the target's sizes (``n_ctx`` from ``ctx_params`` where given: a server slot's
+    share), one sequence without snapshots, and reads the target's embeddings (``ctx_other``).
+    ``model``: the draft already loaded (the server slots' drafters of one type share it; closing it
+    is deferred while a context uses it)."""
     from .._core.context import LlamaContext
     from .._core.model import LlamaModel
 
-    model = LlamaModel(path, n_gpu_layers=n_gpu_layers)
+    owned = model is None
+    if owned:
+        model = LlamaModel(path, n_gpu_layers=n_gpu_layers)
     try:
         loaded = loaded_layers(C, model)
         if loaded != list(layers):
             raise SpeculativeError(f"{path}: llama.cpp loaded target layers {loaded}, the header lists {list(layers)}")
         params = dict(ctx_params)
-        params.update(n_ctx=target_ctx.n_ctx(), n_batch=target_ctx.n_batch(), n_ubatch=target_ctx.n_ubatch(),
-                      n_seq_max=1, n_rs_seq=0, embeddings=False)
+        params.update(n_ctx=int(params.get("n_ctx") or target_ctx.n_ctx()), n_batch=target_ctx.n_batch(),
+                      n_ubatch=target_ctx.n_ubatch(), n_seq_max=1, n_rs_seq=0, embeddings=False)
         params.pop("ctx_type", None)
         return model, LlamaContext(model, ctx_other=target_ctx, **params)
     except BaseException:
-        model.close()
+        if owned:
+            model.close()
         raise
 
 
@@ -131,11 +136,14 @@ class FeatureDraftParts(DrafterBase):
 
 
 class TargetLayers:
-    """The inputs of ``layers`` of one target context, for every token of its last decode."""
+    """The inputs of ``layers`` of one target context, for every token of its last decode; ``seq``
+    is the target sequence the drafter follows (a server slot's; 0 elsewhere)."""
 
-    def __init__(self, C: Any, target: Any, layers: Sequence[int], n_embd: int, n_layer: int | None = None) -> None:
+    def __init__(self, C: Any, target: Any, layers: Sequence[int], n_embd: int, n_layer: int | None = None,
+                 seq: int = 0) -> None:
         self._C = C
         self._target = target
+        self.seq = int(seq)
         self.layers = list(layers)
         self.n_embd = int(n_embd)
         self.width = len(self.layers) * self.n_embd
@@ -161,28 +169,31 @@ class TargetLayers:
                 self._C.llama_set_embeddings_nextn(self._target.ptr, False, False)
         self._target = None
 
-    def rows(self, m: int) -> np.ndarray:
-        """The ``(m, width)`` concatenated layer inputs of the target's last decode of ``m`` tokens."""
+    def rows(self, m: int, first: int = 0) -> np.ndarray:
+        """The ``(m, width)`` concatenated layer inputs of the entries ``first..first+m-1`` of the
+        target's last decode (llama.cpp hands them out in batch order, whatever its micro-batches)."""
         C, tgt, w = self._C, self._target.ptr, self.n_embd
         out = np.empty((m, self.width), dtype=np.float32)
+        n = first + m
         for k, lid in enumerate(self.layers):
             ptr = C.llama_get_embeddings_nextn(tgt) if lid == self._final else C.llama_get_embeddings_layer_inp(tgt, lid)
             if not ptr:
                 raise SpeculativeError(f"the target context returned no inputs of layer {lid}")
-            out[:, k * w:(k + 1) * w] = float_view(ptr, m * w).reshape(m, w)
+            out[:, k * w:(k + 1) * w] = float_view(ptr, n * w).reshape(n, w)[first:]
         return out
 
     def redecode(self, hist: Sequence[int], first: int, end: int, observe: Callable[[Sequence[int], int], None]) -> None:
-        """Decode ``hist[first:end]`` on the target again (its memory keeps the same tokens), so that
-        ``observe`` sees their rows; a memory that cannot drop that suffix is rebuilt from 0."""
+        """Decode ``hist[first:end]`` of the sequence on the target again (its memory keeps the same
+        tokens), so that ``observe`` sees their rows; a sequence that cannot drop that suffix is
+        rebuilt from 0."""
         from .batch import RawBatch
 
         tgt = self._target
-        if not tgt.seq_rm(0, first, -1):
-            tgt.memory_clear(True)
+        if not tgt.seq_rm(self.seq, first, -1):
+            tgt.seq_rm(self.seq, -1, -1)
             first = 0
         if self._refill is None:
-            self._refill = RawBatch(tgt)
+            self._refill = RawBatch(tgt, self.seq)
         self._refill.decode(list(hist[first:end]), first, "none", observe)
 
 

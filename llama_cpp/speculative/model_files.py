@@ -8,42 +8,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .._core.gguf import open_header
 from .._errors import ModelLoadError, SpeculativeError
 from .config import CHAINED_NEXTN_ARCHS, SpecConfig, SpeculativeType
-from .registry import NEEDS_DRAFT_MODEL, NEEDS_FEATURES, find, rows_of, table
-
-# --------------------------------------------------------------------------------------------
-# GGUF metadata: does a file have NextN layers? (read without loading the model)
-# --------------------------------------------------------------------------------------------
-
-def gguf_nextn_layers(path: str | os.PathLike[str], kv_overrides: Mapping[str, Any] | None = None) -> int | None:
-    """``<arch>.nextn_predict_layers`` from a GGUF file's header (0 when absent, None if unreadable),
-    or from ``kv_overrides`` (those the model will be loaded with) where they set it.
-
-    Reads only the key/value section (:func:`llama_cpp._core.gguf.open_header`), so asking for MTP
-    on a model without NextN layers fails before llama.cpp loads any weights.
-    """
-    arch: str | None = None
-    values: dict[str, int] = {}
-    try:
-        with open_header(path) as (r, _n_tensors, n_kv):
-            for _ in range(n_kv):
-                key = r.string("a metadata key")
-                val = r.value(r.take("<I"), key)
-                if key == "general.architecture":
-                    arch = val
-                elif key.endswith(".nextn_predict_layers") and isinstance(val, int):
-                    values[key] = int(val)
-    except (OSError, ValueError, ModelLoadError):
-        return None
-    if arch is None:
-        return None
-    key = f"{arch}.nextn_predict_layers"
-    override = (kv_overrides or {}).get(key)
-    if isinstance(override, int) and not isinstance(override, bool):
-        return override
-    return values.get(key, 0)
+from .gguf_nextn import gguf_nextn_layers
+from .registry import NEEDS_DRAFT_MODEL, find, rows_of, table
 
 
 def check_model_file(path: str | os.PathLike[str], config: SpecConfig,
@@ -72,22 +40,16 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig,
             kind = "draft-eagle3" if arch == "eagle3" else "draft-dflash' (or 'draft-dspark' with a Markov head)"
             raise SpeculativeError(f"{dm} is a draft of architecture {arch!r}, not a separate draft model: use "
                                    f"spec_type='{kind}'")
-    for t in [r.type for r in rows_of(config) if NEEDS_FEATURES in r.needs]:
-        if t is SpeculativeType.DRAFT_EAGLE3:
-            from .eagle3 import check_draft_header
-        else:
-            from functools import partial
-
-            from .dflash import check_draft_header as check_dflash
-
-            check_draft_header = partial(check_dflash, dspark=t is SpeculativeType.DRAFT_DSPARK)  # type: ignore[assignment]
+    for row in rows_of(config):
+        if row.check_draft is None:
+            continue
         meta = _gguf_meta(path)
         arch = meta.get("general.architecture")
         n_layer = meta.get(f"{arch}.block_count")
         n_layer = n_layer - int(meta.get(f"{arch}.nextn_predict_layers", 0) or 0) if isinstance(n_layer, int) else None
         n_embd = meta.get(f"{arch}.embedding_length")
-        check_draft_header(config.draft_model_path, target_arch=arch,  # type: ignore[arg-type]
-                           target_n_embd=n_embd if isinstance(n_embd, int) else None, target_n_layer=n_layer)
+        row.check_draft(config.draft_model_path, target_arch=arch,
+                        target_n_embd=n_embd if isinstance(n_embd, int) else None, target_n_layer=n_layer)
     from .draft import check_vocab_files, overrides_tokenizer
 
     if any(NEEDS_DRAFT_MODEL in r.needs for r in rows_of(config)) and not overrides_tokenizer(kv_overrides):

@@ -14,6 +14,7 @@ import numpy as np
 from .._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
 from ..llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import RawExtBatch, SeqCheckpoint, check_snapshot_ubatch, common_prefix
+from .chain import chain_draft, chain_pairs
 from .config import (
     DRAFT_N_MAX_LIMIT,
     DRAFT_TOP_K,
@@ -233,12 +234,6 @@ class MTPDecoder(SpeculativeDecoder):
         addr = lambda p: ctypes.cast(p, ctypes.c_void_p).value if p else None  # noqa: E731
         return other is not None and addr(other) == addr(self._target.ptr)
 
-    def _set_head(self, i: int) -> None:
-        """Select NextN head ``i`` for the draft context's next decodes (llama.cpp aborts out of range)."""
-        if not 0 <= i < self.n_heads:
-            raise SpeculativeError(f"internal error: NextN head {i} of {self.n_heads}")
-        self._C.llama_set_nextn_layer_offset(self._draft.ptr, int(i))
-
     def _draft_row(self, i: int) -> np.ndarray:
         ptr = self._C.llama_get_embeddings_nextn_ith(self._draft.ptr, int(i))
         if not ptr:
@@ -264,17 +259,7 @@ class MTPDecoder(SpeculativeDecoder):
                 self._draw.decode(tokens[s:e], pos0 + s, False, rows[s:e])
             self._n_dft = pos0 + n
             return
-        dft = self._draft
-        try:
-            for head in range(self._n_used):
-                if not dft.seq_rm(0, pos0, -1):
-                    raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
-                self._set_head(head)
-                for s in range(0, n, self.n_batch):
-                    e = min(n, s + self.n_batch)
-                    self._draw.decode(tokens[s:e], pos0 + s, False, rows[s:e])
-        finally:
-            self._set_head(0)  # the default for every other decode
+        chain_pairs(self._draft, self._draw, tokens, rows, pos0, self._n_used, self.n_batch)
         self._n_dft = pos0 + n
 
     def _flush_pairs(self) -> None:
@@ -409,39 +394,9 @@ class MTPDecoder(SpeculativeDecoder):
         ``(id_last, h_{P-1})``): each head's batch writes them into its layer first, and the heads
         the draft does not reach get them alone.
         """
-        dft, raw = self._draft, self._draw
         base = self._n_dft
-        n_pend = P - base
-        out: list[int] = []
-        ran = 0
-        try:
-            for i in range(min(k_max, self.n_heads)):
-                if not dft.seq_rm(0, base, -1):
-                    raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
-                self._set_head(i)
-                raw.decode(toks, base, "last", rows)
-                ran = i + 1
-                self._n_dft = base + len(toks)
-                last = len(toks) - 1
-                logits = dft.logits_ith(last)
-                best = int(np.argmax(logits))
-                if not self._confident(logits, best):
-                    break
-                out.append(best)
-                if len(out) >= k_max:
-                    break
-                rows.append(self._draft_row(last))
-                toks.append(best)
-            if n_pend and ran < self._n_used:
-                # the heads this draft did not reach: the pairs alone, in each head's layer
-                for head in range(ran, self._n_used):
-                    if not dft.seq_rm(0, base, -1):
-                        raise SpeculativeError("the MTP draft context could not drop a suffix of its memory")
-                    self._set_head(head)
-                    raw.decode(toks[:n_pend], base, False, rows[:n_pend])
-                self._n_dft = P
-        finally:
-            self._set_head(0)
+        out, self._n_dft = chain_draft(self._draft, self._draw, toks, rows, base, min(k_max, self.n_heads), P - base,
+                                       self._n_used, self._confident, self._draft_row)
         if len(out) < self.config.draft_n_min:
             out = []
         return out

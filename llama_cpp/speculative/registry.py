@@ -51,9 +51,12 @@ NEEDS_DRAFT_MODEL = "draft model"      # ``SpecConfig.draft_model_path``
 NEEDS_FEATURES = "target features"     # the target's extracted layers at every position
 NEEDS_NEXTN = "NextN heads"            # the target model's own MTP layers
 
-#: how the server's slots run a row: a drafter per slot, or one object for every slot (built by
+#: how the server's slots run a row: a drafter per request (``PER_SLOT``: cheap, built when the request
+#: starts), a drafter per slot sequence (``PER_SEQUENCE``: it owns a draft context, is built once over
+#: the target context and kept between that slot's requests, and is told the target rows of its
+#: sequence), or one object for every slot (``BATCHED``, built by
 #: :class:`~llama_cpp.speculative.slots.SlotSpeculation`)
-PER_SLOT, BATCHED = "per-slot", "batched"
+PER_SLOT, PER_SEQUENCE, BATCHED = "per-slot", "per-sequence", "batched"
 #: how a media decoder tells a row's drafter about media positions: the text tokens only, the draft
 #: model mirroring the target's memory, the target's layer features of media rows, or the decoder's
 #: own head (MTP)
@@ -62,9 +65,10 @@ MEDIA_TEXT, MEDIA_MIRROR, MEDIA_FEATURES, MEDIA_OWN = "text", "mirror", "feature
 
 @dataclasses.dataclass(frozen=True)
 class DrafterArgs:
-    """What a row's constructor gets: the target model and ``config``, the target context (None in
-    the server's slots, whose per-slot types need none), upstream's prompt-lookup object, the
-    parameters a draft context inherits from the target's, and loaded n-gram cache files."""
+    """What a row's constructor gets: the target model and ``config``, the target context (None for
+    the server's per-request drafters, which need none), upstream's prompt-lookup object, the
+    parameters a draft context inherits from the target's (and in the slots its ``n_ctx``), loaded
+    n-gram cache files, and the target sequence it follows."""
 
     model: Any
     config: Any
@@ -72,13 +76,21 @@ class DrafterArgs:
     prompt_lookup: Any = None
     ctx_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     ngram_caches: tuple[Any, Any] | None = None
+    seq: int = 0  # the target sequence the drafter follows (a server slot's)
+    #: what the server slots' drafters of one PER_SEQUENCE row share (their loaded draft model)
+    shared: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class TypeSpec:
     """One speculative type. ``build`` makes its drafter (None: the decoder's own head, ``draft-mtp``);
     ``n_max(config)`` is its longest draft (None: ``config.draft_n_max``); ``not_in_slots`` /
-    ``not_in_media`` say why the server's slots / multimodal chat refuse it (None: they run it)."""
+    ``not_in_media`` say why the server's slots / multimodal chat refuse it (None: they run it);
+    ``slot_check(model_path)`` says why the slots refuse it for that model file (None: they run it);
+    ``batched(args, n_slots)`` builds a ``BATCHED`` row's one object for every slot (``args.target``:
+    the slot engine's context; ``draft(items)`` for ``(seq, history, id_last, k_max)`` items);
+    ``check_draft(path, target_arch=, target_n_embd=, target_n_layer=)`` checks its draft file against
+    the target from the GGUF headers, before anything loads."""
 
     type: Any  # a SpeculativeType, or a CustomType
     build: Callable[[DrafterArgs], Any] | None
@@ -88,6 +100,9 @@ class TypeSpec:
     not_in_slots: str | None = None
     media: str = MEDIA_TEXT
     not_in_media: str | None = None
+    slot_check: Callable[[Any], str | None] | None = None
+    batched: Callable[[DrafterArgs, int], Any] | None = None
+    check_draft: Callable[..., Any] | None = None
 
     @property
     def name(self) -> str:
@@ -155,6 +170,17 @@ def _draft_kwargs(a: DrafterArgs) -> dict[str, Any]:
                 n_gpu_layers=c.draft_n_gpu_layers)
 
 
+def _feature_kwargs(a: DrafterArgs) -> dict[str, Any]:
+    return dict(_draft_kwargs(a), seq=a.seq, draft_model=(a.shared or {}).get("draft_model"))
+
+
+def _sharing(a: DrafterArgs, drafter: Any) -> Any:
+    """``drafter``, its draft model kept for the next slot's drafter of the same row."""
+    if a.shared is not None:
+        a.shared.setdefault("draft_model", drafter.model)
+    return drafter
+
+
 def _draft_simple(a: DrafterArgs) -> Any:
     from .draft import DraftModel
 
@@ -164,19 +190,48 @@ def _draft_simple(a: DrafterArgs) -> Any:
 def _eagle3(a: DrafterArgs) -> Any:
     from .eagle3 import Eagle3Drafter
 
-    return Eagle3Drafter(a.model, a.target, a.config.draft_model_path, **_draft_kwargs(a))
+    return _sharing(a, Eagle3Drafter(a.model, a.target, a.config.draft_model_path, **_feature_kwargs(a)))
 
 
 def _dflash(dspark: bool) -> Callable[[DrafterArgs], Any]:
     def build(a: DrafterArgs) -> Any:
         from .dflash import DFlashDrafter
 
-        return DFlashDrafter(a.model, a.target, a.config.draft_model_path, dspark=dspark, **_draft_kwargs(a))
+        return _sharing(a, DFlashDrafter(a.model, a.target, a.config.draft_model_path, dspark=dspark,
+                                         **_feature_kwargs(a)))
     return build
 
 
-_FEATURES_NOT_IN_SLOTS = ("drafts from the target's extracted layer features of every position, which the slot "
-                          "engine does not carry per slot: served one request at a time")
+def _draft_simple_slots(a: DrafterArgs, n_slots: int) -> Any:
+    from .slot_drafts import BatchedDraftModel
+
+    c = a.config
+    return BatchedDraftModel(a.model, a.target, c.draft_model_path, n_slots, n_max=c.draft_n_max, n_min=c.draft_n_min,
+                             p_min=c.draft_p_min, n_gpu_layers=c.draft_n_gpu_layers)
+
+
+def _mtp_slots(a: DrafterArgs, n_slots: int) -> Any:
+    from .slot_drafts import BatchedMTP, ChainedSlotsMTP
+
+    c = a.config
+    cls = ChainedSlotsMTP if a.model.n_layer_nextn() > 1 else BatchedMTP  # several heads: chained per slot
+    return cls(a.model, a.target, n_slots, n_max=c.draft_n_max, n_min=c.draft_n_min, p_min=c.draft_p_min)
+
+
+def _check_eagle3(path: Any, **target: Any) -> Any:
+    from .eagle3 import check_draft_header
+
+    return check_draft_header(path, **target)
+
+
+def _check_dflash(dspark: bool) -> Callable[..., Any]:
+    def check(path: Any, **target: Any) -> Any:
+        from .dflash import check_draft_header
+
+        return check_draft_header(path, dspark=dspark, **target)
+    return check
+
+
 _T = SpeculativeType
 _DRAFT = frozenset((NEEDS_DRAFT_MODEL,))
 _FEAT = frozenset((NEEDS_DRAFT_MODEL, NEEDS_FEATURES))
@@ -190,13 +245,15 @@ TYPES: tuple[TypeSpec, ...] = (
     TypeSpec(_T.NGRAM_MAP_K4V, _ngram_map(False), n_max=lambda c: c.ngram_map_k4v.size_m),
     TypeSpec(_T.NGRAM_MOD, _ngram_mod, n_max=lambda c: c.ngram_mod.n_max),
     TypeSpec(_T.NGRAM_CACHE, _ngram_cache, n_max=lambda c: c.ngram_cache.n_draft),
-    TypeSpec(_T.DRAFT_SIMPLE, _draft_simple, _DRAFT, slots=BATCHED, media=MEDIA_MIRROR),
-    TypeSpec(_T.DRAFT_EAGLE3, _eagle3, _FEAT, not_in_slots=_FEATURES_NOT_IN_SLOTS,
+    TypeSpec(_T.DRAFT_SIMPLE, _draft_simple, _DRAFT, slots=BATCHED, media=MEDIA_MIRROR, batched=_draft_simple_slots),
+    TypeSpec(_T.DRAFT_EAGLE3, _eagle3, _FEAT, slots=PER_SEQUENCE, check_draft=_check_eagle3,
              not_in_media="its draft pairs the target's features at each position with the token at the next one, "
                           "which a media position does not have"),
-    TypeSpec(_T.DRAFT_MTP, None, frozenset((NEEDS_NEXTN,)), slots=BATCHED, media=MEDIA_OWN),
-    TypeSpec(_T.DRAFT_DFLASH, _dflash(False), _FEAT, not_in_slots=_FEATURES_NOT_IN_SLOTS, media=MEDIA_FEATURES),
-    TypeSpec(_T.DRAFT_DSPARK, _dflash(True), _FEAT, not_in_slots=_FEATURES_NOT_IN_SLOTS, media=MEDIA_FEATURES),
+    TypeSpec(_T.DRAFT_MTP, None, frozenset((NEEDS_NEXTN,)), slots=BATCHED, media=MEDIA_OWN, batched=_mtp_slots),
+    TypeSpec(_T.DRAFT_DFLASH, _dflash(False), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES,
+             check_draft=_check_dflash(False)),
+    TypeSpec(_T.DRAFT_DSPARK, _dflash(True), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES,
+             check_draft=_check_dflash(True)),
 )
 
 
@@ -244,5 +301,5 @@ def unregister(name: str) -> None:
 
 
 __all__ = ["BATCHED", "MEDIA_FEATURES", "MEDIA_MIRROR", "MEDIA_OWN", "MEDIA_TEXT", "NEEDS_DRAFT_MODEL",
-           "NEEDS_FEATURES", "NEEDS_NEXTN", "PER_SLOT", "TYPES", "CustomType", "DrafterArgs", "SpeculativeType",
+           "NEEDS_FEATURES", "NEEDS_NEXTN", "PER_SEQUENCE", "PER_SLOT", "TYPES", "CustomType", "DrafterArgs", "SpeculativeType",
            "TypeSpec", "find", "prompt_lookup_drafter", "register", "rows_of", "spec_of", "table", "unregister"]

@@ -398,7 +398,7 @@ def test_dflash_takes_the_features_of_audio_rows(models, mmproj_audio, wav_path)
         d = chat._spec.drafters[0].inner
         seen: list[tuple[int, int, int]] = []
         observe = d.observe
-        d.observe = lambda toks, p0: (seen.append((p0, len(toks), int(toks[0]))), observe(toks, p0))
+        d.observe = lambda toks, p0, first=0: (seen.append((p0, len(toks), int(toks[0]))), observe(toks, p0, first))
         assert list(chat.generate_tokens(msgs, max_tokens=30, temperature=0)) == plain
         span = chat._spec._spans[0]
         assert (span.p0, span.n_pos, MEDIA_TOKEN) in seen  # every audio row, at its own position

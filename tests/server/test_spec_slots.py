@@ -40,7 +40,8 @@ def target() -> str:
 @pytest.fixture(scope="module")
 def srv(start_server):
     """One plain model (the reference), one per n-gram type, one per draft form, prompt lookup, draft-mtp,
-    speculation on a hybrid model, and one that stays serial (draft-eagle3)."""
+    draft-eagle3 on a hybrid model (in slots too: tests/server/test_spec_slots_features.py), and speculation
+    on a hybrid model."""
     models: list[dict[str, Any]] = [{"model": target(), "model_alias": "plain", **SLOT}]
     models += [{"model": target(), "model_alias": t, "spec_type": t, **SMALL, **SLOT} for t in NGRAM]
     models.append({"model": target(), "model_alias": "ngram-all", "spec_type": ",".join(NGRAM), **SMALL, **SLOT})
@@ -342,10 +343,8 @@ def test_models_report_where_they_speculate(srv, prompts):
         assert not srv.engine(alias).serial
     assert data["lookup"]["speculative"] == {"types": ["prompt-lookup"], "engine": "slots"}
     assert data["mtp"]["speculative"] == {"types": ["draft-mtp"], "engine": "slots"}
-    e3 = data["eagle3"]["speculative"]
-    assert e3["engine"] == "serial" and "draft-eagle3" in e3["serial_reason"]
-    assert srv.engine("eagle3").serial
-    # the serial model still answers (one at a time), with its decoder's statistics
+    assert data["eagle3"]["speculative"] == {"types": ["draft-eagle3"], "engine": "slots"}
+    assert not srv.engine("eagle3").serial
     r = complete(srv, "eagle3", "the cat sat on the mat", max_tokens=8)
     assert r["usage"]["completion_tokens"] == 8 and "speculative" in r["usage"]
 
@@ -361,7 +360,7 @@ def test_settings_refuse_bad_ngram_parameters():
     assert not s.serial and s.spec_serial_reason is None
     s = ModelSettings(model=target(), spec_type="draft-eagle3", n_parallel=2,
                       draft_model_path=str(fixture_path("eagle3_draft", form="echo")))
-    assert s.serial and "draft-eagle3" in s.spec_serial_reason
+    assert not s.serial and s.spec_serial_reason is None
 
 
 

@@ -26,6 +26,13 @@ def model(form: str) -> str:
     return str(fixture_path("qwen35_mtp", form=form))
 
 
+HEAD_FORMS = ("echo", "noisy")
+
+
+def heads(form: str) -> str:
+    return str(fixture_path("step35_mtp_heads", form=form))
+
+
 @pytest.fixture(scope="module")
 def srv(start_server):
     """Per form: the plain model (the reference) and draft-mtp in slots; a small batch; MTP with an n-gram
@@ -43,6 +50,12 @@ def srv(start_server):
                    "spec_ngram_simple": {"size_n": 2, "size_m": 8}, "draft_n_max": 4, **SLOT})
     models.append({"model": model("echo"), "model_alias": "serial-mtp", "spec_type": "draft-mtp",
                    "draft_n_max": 4, **SLOT, "n_parallel": 0})
+    for form in HEAD_FORMS:  # several chained NextN heads: an MTP draft context per slot
+        models.append({"model": heads(form), "model_alias": f"heads-{form}-plain", **SLOT})
+        models.append({"model": heads(form), "model_alias": f"heads-{form}-mtp", "spec_type": "draft-mtp",
+                       "draft_n_max": 3, **SLOT})
+    models.append({"model": heads("noisy"), "model_alias": "heads-noisy-serial", "spec_type": "draft-mtp",
+                   "draft_n_max": 3, **SLOT, "n_parallel": 0})
     return start_server(models, max_tokens_limit=200)
 
 
@@ -154,7 +167,7 @@ def test_mtp_in_slots_matches_the_serial_engine(srv, prompts):
     assert srv.engine("serial-mtp").serial
 
 
-def test_chained_heads_stay_serial():
+def test_chained_heads_run_in_slots():
     from llama_cpp.server.settings import ModelSettings
     from llama_cpp.speculative import SpecConfig
     from llama_cpp.speculative.slots import slot_unsupported
@@ -162,9 +175,41 @@ def test_chained_heads_stay_serial():
     s = ModelSettings(model=model("echo"), spec_type="draft-mtp", n_parallel=2)
     assert not s.serial and s.spec_serial_reason is None
     assert slot_unsupported(SpecConfig(spec_type="draft-mtp")) is None
-    heads = str(fixture_path("step35_mtp_heads", form="echo"))
-    s = ModelSettings(model=heads, spec_type="draft-mtp", n_parallel=2)
-    assert s.serial and "chained NextN heads" in s.spec_serial_reason
+    s = ModelSettings(model=heads("echo"), spec_type="draft-mtp", n_parallel=2)
+    assert not s.serial and s.spec_serial_reason is None
+
+
+@pytest.mark.parametrize("form", HEAD_FORMS)
+def test_chained_heads_in_slots_equal_plain(srv, form):
+    """Four concurrent greedy requests on a model with three chained NextN heads (step35): each gives the
+    plain model's output; ``echo`` heads predict the target's chain (every draft accepted), ``noisy``
+    ones some of it."""
+    from llama_cpp._internals import LlamaModel
+
+    with LlamaModel(heads("echo")) as m:
+        ps = [m.tokenize(t, add_special=True) for t in
+              (b"the cat sat on the mat and then", b"Hello world, this is a test of",
+               b"one two three four five six seven", b"a")]
+    calls = [{"prompt": p, "stream": i % 2 == 1} for i, p in enumerate(ps)]
+    want = alone(srv, calls, f"heads-{form}-plain")
+    got = concurrently(srv, f"heads-{form}-mtp", calls)
+    assert_same(got, want)
+    stats = [speculative(g) for g in got]
+    drafted, accepted = sum(s["drafted"] for s in stats), sum(s["accepted"] for s in stats)
+    assert drafted > 0 and all(s["drafted_by"].keys() <= {"draft-mtp"} for s in stats)
+    if form == "echo":
+        assert accepted == drafted
+    else:
+        assert 0 < accepted < drafted
+    engine = srv.engine(f"heads-{form}-mtp")
+    assert not engine.serial and engine.spec.mtp is not None
+    assert_kv_matches_bookkeeping(engine)
+    # the same prompts again: each slot's draft memory holds another request's pairs, partly reused
+    assert_same(concurrently(srv, f"heads-{form}-mtp", calls), want)
+    if form == "noisy":  # the heads read the target's rows: each slot drafts what the serial decoder drafts
+        for g, c in zip(got, calls):
+            a, b = speculative(g), speculative(complete(srv, "heads-noisy-serial", **c))
+            assert (a["drafted"], a["accepted"], a["steps"]) == (b["drafted"], b["accepted"], b["steps"])
 
 
 def test_batched_drafts_equal_the_serial_decoders_on_a_history_reading_head(prompts):

@@ -4,8 +4,8 @@
 every slot's tokens into one decode per step; a request's greedy output is the one
 ``Llama.create_completion`` gives for it alone.
 
-:class:`SerialEngine` runs one request at a time through ``Llama`` itself (the drafts fed extracted
-target layers, chained NextN heads, image chat, embedding models, or ``n_parallel=0``). Both bound their waiting queue: :class:`QueueFull`.
+:class:`SerialEngine` runs one request at a time through ``Llama`` itself (image chat, embedding
+models, a speculative type the table's rows refuse in slots, or ``n_parallel=0``). Both bound their waiting queue: :class:`QueueFull`.
 
 The package by responsibility: :mod:`.jobs` (a request's channel and errors), :mod:`.state` (a
 slot's state), :mod:`.slots` (the scheduler and its batch step), :mod:`.speculation` (drafts and

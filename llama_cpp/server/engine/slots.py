@@ -16,10 +16,13 @@ thread loops:
 A request's greedy output is the one ``Llama.create_completion`` gives for it alone: the same
 prompt tokens, sampler chain, limits and chunk rendering.
 
-With a :class:`~llama_cpp.speculative.slots.SlotSpeculation` (n-gram types, ``draft-simple``, ``draft-mtp``
-with one NextN head, upstream's prompt lookup) step 2 adds each generating slot's draft after its pending token, all rows outputs;
+With a :class:`~llama_cpp.speculative.slots.SlotSpeculation` (n-gram types, ``draft-simple``,
+``draft-eagle3``, ``draft-dflash``, ``draft-dspark``, ``draft-mtp`` with one or several chained NextN
+heads, upstream's prompt lookup) step 2 adds each generating slot's draft after its pending token, all rows outputs;
 step 3 picks at those rows in turn while they match the draft, removes the rejected rows from the
 slot's sequence and hands the kept tokens to the same per-token code, so the output is unchanged.
+Drafters that read the target's per-token rows (layer features, NextN rows) are told, after the
+decode, each span of their slot and its first batch entry.
 """
 
 from __future__ import annotations
@@ -277,7 +280,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             want_lp = req.logprobs is not None and req.logprobs >= 0
             s.pick = _sampling.token_picker(self.model, s.chain, s.grammar, want_lp)
             if self.spec is not None:
-                s.spec = self.spec.start(req.prompt_tokens[:-1])  # the last token stays pending (_pend_last)
+                s.spec = self.spec.start(req.prompt_tokens[:-1], s.seq)  # the last token stays pending (_pend_last)
             s.lp = Logprobs(self.model, req.logprobs)
             if req.echo or (want_lp and req.prompt_chars is None):
                 head = self.model.detokenize(req.prompt_tokens)
@@ -377,6 +380,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         mtp = self.spec.mtp if self.spec is not None else None
         # rows whose NextN hidden states the MTP head pairs with their tokens: (seq, position, tokens, first row)
         mtp_rows: list[tuple[int, int, list[int], int]] = []
+        # every decoded span of a slot whose drafters read the target's rows: (slot, position, tokens, first row)
+        seen: list[tuple[Slot, int, list[int], int]] | None = [] if self.spec is not None and self.spec.observes else None
         n = 0
         # rows in sequence order: recurrent memory puts only consecutive sequence ids (0, 1, 2, ...) into one
         # micro-batch (llama.cpp's sequential split_equal), so any other order decodes a slot at a time
@@ -408,11 +413,15 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                     nseq_arr[rows] = 1
                     logit_arr[rows] = 1
                     verifies.append((s, n, draft, src, s.pos - len(s.replay)))
+                    if seen is not None:
+                        seen.append((s, s.pos - len(s.replay), [*s.replay, s.next_tok, *draft], n - len(s.replay)))
                     n += k
                 else:
                     outputs.append((s, n))
                     if mtp is not None:
                         mtp_rows.append((s.seq, s.pos, [s.next_tok], n))
+                    if seen is not None:
+                        seen.append((s, s.pos - len(s.replay), [*s.replay, s.next_tok], n - len(s.replay)))
                 s.replay = []
                 s.kv.append(s.next_tok)
                 s.pos += 1
@@ -434,6 +443,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                                               logits="last" if last and s.spec is None else False)
                 if mtp is not None:
                     mtp_rows.append((s.seq, s.n_fed, chunk, first))
+                if seen is not None and s.spec is not None:
+                    seen.append((s, s.n_fed, chunk, first))
                 s.n_fed += k
                 budget -= k
                 if last and s.spec is not None:
@@ -457,7 +468,17 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             self._h = mtp.target_rows(batch.n_tokens)
             for seq, p0, toks, first in mtp_rows:
                 mtp.commit_rows(seq, p0, toks, self._h[first:first + len(toks)])
+        for s, p0, toks, first in seen or ():
+            try:
+                self.spec.observe(s.spec, toks, p0, first)
+            except Exception as exc:  # this request's drafter: it alone ends
+                log.warning("request in slot %d failed: %s", s.seq, exc)
+                self._out.put(s.job, "error", exc)
+                if s in self._active:
+                    self._release(s)
         for s, first, draft, src, pos0 in verifies:
+            if s.job.done or s not in self._active:  # its drafter failed above
+                continue
             try:
                 self._verify(s, first, draft, src, pos0)
             except Exception as exc:  # this request's sampler, grammar or hook: it alone ends
@@ -466,6 +487,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 if s in self._active:
                     self._release(s)
         for s, i in outputs:
+            if s.job.done or s not in self._active:
+                continue
             try:
                 if s.spec is not None:
                     self.spec.accepted(s.spec, None, 0, 0, 1)  # a step without a draft
