@@ -230,3 +230,29 @@ def test_speculating_slots_keep_each_adapter_set_apart(start_server, spm_path, a
     for t in threads:
         t.join(120)
     assert [got.get(i) for i in range(len(cases))] == want
+
+
+def test_the_prompt_cache_keeps_each_adapter_set_apart(start_server, spm_path, adapters):
+    """One slot, the shared prompt cache on: a state goes to the cache under the scales it was made with,
+    a request under other scales never reuses it, and a later request under the same scales does."""
+    srv = start_server([{"model": str(spm_path), "model_alias": "spm", "n_parallel": 1, "n_ctx": 256,
+                         "lora_adapters": [{"path": str(adapters[0]), "scale": 0.0},
+                                           {"path": str(adapters[1]), "scale": 0.0}]}])
+    pc = srv.engine("spm").prompt_cache
+    assert pc is not None
+    prompt = PROMPTS[0] * 3
+    a, b = [{"id": 0, "scale": 1.0}], [{"id": 1, "scale": 1.0}]
+    first = complete(srv, prompt, 8, a)
+    assert text(first) == solo(spm_path, prompt, 8, adapters[0])
+    second = complete(srv, prompt, 8, b)  # the same prompt under other scales: nothing reused
+    assert text(second) == solo(spm_path, prompt, 8, adapters[1])
+    assert second.json()["usage"].get("prompt_tokens_cached", 0) == 0
+    assert [e.key for e in pc.entries] == [(1.0, 0.0)]  # the first request's state, kept under its scales
+    longer = prompt + " and more"
+    third = complete(srv, longer, 8, a)  # back to a: its state comes back from the cache
+    assert text(third) == solo(spm_path, longer, 8, adapters[0])
+    assert third.json()["usage"]["prompt_tokens_cached"] > 0 and pc.restored >= 1
+    restored = pc.restored
+    fourth = complete(srv, longer, 8, [{"id": 0, "scale": 0.5}])  # other scales of the same adapter: a miss
+    assert fourth.json()["usage"].get("prompt_tokens_cached", 0) == 0 and pc.restored == restored
+    assert text(fourth) == solo(spm_path, longer, 8, adapters[0], 0.5)

@@ -99,7 +99,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         self.cached_lora: list[tuple[float, ...]] = [() for _ in range(n_slots)]  # the set cached[seq] was made with
         self._lora_turn = 0
         # (a saved prompt state does not record the adapter set it was computed with: none are shared then)
-        if cache_prompt and cache_ram != 0 and getattr(spec, "mtp", None) is None and self.lora is None:
+        if cache_prompt and cache_ram != 0 and getattr(spec, "mtp", None) is None:
             self.prompt_cache = PromptCache(self.ctx, cache_ram, self._exact)
         self._accepting = True
         self._stop = False
@@ -308,17 +308,25 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         Memory that cannot drop a suffix (recurrent) keeps a state that is all a prefix of the prompt, or
         rewinds to a context checkpoint, or starts over."""
         prompt = s.req.prompt_tokens
-        if self.lora is not None and self.cached_lora[s.seq] != s.req.lora and self.cached[s.seq]:
+        pc = self.prompt_cache
+        key = s.req.lora if self.lora is not None else ()  # states serve prompts under the same adapter scales
+        had = self.cached_lora[s.seq] if self.lora is not None else ()  # the scales the slot's state was made with
+        if self.lora is not None and had != key and self.cached[s.seq]:
+            if pc is not None:  # kept for a later request under those scales
+                try:
+                    pc.save(s.seq, self.cached[s.seq], self.ckpts[s.seq], key=had)
+                except Exception:  # noqa: BLE001 - only an optimisation
+                    log.warning("prompt cache: saving slot %d failed", s.seq, exc_info=True)
             self.ctx.seq_rm(s.seq, -1, -1)  # computed under other adapter scales: of no use to this request
             self.cached[s.seq], self.ckpts[s.seq] = [], []
+            had = key
         cached, ckpts = self.cached[s.seq], self.ckpts[s.seq]
         keep, ckpt = plan(self._exact, cached, ckpts, prompt) if self.cache_prompt else (0, None)
-        pc = self.prompt_cache
         if pc is not None:
             try:
-                saved = pc.best(prompt, keep)
+                saved = pc.best(prompt, keep, key)
                 if saved is not None:
-                    pc.save(s.seq, cached, ckpts, pin=saved)  # this slot's prompt, before another state takes it
+                    pc.save(s.seq, cached, ckpts, pin=saved, key=had)  # this slot's prompt, before another takes it
                     if pc.restore(saved, s.seq):
                         cached, ckpts = saved.tokens, saved.checkpoints
                         keep, ckpt = plan(self._exact, cached, ckpts, prompt)
@@ -326,7 +334,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                     else:
                         cached, ckpts, keep, ckpt = [], [], 0, None
                 elif cached and keep < len(cached) / 2:  # most of it is about to go: keep it for a later prompt
-                    pc.save(s.seq, cached, ckpts)
+                    pc.save(s.seq, cached, ckpts, key=had)
             except Exception:  # the cache is only an optimisation: the prompt is evaluated in full instead
                 log.warning("prompt cache failed for slot %d; evaluating the prompt", s.seq, exc_info=True)
                 self.ctx.seq_rm(s.seq, -1, -1)
