@@ -471,7 +471,7 @@ class Llama:
             cp = type(ctx.params).from_buffer_copy(ctx.params)
             cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = ctx.n_ctx(), ctx.n_batch(), ctx.n_ubatch(), ctx.n_seq_max()
             return cp
-        cp = self.native_model()._C.llama_context_default_params()
+        cp = self.native_model().bindings.llama_context_default_params()
         if ctx is not None:
             cp.n_ctx, cp.n_batch = ctx.n_ctx(), ctx.n_batch()
         return cp
@@ -481,7 +481,7 @@ class Llama:
         """A ``llama_model_params`` with the values the model was loaded with."""
         m = self.native_model()
         a = self._init_args
-        mp = m._C.llama_model_default_params()
+        mp = m.bindings.llama_model_default_params()
         mp.n_gpu_layers = int(a["n_gpu_layers"])
         mp.split_mode = int(a["split_mode"])
         mp.main_gpu = int(a["main_gpu"])

@@ -136,7 +136,7 @@ def embed_token_lists(ctx: LlamaContext, model: LlamaModel, token_lists: Sequenc
     out_pooled = np.zeros((len(inputs), width), dtype=np.float32) if pooled else None
     out_tokens: list[np.ndarray] = []
     batch = LlamaBatch(n_batch, 0, 1)
-    C = ctx._C
+    C = ctx.bindings
     try:
         first = 0  # index of the first input in the current batch
         pending: list[int] = []
@@ -244,7 +244,7 @@ class LlamaEmbedding:
                                  kv_overrides=kv_overrides, progress_callback=progress_callback,
                                  **placed.model_kwargs())
         try:
-            C = self._model._C
+            C = self._model.bindings
             if self._model.has_encoder() and self._model.has_decoder():
                 raise LlamaError("embeddings from encoder-decoder models are not supported (as in llama.cpp)")
             if n_ctx is None:

@@ -894,7 +894,7 @@ class MTMDEmbeddingHandler:
         ctx = self.context
         ctx.process(batch)
         n = batch.n_tokens
-        ptr = ctx._C.llama_get_embeddings(ctx.ptr)
+        ptr = ctx.bindings.llama_get_embeddings(ctx.ptr)
         if not ptr:
             raise DecodeError("llama.cpp returned no token embeddings after the decode")
         allrows = np.ctypeslib.as_array(ptr, shape=(n * self.n_embd_out,)).reshape(n, self.n_embd_out)

@@ -36,7 +36,7 @@ class NativeChatSampler(Owned):
     def __init__(self, ptr: int) -> None:
         self._ref = None
         C = native_lib()
-        self._C = C
+        self.bindings = C
         self.address = int(ptr)
         self._own(ctypes.cast(ctypes.c_void_p(self.address), C.llama_sampler_p), C.llama_sampler_free)
 
@@ -45,13 +45,13 @@ class NativeChatSampler(Owned):
         return self._ptr()
 
     def apply(self, cur_p: Any) -> None:
-        self._C.llama_sampler_apply(self._ptr(), cur_p)
+        self.bindings.llama_sampler_apply(self._ptr(), cur_p)
 
     def accept(self, token: int) -> None:
-        self._C.llama_sampler_accept(self._ptr(), int(token))
+        self.bindings.llama_sampler_accept(self._ptr(), int(token))
 
     def reset(self) -> None:
-        self._C.llama_sampler_reset(self._ptr())
+        self.bindings.llama_sampler_reset(self._ptr())
 
     def state(self) -> dict[str, str]:
         """``{"grammar": "none"|"active"|"failed", "reason", "reasoning": "none"|"idle"|"counting"|...}``."""

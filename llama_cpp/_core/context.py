@@ -117,7 +117,7 @@ class LlamaContext(Owned):
         if model.vocab_only:
             raise ContextError("this model was opened with vocab_only=True: it has no weights to run; "
                                "reopen it without vocab_only to create a context")
-        C = model._C
+        C = model.bindings
         unknown = set(fields) - set(CONTEXT_PARAM_NAMES)
         if unknown:
             raise TypeError(f"unknown context parameter(s): {', '.join(sorted(unknown))}")
@@ -169,7 +169,7 @@ class LlamaContext(Owned):
             C.llama_attach_threadpool(ptr, tp._ptr(), tpb._ptr() if tpb is not None else None)
         for p in pools:
             p.close()  # freed once this context (their last user) is freed
-        self._C = C
+        self.bindings = C
         self.model = model._ref  # the native model; the wrapper may be closed by its owner
         self._model = model
         self.params = cp
@@ -220,7 +220,7 @@ class LlamaContext(Owned):
         self.seq_add(seq_id, p0, p1, shift)
 
     def get_state_size(self) -> int:
-        return int(self._C.llama_state_get_size(self._ptr()))
+        return int(self.bindings.llama_state_get_size(self._ptr()))
 
     def get_logits_ith(self, i: int) -> np.ndarray:
         return self.logits_ith(i)
@@ -260,7 +260,7 @@ class LlamaContext(Owned):
         return self._n_ctx
 
     def n_ctx_seq(self) -> int:
-        return int(self._C.llama_n_ctx_seq(self._ptr()))
+        return int(self.bindings.llama_n_ctx_seq(self._ptr()))
 
     def n_batch(self) -> int:
         self._ptr()
@@ -289,20 +289,20 @@ class LlamaContext(Owned):
         return self._pooling
 
     def causal_attn(self) -> bool:
-        return bool(self._C.llama_get_causal_attn(self._ptr()))
+        return bool(self.bindings.llama_get_causal_attn(self._ptr()))
 
     def set_causal_attn(self, value: bool) -> None:
-        self._C.llama_set_causal_attn(self._ptr(), bool(value))
+        self.bindings.llama_set_causal_attn(self._ptr(), bool(value))
 
     def set_embeddings(self, value: bool) -> None:
-        self._C.llama_set_embeddings(self._ptr(), bool(value))
+        self.bindings.llama_set_embeddings(self._ptr(), bool(value))
         self.embeddings_enabled = bool(value)
 
     def set_n_threads(self, n_threads: int, n_threads_batch: int) -> None:
-        self._C.llama_set_n_threads(self._ptr(), int(n_threads), int(n_threads_batch))
+        self.bindings.llama_set_n_threads(self._ptr(), int(n_threads), int(n_threads_batch))
 
     def synchronize(self) -> None:
-        self._C.llama_synchronize(self._ptr())
+        self.bindings.llama_synchronize(self._ptr())
 
     # -- memory -------------------------------------------------------------------------------
     def _check_seq(self, seq_id: int, allow_negative: bool = False) -> None:
@@ -313,49 +313,49 @@ class LlamaContext(Owned):
 
     def memory_clear(self, data: bool = True) -> None:
         self._ptr()
-        self._C.llama_memory_clear(self._mem, bool(data))
+        self.bindings.llama_memory_clear(self._mem, bool(data))
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         self._ptr()
         self._check_seq(seq_id, allow_negative=True)
-        return bool(self._C.llama_memory_seq_rm(self._mem, int(seq_id), int(p0), int(p1)))
+        return bool(self.bindings.llama_memory_seq_rm(self._mem, int(seq_id), int(p0), int(p1)))
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         self._ptr()
         self._check_seq(src)
         self._check_seq(dst)
-        self._C.llama_memory_seq_cp(self._mem, int(src), int(dst), int(p0), int(p1))
+        self.bindings.llama_memory_seq_cp(self._mem, int(src), int(dst), int(p0), int(p1))
 
     def seq_keep(self, seq_id: int) -> None:
         self._ptr()
         self._check_seq(seq_id)
-        self._C.llama_memory_seq_keep(self._mem, int(seq_id))
+        self.bindings.llama_memory_seq_keep(self._mem, int(seq_id))
 
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
         self._ptr()
         self._check_seq(seq_id, allow_negative=True)
-        self._C.llama_memory_seq_add(self._mem, int(seq_id), int(p0), int(p1), int(delta))
+        self.bindings.llama_memory_seq_add(self._mem, int(seq_id), int(p0), int(p1), int(delta))
 
     def seq_pos_min(self, seq_id: int) -> int:
         self._ptr()
         self._check_seq(seq_id)
-        return int(self._C.llama_memory_seq_pos_min(self._mem, int(seq_id)))
+        return int(self.bindings.llama_memory_seq_pos_min(self._mem, int(seq_id)))
 
     def seq_pos_max(self, seq_id: int) -> int:
         self._ptr()
         self._check_seq(seq_id)
-        return int(self._C.llama_memory_seq_pos_max(self._mem, int(seq_id)))
+        return int(self.bindings.llama_memory_seq_pos_max(self._mem, int(seq_id)))
 
     # -- state --------------------------------------------------------------------------------
     def state_get(self) -> bytes:
-        C, ptr = self._C, self._ptr()
+        C, ptr = self.bindings, self._ptr()
         size = int(C.llama_state_get_size(ptr))
         buf = (ctypes.c_uint8 * size)()
         n = int(C.llama_state_get_data(ptr, buf, size))
         return ctypes.string_at(buf, n)  # bytes(buf[:n]) builds a list of ints first: seconds for GBs
 
     def state_set(self, data: bytes) -> None:
-        C, ptr = self._C, self._ptr()
+        C, ptr = self.bindings, self._ptr()
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         n = int(C.llama_state_set_data(ptr, buf, len(data)))
         if n != len(data):
@@ -363,7 +363,7 @@ class LlamaContext(Owned):
                              "belong to this model/context configuration")
 
     def state_seq_get(self, seq_id: int, flags: int = 0) -> bytes:
-        C, ptr = self._C, self._ptr()
+        C, ptr = self.bindings, self._ptr()
         self._check_seq(seq_id)
         size = int(C.llama_state_seq_get_size_ext(ptr, seq_id, flags))
         buf = (ctypes.c_uint8 * size)()
@@ -371,7 +371,7 @@ class LlamaContext(Owned):
         return ctypes.string_at(buf, n)
 
     def state_seq_set(self, data: bytes, seq_id: int, flags: int = 0) -> None:
-        C, ptr = self._C, self._ptr()
+        C, ptr = self.bindings, self._ptr()
         self._check_seq(seq_id)
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         if not int(C.llama_state_seq_set_data_ext(ptr, buf, len(data), seq_id, flags)):
@@ -393,7 +393,7 @@ class LlamaContext(Owned):
         """Run ``llama_decode`` on ``batch`` entries ``[start, start + count)`` (validated first)."""
         raw = batch.validated_view(self, start, count)
         self._check_count(raw.n_tokens, encode=False)
-        rc = int(self._C.llama_decode(self._ptr(), raw))
+        rc = int(self.bindings.llama_decode(self._ptr(), raw))
         if rc != 0:
             raise DecodeError(f"llama_decode returned {rc}: {_DECODE_ERRORS.get(rc, 'fatal error')}")
 
@@ -401,7 +401,7 @@ class LlamaContext(Owned):
         """Run ``llama_encode`` (encoder models, non-causal embeddings)."""
         raw = batch.validated_view(self, start, count)
         self._check_count(raw.n_tokens, encode=True)
-        rc = int(self._C.llama_encode(self._ptr(), raw))
+        rc = int(self.bindings.llama_encode(self._ptr(), raw))
         if rc != 0:
             raise DecodeError(f"llama_encode returned {rc}: {_DECODE_ERRORS.get(rc, 'fatal error')}")
 
@@ -411,8 +411,8 @@ class LlamaContext(Owned):
             raise ValueError("this extended batch was created for another context")
         self._check_count(batch.n_tokens, encode=encode)
         batch.check_ready()
-        kind = self._C.LLAMA_PROCESS_TYPE_ENCODE if encode else self._C.LLAMA_PROCESS_TYPE_DECODE
-        rc = int(self._C.llama_process(self._ptr(), kind, batch.ptr))
+        kind = self.bindings.LLAMA_PROCESS_TYPE_ENCODE if encode else self.bindings.LLAMA_PROCESS_TYPE_DECODE
+        rc = int(self.bindings.llama_process(self._ptr(), kind, batch.ptr))
         if rc != 0:
             what = "encode" if encode else "decode"
             raise DecodeError(f"llama_process({what}) returned {rc}: {_DECODE_ERRORS.get(rc, 'fatal error')}")
@@ -420,13 +420,13 @@ class LlamaContext(Owned):
     def logits_ith(self, i: int) -> np.ndarray:
         """Logits of batch entry ``i`` of the last decode (an output entry; negative counts outputs
         from the end), as a read-only view valid until the next decode."""
-        v = float_view(self._C.llama_get_logits_ith(self._ptr(), int(i)), self._n_vocab)
+        v = float_view(self.bindings.llama_get_logits_ith(self._ptr(), int(i)), self._n_vocab)
         if v is None:
             raise IndexError(f"no logits for batch index {i}: mark that entry as an output")
         return v
 
     def embeddings_ith(self, i: int) -> np.ndarray:
-        v = float_view(self._C.llama_get_embeddings_ith(self._ptr(), int(i)), self._n_embd_out)
+        v = float_view(self.bindings.llama_get_embeddings_ith(self._ptr(), int(i)), self._n_embd_out)
         if v is None:
             raise IndexError(f"no embeddings for batch index {i}: enable embeddings and mark it as output")
         return v
@@ -434,18 +434,18 @@ class LlamaContext(Owned):
     def embeddings_seq(self, seq_id: int, n: int | None = None) -> np.ndarray:
         self._check_seq(seq_id)
         width = self._n_embd_out if n is None else n
-        v = float_view(self._C.llama_get_embeddings_seq(self._ptr(), int(seq_id)), width)
+        v = float_view(self.bindings.llama_get_embeddings_seq(self._ptr(), int(seq_id)), width)
         if v is None:
             raise IndexError(f"no pooled embedding for sequence {seq_id} (pooling NONE, or not in the last batch)")
         return v
 
     def perf(self) -> dict[str, float]:
-        d = self._C.llama_perf_context(self._ptr())
+        d = self.bindings.llama_perf_context(self._ptr())
         return {k: getattr(d, k) for k in ("t_start_ms", "t_load_ms", "t_p_eval_ms", "t_eval_ms", "n_p_eval",
                                           "n_eval", "n_reused")}
 
     def perf_reset(self) -> None:
-        self._C.llama_perf_context_reset(self._ptr())
+        self.bindings.llama_perf_context_reset(self._ptr())
 
     def set_adapters_lora(self, adapters: Sequence[LlamaLoraAdapter], scales: Sequence[float]) -> None:
         if len(adapters) != len(scales):
@@ -454,7 +454,7 @@ class LlamaContext(Owned):
         arr = (ctypes.c_void_p * max(n, 1))(*[a._ptr_int() for a in adapters])
         sc = (ctypes.c_float * max(n, 1))(*[float(s) for s in scales])
         # the array itself: ctypes passes a c_void_p *instance* for a pointer argument by its address
-        rc = int(self._C.llama_set_adapters_lora(self._ptr(), arr if n else None, n, sc if n else None))
+        rc = int(self.bindings.llama_set_adapters_lora(self._ptr(), arr if n else None, n, sc if n else None))
         if rc != 0:
             raise LlamaError(f"llama_set_adapters_lora failed ({rc}): adapter does not fit this model")
         self._adapters = list(adapters)  # keep them alive while attached
@@ -482,7 +482,7 @@ class LlamaBatch:
         if n_seq_max <= 0:
             raise ValueError(f"n_seq_max must be positive, got {n_seq_max}")
         C = native_lib()
-        self._C = C
+        self.bindings = C
         self.capacity = int(n_tokens)
         self.embd = int(embd)
         self.n_seq_max = int(n_seq_max)
@@ -742,7 +742,7 @@ class LlamaBatch:
             j = int(bad_rows[0])
             s = [int(x) for x in sids[j, : nsid[j]]]
             raise ValueError(f"entry {start + j}: sequence id(s) {s} outside [0, n_seq_max={n_seq_max}) of this context")
-        s = self._C.llama_batch()
+        s = self.bindings.llama_batch()
         self._fill_struct(s, start, count)
         s._keep = self  # the view must not outlive the buffers
         return s
@@ -758,7 +758,7 @@ def _ext_row_widths(ctx: LlamaContext) -> tuple[int, int]:
     arch = model.metadata.get("general.architecture") if model is not None else None
     if arch not in ("eagle3", "dflash"):
         return inp, inp
-    C = ctx._C
+    C = ctx.bindings
     if not C.__bindings__.functions["llama_model_target_layer_ids_n"].available():
         return inp, inp  # llama.cpp accepts the encoder width too; without the count it cannot be derived
     n_layers = int(C.llama_model_target_layer_ids_n(model.ptr))
@@ -780,12 +780,12 @@ class LlamaBatchExtNative(Owned):
 
     def __init__(self, ctx: LlamaContext) -> None:
         self._ref = None
-        C = ctx._C
+        C = ctx.bindings
         ptr = C.llama_batch_ext_init(ctx.ptr)
         if not ptr:
             raise LlamaError("llama_batch_ext_init failed")
         self._own(ptr, C.llama_batch_ext_free, [ctx._ref])
-        self._C = C
+        self.bindings = C
         self.context_ref = ctx._ref
         self.capacity = ctx.n_batch()
         self.n_vocab = ctx.n_vocab()
@@ -803,7 +803,7 @@ class LlamaBatchExtNative(Owned):
         return self._ptr()
 
     def clear(self) -> None:
-        self._C.llama_batch_ext_clear(self._ptr())
+        self.bindings.llama_batch_ext_clear(self._ptr())
         self.n_tokens = 0
         self._pos_set.clear()
         self._is_embd.clear()
@@ -837,7 +837,7 @@ class LlamaBatchExtNative(Owned):
         if not np.all(np.isfinite(a)):
             raise ValueError(f"{where}: embedding contains NaN or infinity")
         a = np.ascontiguousarray(a)
-        e = self._C.llama_embd()
+        e = self.bindings.llama_embd()
         e.data = a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         e.n_rows = a.shape[0]
         e.n_embd = a.shape[1]
@@ -875,7 +875,7 @@ class LlamaBatchExtNative(Owned):
             raise TokenizationError(f"{where}: token id {token} is outside the vocabulary [0, {self.n_vocab})")
         self._check_seq(seq_id, where)
         p = self._positions(pos, False, where)
-        C, b = self._C, self._ptr()
+        C, b = self.bindings, self._ptr()
         idx = self._after_add(int(C.llama_batch_ext_add_token(b, int(seq_id), int(token))), where)
         C.llama_batch_ext_set_pos(b, idx, p)
         if output:
@@ -901,7 +901,7 @@ class LlamaBatchExtNative(Owned):
         self._check_seq(seq_id, where)
         a, e = self._row(row, where)
         p = self._positions(pos, True, where)
-        C, b = self._C, self._ptr()
+        C, b = self.bindings, self._ptr()
         idx = self._after_add(int(C.llama_batch_ext_add_embd(b, int(seq_id), e)), where)
         del a
         C.llama_batch_ext_set_pos(b, idx, p)
@@ -918,7 +918,7 @@ class LlamaBatchExtNative(Owned):
         """Attach a hidden-state row to token entry ``idx`` (copied now; MTP drafting)."""
         self._check_index(idx)
         a, e = self._row(row, f"entry {idx}")
-        if not self._C.llama_batch_ext_set_embd_token(self._ptr(), int(idx), e):
+        if not self.bindings.llama_batch_ext_set_embd_token(self._ptr(), int(idx), e):
             raise ValueError(f"entry {idx}: llama.cpp refused the row (already set, or width mismatch)")
         self._row_width = a.size
         del a
@@ -926,17 +926,17 @@ class LlamaBatchExtNative(Owned):
     def add_seq(self, idx: int, seq_id: int) -> None:
         self._check_index(idx)
         self._check_seq(seq_id, f"entry {idx}")
-        if not self._C.llama_batch_ext_add_seq(self._ptr(), int(idx), int(seq_id)):
+        if not self.bindings.llama_batch_ext_add_seq(self._ptr(), int(idx), int(seq_id)):
             raise ValueError(f"entry {idx}: llama.cpp refused sequence {seq_id}")
 
     def set_pos(self, idx: int, pos: int | Sequence[int]) -> None:
         self._check_index(idx)
         p = self._positions(pos, self._is_embd[idx], f"entry {idx}")
-        self._C.llama_batch_ext_set_pos(self._ptr(), int(idx), p)
+        self.bindings.llama_batch_ext_set_pos(self._ptr(), int(idx), p)
 
     def set_output(self, idx: int, value: bool = True) -> None:
         self._check_index(idx)
-        self._C.llama_batch_ext_set_output_logits(self._ptr(), int(idx), bool(value))
+        self.bindings.llama_batch_ext_set_output_logits(self._ptr(), int(idx), bool(value))
         self._outputs[idx] = bool(value)
 
     def output_indices(self) -> list[int]:

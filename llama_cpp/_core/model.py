@@ -244,7 +244,7 @@ class LlamaModel(Owned):
                 f"llama.cpp could not load {self.path}: {reason} (the file is corrupt, truncated, or of an "
                 "architecture this build does not support)")
         self._own(ptr, C.llama_model_free)
-        self._C = C
+        self.bindings = C
         self.vocab_only = bool(vocab_only)
         self._vocab = C.llama_model_get_vocab(ptr)
         self.n_vocab = CallableInt(C.llama_vocab_n_tokens(self._vocab))
@@ -324,74 +324,74 @@ class LlamaModel(Owned):
         return self._vocab
 
     def n_ctx_train(self) -> int:
-        return int(self._C.llama_model_n_ctx_train(self._ptr()))
+        return int(self.bindings.llama_model_n_ctx_train(self._ptr()))
 
     def n_embd(self) -> int:
-        return int(self._C.llama_model_n_embd(self._ptr()))
+        return int(self.bindings.llama_model_n_embd(self._ptr()))
 
     def n_embd_inp(self) -> int:
-        return int(self._C.llama_model_n_embd_inp(self._ptr()))
+        return int(self.bindings.llama_model_n_embd_inp(self._ptr()))
 
     def n_embd_out(self) -> int:
-        return int(self._C.llama_model_n_embd_out(self._ptr()))
+        return int(self.bindings.llama_model_n_embd_out(self._ptr()))
 
     def n_layer(self) -> int:
-        return int(self._C.llama_model_n_layer(self._ptr()))
+        return int(self.bindings.llama_model_n_layer(self._ptr()))
 
     def n_layer_nextn(self) -> int:
-        return int(self._C.llama_model_n_layer_nextn(self._ptr()))
+        return int(self.bindings.llama_model_n_layer_nextn(self._ptr()))
 
     def n_head(self) -> int:
-        return int(self._C.llama_model_n_head(self._ptr()))
+        return int(self.bindings.llama_model_n_head(self._ptr()))
 
     def n_params(self) -> int:
-        return int(self._C.llama_model_n_params(self._ptr()))
+        return int(self.bindings.llama_model_n_params(self._ptr()))
 
     def size(self) -> int:
-        return int(self._C.llama_model_size(self._ptr()))
+        return int(self.bindings.llama_model_size(self._ptr()))
 
     def n_cls_out(self) -> int:
-        return int(self._C.llama_model_n_cls_out(self._ptr()))
+        return int(self.bindings.llama_model_n_cls_out(self._ptr()))
 
     def rope_type(self) -> int:
-        return int(self._C.llama_model_rope_type(self._ptr()))
+        return int(self.bindings.llama_model_rope_type(self._ptr()))
 
     def n_pos_per_embd(self) -> int:
         """Positions per embedding input: 4 for M-RoPE models, else 1."""
         return 4 if self.rope_type() in (LLAMA_ROPE_TYPE_MROPE, LLAMA_ROPE_TYPE_IMROPE) else 1
 
     def has_encoder(self) -> bool:
-        return bool(self._C.llama_model_has_encoder(self._ptr()))
+        return bool(self.bindings.llama_model_has_encoder(self._ptr()))
 
     def has_decoder(self) -> bool:
-        return bool(self._C.llama_model_has_decoder(self._ptr()))
+        return bool(self.bindings.llama_model_has_decoder(self._ptr()))
 
     def is_recurrent(self) -> bool:
-        return bool(self._C.llama_model_is_recurrent(self._ptr()))
+        return bool(self.bindings.llama_model_is_recurrent(self._ptr()))
 
     def is_hybrid(self) -> bool:
-        return bool(self._C.llama_model_is_hybrid(self._ptr()))
+        return bool(self.bindings.llama_model_is_hybrid(self._ptr()))
 
     def decoder_start_token(self) -> int:
-        return int(self._C.llama_model_decoder_start_token(self._ptr()))
+        return int(self.bindings.llama_model_decoder_start_token(self._ptr()))
 
     def desc(self) -> str:
         buf = ctypes.create_string_buffer(256)
-        self._C.llama_model_desc(self._ptr(), buf, 256)
+        self.bindings.llama_model_desc(self._ptr(), buf, 256)
         return buf.value.decode("utf-8", errors="replace")
 
     def chat_template(self, name: str | None = None) -> str | None:
-        res = self._C.llama_model_chat_template(self._ptr(), name.encode() if name else None)
+        res = self.bindings.llama_model_chat_template(self._ptr(), name.encode() if name else None)
         return cstr(res)
 
     def cls_label(self, i: int) -> str | None:
-        return cstr(self._C.llama_model_cls_label(self._ptr(), int(i)))
+        return cstr(self.bindings.llama_model_cls_label(self._ptr(), int(i)))
 
     @property
     def metadata(self) -> dict[str, str]:
         """GGUF metadata scalars as strings (arrays are not exposed by llama.cpp's C API)."""
         if self._metadata is None:
-            C, ptr = self._C, self._ptr()
+            C, ptr = self.bindings, self._ptr()
             out: dict[str, str] = {}
             buf_size = 1024
             buf = ctypes.create_string_buffer(buf_size)
@@ -417,31 +417,31 @@ class LlamaModel(Owned):
 
     # -- vocabulary ---------------------------------------------------------------------------
     def token_bos(self) -> int:
-        return int(self._C.llama_vocab_bos(self.vocab))
+        return int(self.bindings.llama_vocab_bos(self.vocab))
 
     def token_eos(self) -> int:
-        return int(self._C.llama_vocab_eos(self.vocab))
+        return int(self.bindings.llama_vocab_eos(self.vocab))
 
     def token_eot(self) -> int:
-        return int(self._C.llama_vocab_eot(self.vocab))
+        return int(self.bindings.llama_vocab_eot(self.vocab))
 
     def token_sep(self) -> int:
-        return int(self._C.llama_vocab_sep(self.vocab))
+        return int(self.bindings.llama_vocab_sep(self.vocab))
 
     def token_nl(self) -> int:
-        return int(self._C.llama_vocab_nl(self.vocab))
+        return int(self.bindings.llama_vocab_nl(self.vocab))
 
     def add_bos(self) -> bool:
-        return bool(self._C.llama_vocab_get_add_bos(self.vocab))
+        return bool(self.bindings.llama_vocab_get_add_bos(self.vocab))
 
     def add_eos(self) -> bool:
-        return bool(self._C.llama_vocab_get_add_eos(self.vocab))
+        return bool(self.bindings.llama_vocab_get_add_eos(self.vocab))
 
     def add_sep(self) -> bool:
-        return bool(self._C.llama_vocab_get_add_sep(self.vocab))
+        return bool(self.bindings.llama_vocab_get_add_sep(self.vocab))
 
     def is_eog(self, token: int) -> bool:
-        return bool(self._C.llama_vocab_is_eog(self.vocab, int(token)))
+        return bool(self.bindings.llama_vocab_is_eog(self.vocab, int(token)))
 
     # -- llama-cpp-python's names -------------------------------------------------------------
     @property
@@ -451,33 +451,33 @@ class LlamaModel(Owned):
         return None if ref is None else ref.ptr
 
     def vocab_type(self) -> int:
-        return int(self._C.llama_vocab_type(self.vocab))
+        return int(self.bindings.llama_vocab_type(self.vocab))
 
     def rope_freq_scale_train(self) -> float:
-        return float(self._C.llama_model_rope_freq_scale_train(self._ptr()))
+        return float(self.bindings.llama_model_rope_freq_scale_train(self._ptr()))
 
     def token_get_text(self, token: int) -> str:
         return self.token_text(token)
 
     def token_get_score(self, token: int) -> float:
         self.check_tokens([token])
-        return float(self._C.llama_vocab_get_score(self.vocab, int(token)))
+        return float(self.bindings.llama_vocab_get_score(self.vocab, int(token)))
 
     def token_get_attr(self, token: int) -> int:
         self.check_tokens([token])
-        return int(self._C.llama_vocab_get_attr(self.vocab, int(token)))
+        return int(self.bindings.llama_vocab_get_attr(self.vocab, int(token)))
 
     def token_cls(self) -> int:
-        return int(self._C.llama_vocab_bos(self.vocab))  # llama.cpp folded CLS into BOS
+        return int(self.bindings.llama_vocab_bos(self.vocab))  # llama.cpp folded CLS into BOS
 
     def token_prefix(self) -> int:
-        return int(self._C.llama_vocab_fim_pre(self.vocab))
+        return int(self.bindings.llama_vocab_fim_pre(self.vocab))
 
     def token_middle(self) -> int:
-        return int(self._C.llama_vocab_fim_mid(self.vocab))
+        return int(self.bindings.llama_vocab_fim_mid(self.vocab))
 
     def token_suffix(self) -> int:
-        return int(self._C.llama_vocab_fim_suf(self.vocab))
+        return int(self.bindings.llama_vocab_fim_suf(self.vocab))
 
     def add_bos_token(self) -> bool:
         return self.add_bos()
@@ -487,7 +487,7 @@ class LlamaModel(Owned):
 
     def token_text(self, token: int) -> str:
         self.check_tokens([token])
-        return cstr(self._C.llama_vocab_get_text(self.vocab, int(token))) or ""
+        return cstr(self.bindings.llama_vocab_get_text(self.vocab, int(token))) or ""
 
     def check_tokens(self, tokens: Iterable[int], what: str = "token") -> None:
         """Raise TokenizationError naming the first id outside ``[0, n_vocab)``."""
@@ -522,7 +522,7 @@ class LlamaModel(Owned):
 
     def _tokenize_once(self, text: bytes, add_special: bool, parse_special: bool) -> list[int]:
         """One ``llama_tokenize`` call (retried once with the size it asks for)."""
-        C, vocab = self._C, self.vocab
+        C, vocab = self.bindings, self.vocab
         n_max = len(text) + 2 * int(add_special) + 1
         buf = (ctypes.c_int32 * n_max)()
         n = C.llama_tokenize(vocab, text, len(text), buf, n_max, add_special, parse_special)
@@ -547,7 +547,7 @@ class LlamaModel(Owned):
 
     def _space_prefix(self) -> bool:
         if not hasattr(self, "_space_prefix_cache"):
-            spm = int(self._C.llama_vocab_type(self.vocab)) == LLAMA_VOCAB_TYPE_SPM
+            spm = int(self.bindings.llama_vocab_type(self.vocab)) == LLAMA_VOCAB_TYPE_SPM
             flag = self.metadata.get("tokenizer.ggml.add_space_prefix", "true").lower() != "false"
             self._space_prefix_cache = spm and flag
         return self._space_prefix_cache
@@ -557,10 +557,10 @@ class LlamaModel(Owned):
         if not 0 <= token < self.n_vocab:  # a scalar test: this runs once per generated token
             raise TokenizationError(f"token id {token} is outside the vocabulary [0, {self.n_vocab})")
         buf = ctypes.create_string_buffer(64)
-        n = self._C.llama_token_to_piece(self.vocab, token, buf, 64, lstrip, special)
+        n = self.bindings.llama_token_to_piece(self.vocab, token, buf, 64, lstrip, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
-            n = self._C.llama_token_to_piece(self.vocab, int(token), buf, -n, lstrip, special)
+            n = self.bindings.llama_token_to_piece(self.vocab, int(token), buf, -n, lstrip, special)
         return buf.raw[:n]
 
     def detokenize(self, tokens: Sequence[int], special: bool = False,
@@ -577,11 +577,11 @@ class LlamaModel(Owned):
         arr = (ctypes.c_int32 * len(tokens))(*tokens)
         cap = max(64, 8 * len(tokens))
         buf = ctypes.create_string_buffer(cap)
-        n = self._C.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, remove_special, special)
+        n = self.bindings.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, remove_special, special)
         if n < 0:
             cap = -n
             buf = ctypes.create_string_buffer(cap)
-            n = self._C.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, remove_special, special)
+            n = self.bindings.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, remove_special, special)
         return buf.raw[:n]
 
 
@@ -597,7 +597,7 @@ class LlamaLoraAdapter(Owned):
     def __init__(self, model: LlamaModel, path: str | os.PathLike[str]) -> None:
         self._ref = None
         p = check_gguf_file(path)
-        C = model._C
+        C = model.bindings
         ptr = C.llama_adapter_lora_init(model.ptr, os.fsencode(p))
         if not ptr:
             raise ModelLoadError(f"llama.cpp could not load the LoRA adapter {p} for this model")

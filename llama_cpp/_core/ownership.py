@@ -177,6 +177,9 @@ class Owned:
 
     _kind = "object"
     _ref: NativeRef | None
+    #: the ctypes bindings (:mod:`llama_cpp.llama_cpp`'s loaded library) this wrapper calls; other modules
+    #: call llama.cpp on this object's pointer through it, so one process never mixes two loaded libraries
+    bindings: Any
 
     def _own(self, ptr: Any, free: Callable[[Any], None], parents: Sequence[NativeRef] = ()) -> None:
         self._ref = NativeRef(ptr, free, self._kind, parents)

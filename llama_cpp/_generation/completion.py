@@ -58,7 +58,7 @@ def prompt_tokens(llama: Any, prompt: str | bytes | Sequence[int], suffix: str |
 def infill_tokens(llama: Any, prefix: bytes, suffix: bytes) -> list[int]:
     """A fill-in-the-middle prompt with the model's FIM tokens (SPM order with ``spm_infill``)."""
     m = llama.native_model()
-    C = m._C
+    C = m.bindings
     pre, suf, mid = (int(C.llama_vocab_fim_pre(m.vocab)), int(C.llama_vocab_fim_suf(m.vocab)),
                      int(C.llama_vocab_fim_mid(m.vocab)))
     if min(pre, suf, mid) < 0:

@@ -96,7 +96,7 @@ def decode_loop(model: LlamaModel, step: TokenStep, pick: Pick, n_past: int, max
     ``decoded(token)`` is called for each token once it is in the context's memory.
     """
     ctx = step.ctx
-    C = model._C
+    C = model.bindings
     ctx_ptr, vocab, one_struct = ctx.ptr, model.vocab, step.struct
     token_arr, pos_arr = step.batch.token_arr, step.batch.pos
     decode, is_eog = C.llama_decode, C.llama_vocab_is_eog

@@ -38,7 +38,7 @@ Pick = Callable[[LlamaContext, int], tuple[int, Any]]
 
 def suppressed_tokens(model: LlamaModel) -> dict[int, float]:
     """The vocabulary's suppress-token list as a ``-inf`` logit bias (empty when there is none)."""
-    C = model._C
+    C = model.bindings
     n = ctypes.c_int32(0)
     try:
         ptr = C.llama_vocab_get_suppress_tokens(model.vocab, ctypes.byref(n))
@@ -218,7 +218,7 @@ def token_picker(model: LlamaModel, chain: LlamaSampler, grammar: LlamaSampler |
     """``pick(ctx, i) -> (token, logits row or None)`` for output ``i``: the native chain, or, with a
     grammar, the grammar then the chain over the candidates (both accept the token); ``hooks``'
     logits processors rewrite the row first and the picked token joins their history."""
-    sample_native = model._C.llama_sampler_sample
+    sample_native = model.bindings.llama_sampler_sample
     chain_ptr = chain.ptr
     if hooks is not None and hooks.processors:
         return _processed_picker(model, chain, grammar, want_row, hooks)

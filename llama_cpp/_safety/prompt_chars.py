@@ -21,7 +21,7 @@ def longest_token_chars(model: Any) -> int:
     """The longest token text of ``model`` in characters (computed once per model)."""
     cached = _LONGEST.get(unwrap(model))
     if cached is None:
-        C, vocab = model._C, model.vocab
+        C, vocab = model.bindings, model.vocab
         cached = 1
         for i in range(int(model.n_vocab)):
             raw = C.llama_vocab_get_text(vocab, i)

@@ -46,7 +46,7 @@ def vocab_chars(model: Any) -> tuple[frozenset[str], frozenset[str]]:
     cached = _VOCAB_CHARS.get(unwrap(model))
     if cached is not None:
         return cached
-    C, vocab = model._C, model.vocab
+    C, vocab = model.bindings, model.vocab
     chars: set[str] = set()
     ends: set[str] = set()
     for i in range(int(model.n_vocab)):

@@ -43,8 +43,8 @@ class RawExtBatch:
     """
 
     def __init__(self, batch: Any, ctx: Any, n_embd: int) -> None:
-        C = ctx._C
-        self._C = C
+        C = ctx.bindings
+        self.bindings = C
         self._batch = batch  # keeps the native batch (and its context) alive
         self._b = batch.ptr
         self._ctx = ctx.ptr
@@ -140,7 +140,7 @@ class RawExtBatch:
     def _decode_entries(self, tokens: Sequence[int], pos0: int, outputs: bool | str,
                         rows: Sequence[np.ndarray] | np.ndarray | None) -> None:
         """:meth:`decode` through the extended batch, one entry (and its row) at a time."""
-        C, b, pos, embd = self._C, self._b, self._pos, self._embd
+        C, b, pos, embd = self.bindings, self._b, self._pos, self._embd
         out_all, out_last = outputs is True, len(tokens) - 1 if outputs == "last" else -1
         add, set_pos = C.llama_batch_ext_add_token, C.llama_batch_ext_set_pos
         set_out, set_row = C.llama_batch_ext_set_output_logits, C.llama_batch_ext_set_embd_token
@@ -174,7 +174,7 @@ class RawExtBatch:
             self._rows_plain(rows, pos0, encode, mrope)
             return
         rows = np.ascontiguousarray(rows, dtype=np.float32)
-        C, b, pos = self._C, self._b, self._pos
+        C, b, pos = self.bindings, self._b, self._pos
         add, set_pos, set_out = C.llama_batch_ext_add_embd, C.llama_batch_ext_set_pos, C.llama_batch_ext_set_output_embd
         C.llama_batch_ext_clear(b)
         e = C.llama_embd()
@@ -233,7 +233,7 @@ class RawBatch:
     def __init__(self, ctx: Any, seq: int = 0) -> None:
         from .._core.context import LlamaBatch
 
-        self._C = ctx._C
+        self.bindings = ctx.bindings
         self.n_batch = ctx.n_batch()
         self._batch = LlamaBatch(self.n_batch, 0, 1)
         self._batch.n_tokens = self.n_batch
@@ -263,7 +263,7 @@ class RawBatch:
         flags = self._flags.get(logits)
         if flags is None:
             raise ValueError(f"logits must be 'all', 'last' or 'none', got {logits!r}")
-        decode, ctx = self._C.llama_decode, self._ctx
+        decode, ctx = self.bindings.llama_decode, self._ctx
         n = len(tokens)
         for s in range(0, n, nb):
             m = min(nb, n - s)
@@ -290,7 +290,7 @@ class SeqCheckpoint:
     """
 
     def __init__(self, ctx: Any, seq_id: int = 0, flags: int = 0) -> None:
-        self._C = ctx._C
+        self.bindings = ctx.bindings
         self._ctx = ctx.ptr
         self._seq = int(seq_id)
         self._flags = int(flags)
@@ -299,7 +299,7 @@ class SeqCheckpoint:
         self._n = 0
 
     def save(self) -> None:
-        C = self._C
+        C = self.bindings
         size = int(C.llama_state_seq_get_size_ext(self._ctx, self._seq, self._flags))
         if size > self._cap:
             self._cap = max(size, self._cap * 2)
@@ -313,7 +313,7 @@ class SeqCheckpoint:
         return ctypes.string_at(self._buf, self._n) if self._n else b""
 
     def restore(self) -> None:
-        if not int(self._C.llama_state_seq_set_data_ext(self._ctx, self._buf, self._n, self._seq, self._flags)):
+        if not int(self.bindings.llama_state_seq_set_data_ext(self._ctx, self._buf, self._n, self._seq, self._flags)):
             raise LlamaError("llama_state_seq_set_data_ext could not restore the rollback checkpoint")
 
 
@@ -325,7 +325,7 @@ def check_snapshot_ubatch(model: Any, ctx: Any, what: str) -> None:
     first decode when a micro-batch cannot hold them."""
     if not model.is_hybrid():
         return
-    n_rs, ub = int(ctx._C.llama_n_rs_seq(ctx.ptr)), int(ctx.n_ubatch())
+    n_rs, ub = int(ctx.bindings.llama_n_rs_seq(ctx.ptr)), int(ctx.n_ubatch())
     if n_rs > 0 and ub <= n_rs + 1:
         raise SpeculativeError(
             f"{what}: n_ubatch={ub} must exceed n_rs_seq + 1 = {n_rs + 1} on this hybrid model (llama.cpp "
@@ -339,7 +339,7 @@ def greedy_chain(sampler: Any) -> bool:
 
     if not isinstance(sampler, LlamaSampler):
         return False
-    C, ptr = sampler._C, sampler.ptr
+    C, ptr = sampler.bindings, sampler.ptr
     return (C.llama_sampler_name(ptr) == b"chain" and int(C.llama_sampler_chain_n(ptr)) == 1
             and C.llama_sampler_name(C.llama_sampler_chain_get(ptr, 0)) == b"greedy")
 
@@ -355,14 +355,14 @@ class GreedyRows:
     """
 
     def __init__(self, ctx: Any, n_vocab: int) -> None:
-        self._C = ctx._C
+        self.bindings = ctx.bindings
         self._ctx = ctx.ptr
         self._n_vocab = int(n_vocab)
         self._backend: bool | None = None  # backend samplers on the context: looked up once
 
     def pick(self, n: int) -> list[int] | None:
         """The greedy token of each of output rows ``0..n-1`` of the last decode, or None."""
-        C, ctx, nv = self._C, self._ctx, self._n_vocab
+        C, ctx, nv = self.bindings, self._ctx, self._n_vocab
         if self._backend is None:
             self._backend = bool(int(C.llama_get_sampled_token_ith(ctx, 0)) != -1
                                  or C.llama_get_sampled_logits_ith(ctx, 0)

@@ -29,7 +29,7 @@ def chain_draft(ctx: Any, raw: Any, toks: list[int], rows: list[np.ndarray], bas
     :class:`~llama_cpp.speculative.batch.RawExtBatch`; ``confident(logits, best)`` applies
     ``draft_p_min``.
     """
-    C = ctx._C
+    C = ctx.bindings
     out: list[int] = []
     held = base
     ran = 0
@@ -71,7 +71,7 @@ def chain_pairs(ctx: Any, raw: Any, toks: Sequence[int], rows: Sequence[np.ndarr
     """Decode catch-up pairs ``(toks, rows)`` at ``pos0..`` into the layers of heads ``0..n_used-1``
     (no outputs): per head, the positions are removed and decoded again under it (llama.cpp's
     ``process``), in ``n_batch`` chunks."""
-    C = ctx._C
+    C = ctx.bindings
     n = len(toks)
     try:
         for head in range(n_used):

@@ -67,7 +67,7 @@ def sample_fn(C: Any, target: Any, sampler: Any) -> Callable[[int], int]:
 class SpeculativeDecoder:
     """The verify loop and the history over one sequence (seq 0) of one target context.
 
-    A subclass sets ``model``, ``config``, ``stats``, ``n_ctx``, ``rollback_capacity``, ``_C``,
+    A subclass sets ``model``, ``config``, ``stats``, ``n_ctx``, ``rollback_capacity``, ``bindings``,
     ``_target``, ``_drafters``, ``_ckpt`` (a partial :class:`SeqCheckpoint` of the target) and
     ``_k_cap`` (the longest draft), calls :meth:`_ready` last, and provides :meth:`_draft_step`, :meth:`_verify_decode`,
     :meth:`_replay`, :meth:`_clear_memories`, :meth:`_warm_up` and ``_live``; :meth:`_advance` and
@@ -79,7 +79,7 @@ class SpeculativeDecoder:
     stats: SpeculativeStats
     n_ctx: int
     rollback_capacity: int
-    _C: Any
+    bindings: Any
     _target: Any
     _drafters: list[Any]
     _ckpt: SeqCheckpoint
@@ -188,7 +188,7 @@ class SpeculativeDecoder:
         """``llama_vocab_is_eog``, remembered per token (asked for every emitted token)."""
         v = self._eog.get(t)
         if v is None:
-            v = self._eog[t] = bool(self._C.llama_vocab_is_eog(self.model.vocab, t))
+            v = self._eog[t] = bool(self.bindings.llama_vocab_is_eog(self.model.vocab, t))
         return v
 
     # -- the loop ------------------------------------------------------------------------------
@@ -207,11 +207,11 @@ class SpeculativeDecoder:
         if self._id_last is None or self._dirty:
             raise SpeculativeError("call prefill(tokens) before generate(): the decoder has no (valid) history")
         max_tokens = int(max_tokens)
-        sample = sample_fn(self._C, tgt, sampler)
+        sample = sample_fn(self.bindings, tgt, sampler)
         n_vocab = int(self.model.n_vocab)
         # a greedy chain's picks for the verify rows come from one argmax over them (GreedyRows)
         greedy = GreedyRows(tgt, n_vocab) if n_vocab >= GREEDY_ROWS_MIN_VOCAB and greedy_chain(sampler) else None
-        accept, chain = self._C.llama_sampler_accept, getattr(sampler, "ptr", None)
+        accept, chain = self.bindings.llama_sampler_accept, getattr(sampler, "ptr", None)
         st = self.stats
         is_eog = self._is_eog
         clock = time.perf_counter

@@ -121,7 +121,7 @@ class DFlashDrafter(FeatureDraftParts):
         from .draft import check_draft_vocab
 
         self.model = self.ctx = self._batch = self._tl = None
-        C = target_model._C
+        C = target_model.bindings
         self.kind = "draft-dspark" if dspark else "draft-dflash"
         self._dspark = bool(dspark)
         self.p_min = float(p_min)
@@ -142,7 +142,7 @@ class DFlashDrafter(FeatureDraftParts):
         self.n_min = min(int(n_min), self.n_max)
         if self.n_max < int(n_max):
             log.info("DFlash: draft_n_max=%d exceeds the trained block size %d; drafting %d", n_max, block, self.n_max)
-        self._C = C
+        self.bindings = C
         try:
             self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers, draft_model)
             self.mask = int(C.llama_vocab_mask(self.model.vocab))
@@ -236,7 +236,7 @@ class DFlashDrafter(FeatureDraftParts):
         """DFlash2: follow the selector lattice from the anchor, each row's best successor of the last pick.
 
         Row ``i`` holds ``top_k`` candidate ids, then ``top_k`` scores per candidate of row ``i - 1``."""
-        ptr = self._C.llama_get_embeddings_nextn(self.ctx.ptr)
+        ptr = self.bindings.llama_get_embeddings_nextn(self.ctx.ptr)
         if not ptr:
             raise SpeculativeError("the DFlash2 draft returned no selector lattice")
         k, n = self._top_k, min(k_max, n_block - 1)
@@ -297,7 +297,7 @@ class DFlashDrafter(FeatureDraftParts):
             ctx, k = self.ctx, self._topk
             conf = None
             if self._conf:
-                ptr = self._C.llama_get_embeddings_nextn(ctx.ptr)
+                ptr = self.bindings.llama_get_embeddings_nextn(ctx.ptr)
                 if not ptr:
                     raise SpeculativeError("the DSpark draft returned no confidences")
                 conf = float_view(ptr, n_block * self._n_embd)[::self._n_embd]

@@ -43,7 +43,7 @@ def _text(value: Any) -> bytes:
 
 def check_vocab_compatible(target: Any, draft: Any, draft_path: str = "the draft model") -> None:
     """Raise :class:`SpeculativeError` unless ``draft`` can draft for ``target`` (two LlamaModels)."""
-    C = target._C
+    C = target.bindings
     vt, vd = target.vocab, draft.vocab
     tt, td = int(C.llama_vocab_type(vt)), int(C.llama_vocab_type(vd))
     if tt != td:
@@ -245,7 +245,7 @@ class DraftModel(DrafterBase):
         # architecture) rolls back to a checkpoint taken at the synced history each step
         self._ckpt = None
         self._ckpt_len = -1
-        if (self.model.is_recurrent() or self.model.is_hybrid()) and int(self.model._C.llama_n_rs_seq(self.ctx.ptr)) == 0:
+        if (self.model.is_recurrent() or self.model.is_hybrid()) and int(self.model.bindings.llama_n_rs_seq(self.ctx.ptr)) == 0:
             self._ckpt = SeqCheckpoint(self.ctx, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
         self.n_vocab_target = int(target_model.n_vocab)
         self._n_vocab_draft = int(self.model.n_vocab)

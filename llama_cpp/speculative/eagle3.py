@@ -146,13 +146,13 @@ class Eagle3Drafter(FeatureDraftParts):
 
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
         self.model = self.ctx = self._batch = self._tl = None
-        C = target_model._C
+        C = target_model.bindings
         require_symbols(C, _SYMBOLS, "EAGLE3")
         p = os.fspath(path)
         layers = check_draft_header(p, target_arch=target_model.metadata.get("general.architecture"),
                                     target_n_embd=target_model.n_embd(), target_n_layer=target_model.n_layer())
         check_draft_vocab(target_model, p)
-        self._C = C
+        self.bindings = C
         try:
             self.model, self.ctx = open_draft(C, p, layers, target_ctx, ctx_params, n_gpu_layers, draft_model)
             self._batch = LlamaBatchExt(self.ctx)
@@ -205,7 +205,7 @@ class Eagle3Drafter(FeatureDraftParts):
         if m == 0 or self.ctx is None:
             return
         feats = self._tl.rows(m, first)
-        C, dft = self._C, self.ctx.ptr
+        C, dft = self.bindings, self.ctx.ptr
         g = np.empty((m, self.n_dec), dtype=np.float32)
         for s in range(0, m, self._n_ubatch):  # the encoder needs the whole batch in one micro-batch
             e = min(m, s + self._n_ubatch)
@@ -255,7 +255,7 @@ class Eagle3Drafter(FeatureDraftParts):
 
     def _draft(self, prompt: list[int], id_last: int, k_max: int) -> list[int]:
         self._sync(list(prompt) + [id_last])
-        C, ctx, k = self._C, self.ctx, self._topk
+        C, ctx, k = self.bindings, self.ctx, self._topk
         out: list[int] = []
         while True:
             logits = ctx.logits_ith(-1)

@@ -67,7 +67,7 @@ def share_threadpools(target: Any, ctx: Any) -> bool:
         return False
     for p in pools:
         dref.hold(p)  # released when ctx is freed
-    ctx._C.llama_attach_threadpool(ctx.ptr, pools[0].ptr, pools[1].ptr if len(pools) > 1 else None)
+    ctx.bindings.llama_attach_threadpool(ctx.ptr, pools[0].ptr, pools[1].ptr if len(pools) > 1 else None)
     return True
 
 
@@ -158,7 +158,7 @@ class DraftDecoder(SpeculativeDecoder):
         self.model = model
         self._target = target
         self._owns_target = owns_target
-        self._C = model._C
+        self.bindings = model.bindings
         self._raw = RawBatch(target)
         self._ckpt = SeqCheckpoint(target, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
         self.n_ctx = target.n_ctx()
@@ -168,7 +168,7 @@ class DraftDecoder(SpeculativeDecoder):
         self.n_max = min(max(int(d.n_max) for d in self._drafters), target.n_ubatch() - 1)
         self._k_cap = self.n_max
         if model.is_recurrent() or model.is_hybrid():
-            self.rollback_capacity = int(self._C.llama_n_rs_seq(target.ptr))
+            self.rollback_capacity = int(self.bindings.llama_n_rs_seq(target.ptr))
         else:
             self.rollback_capacity = _NO_LIMIT
         # drafters that read the target's per-token outputs (EAGLE3) see every target decode

@@ -141,7 +141,7 @@ class TargetLayers:
 
     def __init__(self, C: Any, target: Any, layers: Sequence[int], n_embd: int, n_layer: int | None = None,
                  seq: int = 0) -> None:
-        self._C = C
+        self.bindings = C
         self._target = target
         self.seq = int(seq)
         self.layers = list(layers)
@@ -164,15 +164,15 @@ class TargetLayers:
             self._refill = None
         if self._target is not None and self._target.ctx is not None:
             for lid in self._inputs():
-                self._C.llama_set_embeddings_layer_inp(self._target.ptr, lid, False)
+                self.bindings.llama_set_embeddings_layer_inp(self._target.ptr, lid, False)
             if self._final is not None:
-                self._C.llama_set_embeddings_nextn(self._target.ptr, False, False)
+                self.bindings.llama_set_embeddings_nextn(self._target.ptr, False, False)
         self._target = None
 
     def rows(self, m: int, first: int = 0) -> np.ndarray:
         """The ``(m, width)`` concatenated layer inputs of the entries ``first..first+m-1`` of the
         target's last decode (llama.cpp hands them out in batch order, whatever its micro-batches)."""
-        C, tgt, w = self._C, self._target.ptr, self.n_embd
+        C, tgt, w = self.bindings, self._target.ptr, self.n_embd
         out = np.empty((m, self.width), dtype=np.float32)
         n = first + m
         for k, lid in enumerate(self.layers):

@@ -84,13 +84,13 @@ class MTPDecoder(SpeculativeDecoder):
         self.model = model
         check_mtp_loaded(model)
         n_nextn = model.n_layer_nextn()
-        C = model._C
+        C = model.bindings
         missing = [n for n in NEXTN_SYMBOLS if not C.__bindings__.functions[n].available()]
         if missing:
             raise OptionalSymbolMissing(
                 f"this llama.cpp build does not export {', '.join(missing)} (the MTP staging API): use a "
                 "build from the pinned source")
-        self._C = C
+        self.bindings = C
         # llama.cpp's modes: one head; several heads chained (draft step i runs head i); heads
         # sharing the target's memory (a separate gemma4-assistant model: refused below)
         self.n_heads = max(1, int(n_nextn))
@@ -220,22 +220,22 @@ class MTPDecoder(SpeculativeDecoder):
 
     # -- native helpers -----------------------------------------------------------------------
     def _target_rows(self, n: int) -> np.ndarray:
-        ptr = self._C.llama_get_embeddings_nextn(self._target.ptr)
+        ptr = self.bindings.llama_get_embeddings_nextn(self._target.ptr)
         if not ptr:
             raise SpeculativeError("the target context returned no NextN hidden states")
         return np.ctypeslib.as_array(ptr, shape=(n, self.n_embd)).copy()
 
     def _mem_shared(self) -> bool:
         """llama.cpp's ``is_mem_shared``: the draft context kept the target as its ``ctx_other``."""
-        fn = self._C.__bindings__.functions.get("llama_get_ctx_other")
+        fn = self.bindings.__bindings__.functions.get("llama_get_ctx_other")
         if fn is None or not fn.available():
             return False
-        other = self._C.llama_get_ctx_other(self._draft.ptr)
+        other = self.bindings.llama_get_ctx_other(self._draft.ptr)
         addr = lambda p: ctypes.cast(p, ctypes.c_void_p).value if p else None  # noqa: E731
         return other is not None and addr(other) == addr(self._target.ptr)
 
     def _draft_row(self, i: int) -> np.ndarray:
-        ptr = self._C.llama_get_embeddings_nextn_ith(self._draft.ptr, int(i))
+        ptr = self.bindings.llama_get_embeddings_nextn_ith(self._draft.ptr, int(i))
         if not ptr:
             raise SpeculativeError(f"the draft context returned no hidden state for output {i}")
         return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()

@@ -220,8 +220,8 @@ class BatchedMTP:
         if model.n_layer_nextn() > 1:
             raise SpeculativeError(f"this model has {model.n_layer_nextn()} chained NextN heads, which the slot "
                                    "engine does not run: serve it one request at a time")
-        C = model._C
-        self._C = C
+        C = model.bindings
+        self.bindings = C
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
         self.n_embd = int(model.n_embd_out())
         self.n_vocab = int(model.n_vocab)
@@ -294,7 +294,7 @@ class BatchedMTP:
 
     def _decode(self) -> None:
         self._struct.n_tokens = self._n
-        rc = int(self._C.llama_decode(self.ctx.ptr, self._struct))
+        rc = int(self.bindings.llama_decode(self.ctx.ptr, self._struct))
         self._n = 0
         if rc != 0:
             # what the draft memory holds is unknown now: every sequence starts its pairs over
@@ -361,7 +361,7 @@ class BatchedMTP:
 
     def target_rows(self, n: int) -> np.ndarray:
         """A view of the NextN rows of the target's last decode (``n`` entries, in batch order)."""
-        ptr = self._C.llama_get_embeddings_nextn(self._target.ptr)
+        ptr = self.bindings.llama_get_embeddings_nextn(self._target.ptr)
         if not ptr:
             raise SpeculativeError("the target context returned no NextN hidden states")
         return np.ctypeslib.as_array(ptr, shape=(n, self.n_embd))
@@ -394,7 +394,7 @@ class BatchedMTP:
             step.append((i, self._add(seq, toks, st.n_valid, np.asarray(hs), True)))
             st.pend_tok, st.pend_h = [], []
             st.n_valid = st.n_mem = st.n_c + 1
-        C, ctx = self._C, self.ctx.ptr
+        C, ctx = self.bindings, self.ctx.ptr
         while step:
             n_tok = self._n
             self._decode()
@@ -454,11 +454,11 @@ class ChainedSlotsMTP(BatchedMTP):
         self.n_heads = int(model.n_layer_nextn())
         if arch not in CHAINED_NEXTN_ARCHS:
             raise SpeculativeError(f"llama.cpp's {arch!r} MTP graph runs one NextN head; this model has {self.n_heads}")
-        C = model._C
+        C = model.bindings
         if not C.__bindings__.functions["llama_set_nextn_layer_offset"].available():
             raise SpeculativeError("this llama.cpp build does not export llama_set_nextn_layer_offset, which "
                                    f"chaining {self.n_heads} NextN heads needs: use a build from the pinned source")
-        self._C = C
+        self.bindings = C
         self.n_max, self.n_min, self.p_min = min(int(n_max), self.n_heads), int(n_min), float(p_min)
         self._n_used = self.n_max  # the heads a draft can reach: only their layers need the history's pairs
         self.n_embd = int(model.n_embd_out())
@@ -502,7 +502,7 @@ class ChainedSlotsMTP(BatchedMTP):
         self._ctxs[seq].seq_rm(0, -1, -1)
 
     def _row(self, ctx: Any, i: int) -> np.ndarray:
-        ptr = self._C.llama_get_embeddings_nextn_ith(ctx.ptr, int(i))
+        ptr = self.bindings.llama_get_embeddings_nextn_ith(ctx.ptr, int(i))
         if not ptr:
             raise SpeculativeError(f"the MTP draft context returned no hidden state for output {i}")
         return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()

@@ -75,7 +75,7 @@ def test_the_cache_stays_within_its_limit_and_evicts_the_oldest(two_seqs):
     for p in prompts:
         ctx.seq_rm(0, -1, -1)
         _decode(llama, p, 0)
-        sizes.append(int(ctx._C.llama_state_seq_get_size_ext(ctx.ptr, 0, 0)))
+        sizes.append(int(ctx.bindings.llama_state_seq_get_size_ext(ctx.ptr, 0, 0)))
     pc.limit = sizes[0] + sizes[1] + sizes[2] // 2  # room for two states, not three
     for p in prompts:
         ctx.seq_rm(0, -1, -1)
@@ -243,7 +243,7 @@ def test_saving_a_slot_never_evicts_the_state_about_to_be_restored(two_seqs):
     assert pc.save(0, a)
     ctx.seq_rm(0, -1, -1)
     _decode(llama, b, 0)
-    size_b = int(ctx._C.llama_state_seq_get_size_ext(ctx.ptr, 0, 0))
+    size_b = int(ctx.bindings.llama_state_seq_get_size_ext(ctx.ptr, 0, 0))
     pc.limit = pc.size + size_b - 1  # storing b needs a's room
     saved = pc.best(a + [a[-1]], 0)
     assert not pc.save(0, b, pin=saved)

@@ -2,7 +2,7 @@
 
 Targets: ``llama_bpe`` (pure attention), ``qwen35_mtp`` ``echo`` and ``random`` (hybrid: one
 recurrent and one attention layer, so rollbacks go through ``n_rs_seq`` snapshots or
-checkpoints). Every context runs one thread (see tests/mtp/conftest.py).
+checkpoints). Every context runs one thread (see tests/speculative/mtp/conftest.py).
 """
 
 from __future__ import annotations

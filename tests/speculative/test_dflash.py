@@ -376,7 +376,7 @@ def test_matches_llama_speculative_simple(echo, target_path, run_tool, form, m):
 def test_generation_runs_to_the_end_of_the_context(echo, kind, form):
     # Near n_ctx the DFlash block (n_max + 1 entries) no longer fits the draft memory: no draft
     # there, as llama.cpp, instead of a failed decode ending the generation.
-    from tests.mtp.util import plain_generate as plain_in
+    from tests.speculative.mtp.util import plain_generate as plain_in
 
     ctx = {**CTX, "n_ctx": 256}
     prompt = echo.tokenize(PROMPTS[0].encode(), add_special=True)

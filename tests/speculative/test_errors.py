@@ -136,7 +136,7 @@ def test_corrupt_ngram_cache_file(targets, tmp_path):
 
 def test_misuse_of_a_decoder(targets):
     dec = make_decoder(targets["bpe"], SpecConfig("ngram-simple"), ctx_params=dict(CTX))
-    from tests.mtp.util import greedy_sampler
+    from tests.speculative.mtp.util import greedy_sampler
 
     with pytest.raises(SpeculativeError, match="prefill"):
         next(dec.generate(greedy_sampler(), 4))

@@ -22,7 +22,7 @@ def _layer_rows(path: str, shared: bool) -> list[np.ndarray]:
     with LlamaModel(path) as model:
         ctx = LlamaContext(model, n_ctx=256, n_batch=64, n_ubatch=64, n_seq_max=4, kv_unified=True,
                            n_threads=1, n_threads_batch=1)
-        tl = TargetLayers(model._C, ctx, [0, 1], model.n_embd())
+        tl = TargetLayers(model.bindings, ctx, [0, 1], model.n_embd())
         batch = LlamaBatch(64, 0, 1)
         try:
             out = []

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.mtp.util import check_grammar_completions, dist_sampler, greedy_sampler  # noqa: F401 (re-exported)
-from tests.mtp.util import plain_generate as _plain_generate
+from tests.speculative.mtp.util import check_grammar_completions, dist_sampler, greedy_sampler  # noqa: F401 (re-exported)
+from tests.speculative.mtp.util import plain_generate as _plain_generate
 
 CTX = {"n_ctx": 512, "n_batch": 128, "n_ubatch": 128, "n_threads": 1, "n_threads_batch": 1}
 N_GEN = 32

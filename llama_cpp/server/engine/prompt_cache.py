@@ -39,7 +39,7 @@ Checkpoint = tuple[int, bytearray]
 
 
 def _get(ctx: Any, seq: int, flags: int) -> bytearray | None:
-    C, ptr = ctx._C, ctx.ptr
+    C, ptr = ctx.bindings, ctx.ptr
     size = int(C.llama_state_seq_get_size_ext(ptr, seq, flags))
     if size <= 0:
         return None
@@ -55,7 +55,7 @@ def _get(ctx: Any, seq: int, flags: int) -> bytearray | None:
 def _set(ctx: Any, seq: int, data: bytearray, flags: int) -> bool:
     try:
         buf = (ctypes.c_uint8 * len(data)).from_buffer(data)
-        return int(ctx._C.llama_state_seq_set_data_ext(ctx.ptr, buf, len(data), seq, flags)) == len(data)
+        return int(ctx.bindings.llama_state_seq_set_data_ext(ctx.ptr, buf, len(data), seq, flags)) == len(data)
     except Exception:  # noqa: BLE001 - a state that does not restore is only a miss
         log.debug("prompt cache: restore raised", exc_info=True)
         return False
@@ -119,7 +119,7 @@ class PromptCache:
         if limit_mib == 0:
             raise ValueError("a prompt cache of 0 MiB is no cache: leave it out instead")
         self.ctx = ctx
-        self._C = ctx._C
+        self.bindings = ctx.bindings
         self.limit = None if limit_mib < 0 else int(limit_mib) * MIB
         self.exact = exact  # only whole saved states are usable (recurrent or hybrid memory)
         self.entries: list[SavedPrompt] = []  # oldest first
@@ -150,7 +150,7 @@ class PromptCache:
         if not tokens or self._covered(tokens, key):
             return False
         ckpts = list(checkpoints)
-        size = int(self._C.llama_state_seq_get_size_ext(self.ctx.ptr, seq, 0)) + sum(len(c[1]) for c in ckpts)
+        size = int(self.bindings.llama_state_seq_get_size_ext(self.ctx.ptr, seq, 0)) + sum(len(c[1]) for c in ckpts)
         if size <= 0:
             return False
         if self.limit is not None and size > self.limit:

@@ -72,7 +72,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         # one struct over the batch's buffers, decoded with a raw llama_decode each step: the tokens
         # come from the samplers and from prompts checked against the vocabulary before they queue
         self._struct = self._batch.validated_view(self.ctx, 0, 0)
-        self._decode = self.model._C.llama_decode
+        self._decode = self.model.bindings.llama_decode
         self._cv = threading.Condition()
         self._waiting: collections.deque[tuple[Job, GenRequest]] = collections.deque()
         self._active: list[Slot] = []
@@ -88,7 +88,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         # sliding-window attention drops cells a window behind the newest (unless swa_full): a prefix is
         # usable only while the window before its end is still there
         self._n_swa = 0 if getattr(self.ctx.params, "swa_full", False) else int(
-            self.model._C.llama_model_n_swa(self.model.ptr))
+            self.model.bindings.llama_model_n_swa(self.model.ptr))
         # their context checkpoints (recurrent memory): each sequence's, for the tokens in self.cached
         self.ckpts: list[list[Checkpoint]] = [[] for _ in range(n_slots)]
         # the states of prompts the slots gave up (cache_ram MiB, -1 no limit, 0 none); an MTP head keeps
