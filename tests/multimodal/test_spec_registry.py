@@ -99,22 +99,14 @@ def test_the_media_decoder_runs_the_toy_type(toy, qwen35_echo, mmproj_vision, pn
 def _serve(llama, spec, prompt: list[int]) -> str:
     from llama_cpp.server.engine import GenRequest, Job, SlotEngine
 
+    from ..engine_jobs import job_text
+
     async def run() -> str:
         engine = SlotEngine(llama, 2, 256, 4, spec=spec)
         try:
             job = Job()
             engine.submit(job, GenRequest(prompt_tokens=prompt, max_tokens=120, sampling=GREEDY))
-            text = []
-            while True:
-                kind, value = await job.get(timeout=120)
-                if kind == "chunk":
-                    text.append(value["choices"][0]["text"])
-                elif kind == "result":
-                    return value["choices"][0]["text"]
-                elif kind == "error":
-                    raise value
-                elif kind == "end":
-                    return "".join(text)
+            return await job_text(job)
         finally:
             engine.close()
 

@@ -87,20 +87,12 @@ def _serve(llama: Any, spec: Any, rounds: list[list[list[int]]], n_slots: int = 
     """Each round's greedy completions (its prompts submitted at once) on one slot engine."""
     from llama_cpp.server.engine import GenRequest, Job, SlotEngine
 
+    from ..engine_jobs import job_text
+
     async def one(engine: Any, prompt: list[int]) -> str:
         job = Job()
         engine.submit(job, GenRequest(prompt_tokens=prompt, max_tokens=60, sampling=GREEDY))
-        text = []
-        while True:
-            kind, value = await job.get(timeout=120)
-            if kind == "chunk":
-                text.append(value["choices"][0]["text"])
-            elif kind == "result":
-                return value["choices"][0]["text"]
-            elif kind == "error":
-                raise value
-            elif kind == "end":
-                return "".join(text)
+        return await job_text(job)
 
     async def run() -> list[list[str]]:
         engine = SlotEngine(llama, n_slots, 256, 8, spec=spec)
