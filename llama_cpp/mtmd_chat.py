@@ -12,6 +12,15 @@ The flow, per request:
 3. tokens are sampled and streamed as OpenAI chat chunks by the shared generation engine
    (:mod:`llama_cpp._generation.loop`), as for text-only ``Llama``.
 
+With tools (where the model's template knows them), a ``response_format`` or llama.cpp's chat options
+(``chat_template_kwargs``, ``reasoning_format``, ``reasoning_budget``, ``reasoning_effort``,
+``parallel_tool_calls``), a chat that renders with the model's own template goes through llama.cpp's
+chat layer instead, as ``Llama.create_chat_completion`` does (one implementation:
+:class:`~llama_cpp._chat.native_completion.NativeChatHandler` over a :class:`MediaChatTarget`): the
+template renders the tools, the answer is sampled under the format's lazy grammar and reasoning
+budget, and the output comes back parsed (``message.tool_calls``, ``reasoning_content``; streamed, the
+``delta.tool_calls``).
+
 With ``speculative=SpecConfig(...)`` the prompt goes through a speculative decoder that takes
 media chunks. ``draft-mtp``: :class:`MultimodalMTPDecoder` extends the text MTP engine
 (:class:`~llama_cpp.speculative.MTPDecoder`) with media spans: the image rows are decoded on the
@@ -56,11 +65,14 @@ from typing import Any
 import numpy as np
 
 from ._chat import base as _chat
+from ._chat.native_chat import available as _chat_layer_available
+from ._chat.native_completion import NativeChatHandler, check_chat_options
+from ._compat.hooks import HookedSource, TokenHooks
 from ._core.context import LlamaBatchExtNative, LlamaContext
 from ._core.model import LlamaModel
 from ._core.ownership import unwrap
 from ._core.sampler import LlamaSampler
-from ._errors import ClosedError, ContextOverflowError, MultimodalError, SpeculativeError
+from ._errors import ClosedError, ContextOverflowError, MultimodalError, ParameterError, SpeculativeError
 from ._generation import loop as _gen
 from ._generation import responses as _responses
 from ._generation import sampling as _sampling
@@ -241,7 +253,7 @@ class MultimodalChatEngine:
                  context: LlamaContext | None = None,
                  decoder: MultimodalMTPDecoder | MultimodalDraftDecoder | None = None,
                  seed: int = LLAMA_DEFAULT_SEED, media_dirs: Sequence[str | os.PathLike[str]] | None = None,
-                 ) -> None:
+                 chat_layer: NativeChatHandler | None = None) -> None:
         if (context is None) == (decoder is None):
             raise ValueError("give a context or a speculative decoder (exactly one)")
         self._guard = CallGuard(type(self).__name__)
@@ -252,6 +264,7 @@ class MultimodalChatEngine:
         self._formatter = formatter
         self.media_policy = MediaPolicy.with_dirs(media_dirs)
         self.seed = int(seed)
+        self.chat_layer = chat_layer  # llama.cpp's chat layer over the model's own template (None: not this chat)
         self.last_speculative_stats: SpeculativeStats | None = None
 
     @property
@@ -280,13 +293,7 @@ class MultimodalChatEngine:
         def render(ms: list[Any]) -> str:  # the same template over messages whose texts are sentinels
             return self._formatter(messages=flatten_messages(ms, marker, self.media_policy)[0]).prompt
 
-        pieces = prompt_pieces(self.model, prompt, message_texts(messages), render=render, messages=messages)
-        if pieces is None:
-            item: Any = MarkerPrompt(prompt, media)
-        else:
-            item = media_parts(pieces, media, self.mtmd.marker)
-        chunks = self.mtmd.tokenize(item, add_special=not has_bos, parse_special=True, where="prompt")
-        return chunks, stops
+        return self.chat_prompt(media, prompt, messages, render=render, add_special=not has_bos), stops
 
     # -- generation -----------------------------------------------------------------------------
     @serialized()
@@ -335,18 +342,28 @@ class MultimodalChatEngine:
         finally:
             step.close()
 
-    @serialized()
-    def create_chat_completion(self, messages: Sequence[dict], *, max_tokens: int | None = None,
-                               temperature: float = 0.2, top_k: int = 40, top_p: float = 0.95,
-                               min_p: float = 0.05, typical_p: float = 1.0, repeat_penalty: float = 1.0,
-                               frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-                               seed: int | None = None, stop: str | Sequence[str] | None = None,
-                               stream: bool = False, model: str | None = None) -> Any:
-        """An OpenAI-style chat completion (a dict, or an iterator of chunks when ``stream``)."""
+    def chat_prompt(self, media: Sequence[Image | Audio], text: str, messages: Sequence[dict], *,
+                    special_in_content: bool = False, render: Callable[[list[Any]], str] | None = None,
+                    add_special: bool = True) -> Chunks:
+        """The chunks of a prompt ``text`` rendered from ``messages`` (text-only contents, a media marker
+        for each of ``media``): message content parsed without special tokens unless
+        ``special_in_content`` (``render``: the same rendering of other messages, for exact spans)."""
+        pieces = None
+        if not special_in_content and render is not None:
+            pieces = prompt_pieces(self.model, text, message_texts(messages), render=render, messages=messages)
+        item: Any = MarkerPrompt(text, list(media)) if pieces is None else media_parts(pieces, media, self.mtmd.marker)
+        return self.mtmd.tokenize(item, add_special=add_special, parse_special=True, where="prompt")
+
+    def completion(self, chunks: Chunks, stops: Sequence[str], *, max_tokens: int | None = None,
+                   temperature: float = 0.2, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
+                   typical_p: float = 1.0, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
+                   presence_penalty: float = 0.0, seed: int | None = None, model: str | None = None,
+                   grammar: Any = None, logits_processor: Any = None,
+                   stopping_criteria: Any = None) -> Iterator[dict[str, Any]]:
+        """``text_completion`` chunks of the answer to ``chunks`` (which it closes), sampled under
+        ``grammar`` (an :class:`~llama_cpp._generation.sampling.OutputConstraint`, such as a chat answer's)
+        and ``logits_processor``, ended by ``stopping_criteria``; the sampler is made now."""
         mctx = self.mtmd
-        chunks, stops = self.tokenize_messages(messages)
-        if stop:
-            stops = stops + ([stop] if isinstance(stop, str) else list(stop))
         try:
             chain = _sampling.sampler_chain(
                 self.model, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
@@ -355,21 +372,126 @@ class MultimodalChatEngine:
         except BaseException:
             chunks.close()
             raise
+        hooks = None
+        if logits_processor is not None or stopping_criteria is not None:  # they see MEDIA_TOKEN at media rows
+            history = [np.full(c.n_tokens, MEDIA_TOKEN, np.intc) if c.tokens is None else c.tokens for c in chunks]
+            hooks = TokenHooks.build(np.concatenate(history) if history else [], self.model.n_vocab,
+                                     logits_processor, stopping_criteria)
 
-        def completion() -> Iterator[dict[str, Any]]:
+        def gen() -> Iterator[dict[str, Any]]:
+            constraint = None
             try:
-                pick = _sampling.token_picker(self.model, chain, None, False)
+                constraint = _sampling.grammar_sampler(self.model, grammar)
+                pick = _sampling.token_picker(self.model, chain, constraint, False, hooks)
+                rows: Any = self._tokens(mctx, chunks, pick, max_tokens)
+                if hooks is not None:
+                    rows = HookedSource(rows, hooks)
                 yield from _gen.completion_chunks(
-                    self.model, self._tokens(mctx, chunks, pick, max_tokens), n_prompt=chunks.n_tokens,
-                    stop=stops, logprobs=None, head=b"", completion_id=f"cmpl-{uuid.uuid4().hex}",
-                    created=int(time.time()), model_name=model or self.model.path.name)
+                    self.model, rows, n_prompt=chunks.n_tokens, stop=list(stops), logprobs=None, head=b"",
+                    completion_id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()),
+                    model_name=model or self.model.path.name, special_tokens=_sampling.special_tokens(grammar))
             finally:
                 chunks.close()
                 chain.close()
+                if constraint is not None:
+                    constraint.close()
+        return gen()
 
+    def _chat_layer_for(self, tools: Any, response_format: Any, opts: dict[str, Any]) -> NativeChatHandler | None:
+        """llama.cpp's chat layer where ``Llama.create_chat_completion`` would take it: chat options or a
+        ``response_format``, or tools that the model's template knows; None for the template path."""
+        if not (tools or response_format or opts):
+            return None
+        layer = self.chat_layer if _chat_layer_available() else None
+        if layer is None:
+            if opts:
+                raise ParameterError(f"{', '.join(sorted(opts))} apply to llama.cpp's chat layer over the model's "
+                                     "own template, which this chat does not render with (a named chat format or "
+                                     "a preset's template, or a build without libllama-cpp-ext)")
+            return None
+        if opts or response_format:
+            return layer
+        return layer if layer.templates_for(self).caps.get("supports_tool_calls") else None
+
+    @serialized()
+    def create_chat_completion(self, messages: Sequence[dict], *, max_tokens: int | None = None,
+                               temperature: float = 0.2, top_k: int = 40, top_p: float = 0.95,
+                               min_p: float = 0.05, typical_p: float = 1.0, repeat_penalty: float = 1.0,
+                               frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                               seed: int | None = None, stop: str | Sequence[str] | None = None,
+                               stream: bool = False, model: str | None = None, tools: Any = None,
+                               tool_choice: Any = None, functions: Any = None, function_call: Any = None,
+                               response_format: Any = None, parallel_tool_calls: bool | None = None,
+                               chat_template_kwargs: dict[str, Any] | None = None, reasoning_format: str | None = None,
+                               reasoning_budget: int | None = None, reasoning_effort: str | None = None,
+                               logits_processor: Any = None, stopping_criteria: Any = None,
+                               special_in_content: bool = False) -> Any:
+        """An OpenAI-style chat completion (a dict, or an iterator of chunks when ``stream``).
+
+        With tools the template knows, a ``response_format`` or chat options, through llama.cpp's chat
+        layer (see the module docstring): ``tool_calls`` and ``reasoning_content`` come back parsed."""
+        opts = check_chat_options(chat_template_kwargs, reasoning_format, reasoning_budget)
+        if parallel_tool_calls is not None:
+            opts["parallel_tool_calls"] = parallel_tool_calls
+        if reasoning_effort is not None:
+            opts["reasoning_effort"] = reasoning_effort
+        sampling = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                        typical_p=typical_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                        presence_penalty=presence_penalty, seed=seed, model=model, logits_processor=logits_processor,
+                        stopping_criteria=stopping_criteria)
+        layer = self._chat_layer_for(tools or functions, response_format, opts)
+        if layer is not None:
+            msgs, media = flatten_messages(messages, self.mtmd.marker, self.media_policy)
+            out = layer(llama=MediaChatTarget(self, media), messages=msgs, functions=functions,
+                        function_call=function_call, tools=tools, tool_choice=tool_choice, stream=stream, stop=stop,
+                        response_format=response_format, special_in_content=special_in_content, **opts, **sampling)
+            return self._guard.stream(out) if stream else out
+        if tools or functions or response_format:
+            raise MultimodalError("tools and response_format need llama.cpp's chat layer over the model's own "
+                                  "template (and, for tools, a template that knows them); this chat renders with "
+                                  "a named chat format or a preset's template")
+        chunks, stops = self.tokenize_messages(messages)
+        if stop:
+            stops = stops + ([stop] if isinstance(stop, str) else list(stop))
+        completion = self.completion(chunks, stops, **sampling)
         if stream:
-            return self._guard.stream(_responses.chat_stream(completion()))
-        return _responses.chat_response(_responses.join_chunks(list(completion())))
+            return self._guard.stream(_responses.chat_stream(completion))
+        return _responses.chat_response(_responses.join_chunks(list(completion)))
+
+
+class MediaChatTarget:
+    """One media chat request as llama.cpp's chat layer generates it (a
+    :class:`~llama_cpp._chat.native_completion.ChatTarget`): the prompt rendered by that layer is
+    tokenized with the request's media at its markers, and completed on the engine."""
+
+    def __init__(self, engine: MultimodalChatEngine, media: Sequence[Image | Audio]) -> None:
+        self.engine = engine
+        self.model = engine.model
+        self.media = list(media)
+
+    def chat_prompt(self, text: str, messages: Sequence[Any], *, special_in_content: bool,
+                    render: Callable[[list[Any]], str]) -> Chunks:
+        marker = self.engine.mtmd.marker
+        if text.count(marker) != len(self.media):
+            raise MultimodalError(f"the chat template kept {text.count(marker)} of {len(self.media)} media markers "
+                                  "(it drops or rewrites some message contents)")
+        return self.engine.chat_prompt(self.media, text, messages, special_in_content=special_in_content,
+                                       render=render)
+
+    def create_completion(self, prompt: Chunks, *, stream: bool, stop: list[str], grammar: Any,
+                          **kwargs: Any) -> Any:
+        bad = sorted(k for k, v in kwargs.items() if k not in _SAMPLING_KEYS and v not in (None, False, 0, 1.0))
+        if bad:
+            prompt.close()
+            raise MultimodalError(f"the multimodal chat does not support {', '.join(bad)}")
+        completion = self.engine.completion(prompt, stop, grammar=grammar,
+                                            **{k: v for k, v in kwargs.items() if k in _SAMPLING_KEYS})
+        return completion if stream else _responses.join_chunks(list(completion))
+
+
+_SAMPLING_KEYS = frozenset({"max_tokens", "temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
+                            "frequency_penalty", "presence_penalty", "seed", "model", "logits_processor",
+                            "stopping_criteria"})
 
 
 def _limit(room: int, max_tokens: int | None) -> int:
@@ -433,8 +555,9 @@ class MultimodalChat(MultimodalChatEngine):
         except BaseException:
             self.close()
             raise
+        layer = NativeChatHandler(chat_template) if chat_format is None else None
         super().__init__(text_model, mctx, formatter, context=self._ctx, decoder=self._spec, seed=seed,
-                         media_dirs=media_dirs)
+                         media_dirs=media_dirs, chat_layer=layer)
 
     def close(self) -> None:
         """Free the contexts (and the model if this object loaded it). Idempotent; waits for a running call."""
@@ -484,6 +607,10 @@ class MTMDChatHandler:
         self.media_marker = media_marker
         self._mctx: MTMDContext | None = None
         self._model_ref: Any = None
+        self._chat_layer = NativeChatHandler()  # the model's own template, loaded per model on first use
+
+    #: Llama.create_chat_completion passes it the chat-layer options (see MultimodalChatEngine)
+    takes_chat_options = True
 
     def close(self) -> None:
         if self._mctx is not None:
@@ -523,15 +650,17 @@ class MTMDChatHandler:
     def _engine(self, llama: Any) -> MultimodalChatEngine:
         """The engine one request runs on: the Llama's model, context (or speculative decoder) and
         chat template (the vision presets in :mod:`llama_cpp._multimodal.vision_handlers` give their own template)."""
+        own = llama.chat_format is None and bool(llama.native_model().chat_template())
         return MultimodalChatEngine(llama.native_model(), self._context_for(llama), llama._chat_formatter(),
-                                    seed=self._seed_of(llama), media_dirs=self.media_dirs, **self._runner(llama))
+                                    seed=self._seed_of(llama), media_dirs=self.media_dirs,
+                                    chat_layer=self._chat_layer if own else None, **self._runner(llama))
 
     def __call__(self, *, llama: Any, messages: Sequence[dict], max_tokens: int | None = None,
                  temperature: float = 0.2, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
                  typical_p: float = 1.0, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
                  presence_penalty: float = 0.0, seed: int | None = None, stop: Any = None, stream: bool = False,
-                 model: str | None = None, **unsupported: Any) -> Any:
-        bad = sorted(k for k, v in unsupported.items() if v not in (None, False, [], {}))
+                 model: str | None = None, **options: Any) -> Any:
+        bad = sorted(k for k, v in options.items() if k not in _HANDLER_OPTIONS and v not in (None, False, [], {}))
         if bad:
             raise MultimodalError(f"the multimodal chat handler does not support {', '.join(bad)}")
         engine = self._engine(llama)
@@ -539,7 +668,8 @@ class MTMDChatHandler:
         result = engine.create_chat_completion(
             messages, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             typical_p=typical_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-            presence_penalty=presence_penalty, seed=seed, stop=stop, stream=stream, model=model)
+            presence_penalty=presence_penalty, seed=seed, stop=stop, stream=stream, model=model,
+            **{k: v for k, v in options.items() if k in _HANDLER_OPTIONS})
 
         def done() -> None:
             llama.last_speculative_stats = engine.last_speculative_stats  # None: this chat did not speculate
@@ -557,8 +687,16 @@ class MTMDChatHandler:
         return streaming()
 
 
+#: what MTMDChatHandler passes on to the engine beyond the sampling keywords
+_HANDLER_OPTIONS = frozenset({
+    "tools", "tool_choice", "functions", "function_call", "response_format", "parallel_tool_calls",
+    "chat_template_kwargs", "reasoning_format", "reasoning_budget", "reasoning_effort", "logits_processor",
+    "stopping_criteria", "special_in_content"})
+
+
 __all__ = [
     "MTMDChatHandler",
+    "MediaChatTarget",
     "MediaSpeculationError",
     "MultimodalChat",
     "MultimodalChatEngine",

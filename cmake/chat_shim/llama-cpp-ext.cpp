@@ -35,6 +35,16 @@ struct llama_cpp_ext_chat_parser {
     common_chat_parser_params params;
 };
 
+// llama-server's task_result_state for one streamed answer: the output so far, the last message, the
+// tool call ids fixed when each call first appears, and which calls' names were sent.
+struct llama_cpp_ext_chat_stream {
+    common_chat_parser_params params;
+    std::string               text;
+    common_chat_msg           msg;
+    std::vector<std::string>  ids;  // the format's own id of each call, "" where it gave none
+    std::vector<bool>         sent_names;
+};
+
 namespace {
 
 char * dup_string(const std::string & s) {
@@ -121,6 +131,140 @@ ojson msg_to_json(const common_chat_msg & msg) {
         {"reasoning_content", msg.reasoning_content},
         {"tool_calls", calls},
     };
+}
+
+common_chat_msg msg_from_json(const ojson & j) {
+    if (!j.is_object()) {
+        throw std::invalid_argument("a message must be a JSON object");
+    }
+    common_chat_msg msg;
+    msg.role              = get_or<std::string>(j, "role", "assistant");
+    msg.content           = get_or<std::string>(j, "content", "");
+    msg.reasoning_content = get_or<std::string>(j, "reasoning_content", "");
+    auto it               = j.find("tool_calls");
+    if (it != j.end() && it->is_array()) {
+        for (const auto & tc : *it) {
+            msg.tool_calls.push_back({get_or<std::string>(tc, "name", ""), get_or<std::string>(tc, "arguments", ""),
+                                      get_or<std::string>(tc, "id", "")});
+        }
+    }
+    return msg;
+}
+
+ojson diff_to_json(const common_chat_msg_diff & d) {
+    ojson j = {
+        {"reasoning_content", d.reasoning_content_delta},
+        {"content", d.content_delta},
+        {"index", nullptr},
+        {"id", d.tool_call_delta.id},
+        {"name", d.tool_call_delta.name},
+        {"arguments", d.tool_call_delta.arguments},
+    };
+    if (d.tool_call_index != std::string::npos) {
+        j["index"] = d.tool_call_index;
+    }
+    return j;
+}
+
+// server_chat_msg_diff_to_json_oaicompat, with the id of a call whose header this is left to the caller
+// (`header`: the diff carries the call's id, type and name).
+ojson delta_to_oaicompat(const common_chat_msg_diff & d, bool header) {
+    ojson delta = ojson::object();
+    if (!d.reasoning_content_delta.empty()) {
+        delta["reasoning_content"] = d.reasoning_content_delta;
+    }
+    if (!d.content_delta.empty()) {
+        delta["content"] = d.content_delta;
+    }
+    if (d.tool_call_index != std::string::npos) {
+        ojson call = {{"index", d.tool_call_index}};
+        if (header) {
+            call["id"]   = "";
+            call["type"] = "function";
+        }
+        if (!d.tool_call_delta.name.empty() || !d.tool_call_delta.arguments.empty()) {
+            ojson fn = ojson::object();
+            if (!d.tool_call_delta.name.empty()) {
+                fn["name"] = d.tool_call_delta.name;
+            }
+            if (!d.tool_call_delta.arguments.empty()) {
+                fn["arguments"] = d.tool_call_delta.arguments;
+            }
+            call["function"] = fn;
+        }
+        delta["tool_calls"] = ojson::array({call});
+    }
+    return delta;
+}
+
+// task_result_state::update_chat_msg with filter_tool_calls (tools/server/server-task.cpp): a call's
+// name is sent once complete (when its arguments start, another delta follows, or the output ends).
+// The state changes only when the whole step succeeds.
+ojson stream_update(llama_cpp_ext_chat_stream & s, bool is_partial) {
+    common_chat_msg msg = common_chat_parse(s.text, is_partial, s.params);
+    ojson           out = {{"deltas", ojson::array()}};
+    if (msg.empty()) {
+        return out;
+    }
+    auto         ids      = s.ids;
+    const size_t n_before = ids.size();
+    msg.set_tool_call_ids(ids, [] { return std::string(); });
+    auto diffs = common_chat_msg_diff::compute_diffs(s.msg, msg);
+    auto sent  = s.sent_names;
+    sent.resize(msg.tool_calls.size(), false);
+
+    std::vector<std::pair<common_chat_msg_diff, bool>> kept;  // (diff, header)
+    auto                                               header = [&](size_t i) {
+        common_chat_msg_diff h;
+        h.tool_call_index      = i;
+        h.tool_call_delta.name = msg.tool_calls[i].name;
+        kept.emplace_back(std::move(h), true);
+        sent[i] = true;
+    };
+    for (auto & d : diffs) {
+        for (size_t i = 0; i < msg.tool_calls.size(); ++i) {
+            if (!sent[i] && !msg.tool_calls[i].name.empty() &&
+                (d.tool_call_index != i || !d.tool_call_delta.arguments.empty())) {
+                header(i);
+            }
+        }
+        if (d.tool_call_index == std::string::npos) {
+            kept.emplace_back(std::move(d), false);
+            continue;
+        }
+        const size_t i = d.tool_call_index;
+        if (sent[i]) {
+            if (!d.tool_call_delta.arguments.empty()) {
+                d.tool_call_delta.name.clear();
+                d.tool_call_delta.id.clear();
+                kept.emplace_back(std::move(d), false);
+            }
+        } else if (!d.tool_call_delta.arguments.empty() || !is_partial) {
+            d.tool_call_delta.name = msg.tool_calls[i].name;
+            kept.emplace_back(std::move(d), true);
+            sent[i] = true;
+        }
+    }
+    if (!is_partial) {
+        for (size_t i = 0; i < msg.tool_calls.size(); ++i) {
+            if (!sent[i] && !msg.tool_calls[i].name.empty()) {
+                header(i);
+            }
+        }
+    }
+    for (const auto & [d, is_header] : kept) {
+        ojson delta = delta_to_oaicompat(d, is_header);
+        if (!delta.empty()) {
+            out["deltas"].push_back(std::move(delta));
+        }
+    }
+    if (ids.size() > n_before) {
+        out["new_ids"] = std::vector<std::string>(ids.begin() + n_before, ids.end());
+    }
+    s.msg        = std::move(msg);
+    s.ids        = std::move(ids);
+    s.sent_names = std::move(sent);
+    return out;
 }
 
 // {"type": "function", "function": {"name": N}}: only that tool, and a call is required.
@@ -670,6 +814,57 @@ char * llama_cpp_ext_chat_parse(const char * params_json, const char * text, siz
     llama_cpp_ext_chat_parser_free(parser);
     return res;
 }
+
+char * llama_cpp_ext_chat_msg_diffs(const char * prev_json, const char * new_json) {
+    return guarded([&]() -> ojson {
+        auto  diffs = common_chat_msg_diff::compute_diffs(msg_from_json(parse_object(prev_json, "prev")),
+                                                          msg_from_json(parse_object(new_json, "new")));
+        ojson out   = ojson::array();
+        for (const auto & d : diffs) {
+            out.push_back(diff_to_json(d));
+        }
+        return ojson{{"diffs", out}};
+    });
+}
+
+char * llama_cpp_ext_chat_stream_init(const char * params_json, struct llama_cpp_ext_chat_stream ** out) {
+    if (out == nullptr) {
+        return error_json("invalid_argument", "out must not be NULL");
+    }
+    *out = nullptr;
+    quiet_common_log();
+    return guarded([&]() -> ojson {
+        auto holder    = std::make_unique<llama_cpp_ext_chat_stream>();
+        holder->params = parser_params(parse_object(params_json, "params"));
+        *out           = holder.release();
+        return ojson::object();
+    });
+}
+
+char * llama_cpp_ext_chat_stream_feed(struct llama_cpp_ext_chat_stream * stream, const char * text, size_t len,
+                                      bool is_partial) {
+    if (stream == nullptr) {
+        return error_json("invalid_argument", "stream must not be NULL");
+    }
+    if (text == nullptr && len != 0) {
+        return error_json("invalid_argument", "text must not be NULL");
+    }
+    return guarded([&]() -> ojson {
+        if (len != 0) {
+            stream->text.append(text, len);
+        }
+        return stream_update(*stream, is_partial);
+    });
+}
+
+char * llama_cpp_ext_chat_stream_message(const struct llama_cpp_ext_chat_stream * stream) {
+    if (stream == nullptr) {
+        return error_json("invalid_argument", "stream must not be NULL");
+    }
+    return guarded([&]() -> ojson { return msg_to_json(stream->msg); });
+}
+
+void llama_cpp_ext_chat_stream_free(struct llama_cpp_ext_chat_stream * stream) { delete stream; }
 
 char * llama_cpp_ext_chat_sampler_init(const struct llama_model * model, const char * params_json,
                                        struct llama_sampler ** out) {

@@ -29,12 +29,13 @@ extern "C" {
 #    define LLAMA_CPP_EXT_API __attribute__((visibility("default")))
 #endif
 
-#define LLAMA_CPP_EXT_API_VERSION 2
+#define LLAMA_CPP_EXT_API_VERSION 3
 
 struct llama_model;
 struct llama_sampler;
 struct llama_cpp_ext_chat_templates;
 struct llama_cpp_ext_chat_parser;
+struct llama_cpp_ext_chat_stream;
 
 /* LLAMA_CPP_EXT_API_VERSION of the built library. */
 LLAMA_CPP_EXT_API int llama_cpp_ext_api_version(void);
@@ -72,6 +73,26 @@ LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_parser_init(const char * params_json
 LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_parser_parse(const struct llama_cpp_ext_chat_parser * parser,
                                                          const char * text, size_t len, bool is_partial);
 LLAMA_CPP_EXT_API void   llama_cpp_ext_chat_parser_free(struct llama_cpp_ext_chat_parser * parser);
+
+/* common_chat_msg_diff::compute_diffs: what message `new_json` adds to `prev_json` (both as
+ * llama_cpp_ext_chat_parse returns them): {"diffs": [{"reasoning_content", "content", "index" (null for
+ * no tool call), "id", "name", "arguments"}]}; an error when `new_json` does not extend `prev_json`. */
+LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_msg_diffs(const char * prev_json, const char * new_json);
+
+/* A streamed answer, as llama-server follows one (task_result_state::update_chat_msg with
+ * filter_tool_calls): params as llama_cpp_ext_chat_parser_init's. Each feed appends `text` (`len` bytes),
+ * parses the whole output (partial while is_partial) and returns only what changed:
+ * {"deltas": [OpenAI delta objects], "new_ids": [...]}. A tool call's delta that introduces it (its
+ * "type" and function name) has "id": "", for the caller to fill with the call's id: the format's own
+ * (the call's entry in "new_ids", given once, when the call first appears), else one the caller makes.
+ * A failed parse leaves the state as it was (the text stays appended). */
+LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_stream_init(const char * params_json,
+                                                        struct llama_cpp_ext_chat_stream ** out);
+LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_stream_feed(struct llama_cpp_ext_chat_stream * stream, const char * text,
+                                                        size_t len, bool is_partial);
+/* The message parsed so far (as llama_cpp_ext_chat_parse returns it; ids as in "new_ids"). */
+LLAMA_CPP_EXT_API char * llama_cpp_ext_chat_stream_message(const struct llama_cpp_ext_chat_stream * stream);
+LLAMA_CPP_EXT_API void   llama_cpp_ext_chat_stream_free(struct llama_cpp_ext_chat_stream * stream);
 
 /* The sampler that constrains a chat answer as llama-server's common_sampler does, to be applied to the
  * candidates before the sampling chain and told every generated token (llama_sampler_apply/_accept):

@@ -25,7 +25,7 @@ import secrets
 import string
 import sys
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from .._errors import LibraryLoadError, LibraryNotFoundError, LlamaError, Templa
 log = logging.getLogger("llama_cpp.chat")
 
 LIBRARY_STEM = "llama-cpp-ext"
-API_VERSION = 2
+API_VERSION = 3
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 
 
@@ -59,6 +59,9 @@ class _Lib:
         vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
         out = ctypes.POINTER(ctypes.c_void_p)
         self.api_version = self._fn("llama_cpp_ext_api_version", [], ctypes.c_int)
+        version = self.api_version()
+        if version != API_VERSION:
+            raise LibraryLoadError(f"{path} has C API version {version}; these bindings need {API_VERSION}")
         # results are freed with free_string: restype c_void_p keeps the pointer
         self.free_string = self._fn("llama_cpp_ext_free_string", [vp], None)
         self.templates_init = self._fn("llama_cpp_ext_chat_templates_init", [vp, cp, out], vp)
@@ -68,11 +71,13 @@ class _Lib:
         self.parser_init = self._fn("llama_cpp_ext_chat_parser_init", [cp, out], vp)
         self.parser_parse = self._fn("llama_cpp_ext_chat_parser_parse", [vp, cp, sz, ctypes.c_bool], vp)
         self.parser_free = self._fn("llama_cpp_ext_chat_parser_free", [vp], None)
+        self.msg_diffs = self._fn("llama_cpp_ext_chat_msg_diffs", [cp, cp], vp)
+        self.stream_init = self._fn("llama_cpp_ext_chat_stream_init", [cp, out], vp)
+        self.stream_feed = self._fn("llama_cpp_ext_chat_stream_feed", [vp, cp, sz, ctypes.c_bool], vp)
+        self.stream_message = self._fn("llama_cpp_ext_chat_stream_message", [vp], vp)
+        self.stream_free = self._fn("llama_cpp_ext_chat_stream_free", [vp], None)
         self.sampler_init = self._fn("llama_cpp_ext_chat_sampler_init", [vp, cp, out], vp)
         self.sampler_state = self._fn("llama_cpp_ext_chat_sampler_state", [vp], vp)
-        version = self.api_version()
-        if version != API_VERSION:
-            raise LibraryLoadError(f"{path} has C API version {version}; these bindings need {API_VERSION}")
 
     def _fn(self, name: str, argtypes: list[Any], restype: Any) -> Any:
         try:
@@ -488,17 +493,6 @@ def _random_id() -> str:
     return "".join(secrets.choice(alphabet) for _ in range(32))
 
 
-def _string_diff(last: str, current: str) -> str:
-    """The text ``current`` adds to ``last`` (llama.cpp's ``string_diff``)."""
-    if not last:
-        return current
-    if not current.startswith(last):
-        if last.startswith(current):
-            return ""  # the last parse ended on a partial stop word, this one on the erased word
-        raise ChatParseError(f"invalid diff: {last!r} is not a prefix of {current!r}")
-    return current[len(last):]
-
-
 class ChatParser(_Owned):
     """A parser loaded once for many parses (``common_chat_parse`` with fixed parameters)."""
 
@@ -522,79 +516,79 @@ class ChatParser(_Owned):
         self._lib.parser_free(handle)
 
 
-class ChatStreamParser:
+class ChatStreamParser(_Owned):
     """Parse a streamed answer as it grows and turn each step into OpenAI ``delta`` dicts.
 
     ``feed(text)`` appends generated text and returns the deltas since the last call;
     ``finish()`` parses the whole text as complete and returns the last deltas. Tool calls get ids
-    (``id_factory``, random 32 characters by default) that stay fixed; a call's ``index``, ``id``
-    and ``name`` come first, once its name is complete, then its ``arguments`` in pieces.
+    (the format's own, else ``id_factory()``, random 32 characters by default) that stay fixed; a
+    call's ``index``, ``id`` and name come first, once its name is complete, then its ``arguments``
+    in pieces. The library keeps the text and the last message and computes the deltas
+    (llama-server's ``update_chat_msg`` with ``common_chat_msg_diff``): each step passes only the
+    new text in and only the deltas out.
     """
+
+    _what = "chat stream parser"
 
     def __init__(self, prompt: ChatPrompt | Mapping[str, Any], *, reasoning_format: str | None = None,
                  id_factory: Any = None) -> None:
-        self._parser = ChatParser(prompt, reasoning_format=reasoning_format)
+        self._lib = load_library()
+        self._handle: int | None = None
+        out = ctypes.c_void_p()
+        doc = self._lib.take_json(self._lib.stream_init(_dumps(_params(prompt, reasoning_format)), ctypes.byref(out)))
+        _check(doc, ChatParseError, "cannot load the chat parser")
+        self._handle = out.value
         self._ids: list[str] = []
         self._id_factory = id_factory or _random_id
-        self._sent_names: set[int] = set()
-        self.text = ""
-        self.message = ChatMessage()
+        self._pieces: list[bytes] = []
+        self._message: ChatMessage | None = ChatMessage()
 
-    def _parse(self, is_partial: bool) -> ChatMessage:
-        msg = self._parser.parse(self.text, is_partial=is_partial)
-        calls = []
-        for i, tc in enumerate(msg.tool_calls):  # ids stay what they were first (set_tool_call_ids)
-            if len(self._ids) <= i:
-                self._ids.append(tc.id or self._id_factory())
-            calls.append(ToolCall(tc.name, tc.arguments, self._ids[i]))
-        return ChatMessage(msg.role, msg.content, msg.reasoning_content, tuple(calls))
+    @property
+    def text(self) -> str:
+        """The output fed so far."""
+        return b"".join(self._pieces).decode("utf-8", "replace")
 
-    def feed(self, text: str) -> list[dict[str, Any]]:
+    @property
+    def message(self) -> ChatMessage:
+        """The message parsed so far, with its tool call ids."""
+        if self._message is None:
+            doc = self._lib.take_json(self._lib.stream_message(self._require()))
+            msg = ChatMessage.from_json(_check(doc, ChatParseError, "cannot read the parsed message"))
+            calls = tuple(ToolCall(tc.name, tc.arguments, self._ids[i]) for i, tc in enumerate(msg.tool_calls))
+            self._message = ChatMessage(msg.role, msg.content, msg.reasoning_content, calls)
+        return self._message
+
+    def feed(self, text: str | bytes) -> list[dict[str, Any]]:
         """Append ``text`` and return the OpenAI deltas it completes."""
-        self.text += text
-        return self._update(is_partial=True)
+        return self._update(text, True)
 
-    def finish(self) -> list[dict[str, Any]]:
-        """Parse the whole output as complete; the remaining deltas (raises :class:`ChatParseError`
-        when it does not match the format)."""
-        return self._update(is_partial=False)
+    def finish(self, text: str | bytes = "") -> list[dict[str, Any]]:
+        """Append the last ``text``, if any, and parse the whole output as complete; the remaining deltas
+        (raises :class:`ChatParseError` when it does not match the format)."""
+        return self._update(text, False)
 
-    def _update(self, is_partial: bool) -> list[dict[str, Any]]:
-        new = self._parse(is_partial)
-        if new.is_empty():
-            return []
-        prev, self.message = self.message, new
-        return [d for d in (_diff_to_delta(x) for x in self._filter(compute_diffs(prev, new), new, is_partial)) if d]
+    def _update(self, text: str | bytes, is_partial: bool) -> list[dict[str, Any]]:
+        handle = self._require()
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        if data:
+            self._pieces.append(data)
+        doc = self._lib.take_json(self._lib.stream_feed(handle, data, len(data), is_partial))
+        if "error" in doc:
+            raise ChatParseError(f"cannot parse the model output: {doc['error']}")
+        deltas: list[dict[str, Any]] = doc["deltas"]
+        new_ids = doc.get("new_ids")
+        if new_ids is not None:  # ids stay what they were first (set_tool_call_ids)
+            self._ids += [i or self._id_factory() for i in new_ids]
+        if deltas or new_ids is not None:
+            self._message = None
+            for delta in deltas:
+                calls = delta.get("tool_calls")
+                if calls and "id" in calls[0]:
+                    calls[0]["id"] = self._ids[calls[0]["index"]]
+        return deltas
 
-    def _filter(self, diffs: Iterable[_Diff], msg: ChatMessage, is_partial: bool) -> list[_Diff]:
-        """llama-server's ``update_chat_msg`` with ``filter_tool_calls``: a call's name is sent once
-        complete (when its arguments start, another delta follows, or the output ends)."""
-        out: list[_Diff] = []
-        for d in diffs:
-            for i, tc in enumerate(msg.tool_calls):
-                if i in self._sent_names or not tc.name:
-                    continue
-                if d.index != i or d.arguments:
-                    out.append(_Diff(index=i, id=tc.id, name=tc.name))
-                    self._sent_names.add(i)
-            if d.index is None:
-                out.append(d)
-            elif d.index in self._sent_names:
-                if d.arguments:
-                    out.append(_Diff(index=d.index, arguments=d.arguments))
-            elif d.arguments or not is_partial:
-                tc = msg.tool_calls[d.index]
-                out.append(_Diff(index=d.index, id=tc.id, name=tc.name, arguments=d.arguments))
-                self._sent_names.add(d.index)
-        if not is_partial:
-            for i, tc in enumerate(msg.tool_calls):
-                if i not in self._sent_names and tc.name:
-                    out.append(_Diff(index=i, id=tc.id, name=tc.name))
-                    self._sent_names.add(i)
-        return out
-
-    def close(self) -> None:
-        self._parser.close()
+    def _free(self, handle: int) -> None:
+        self._lib.stream_free(handle)
 
 
 @dataclass(frozen=True)
@@ -609,52 +603,18 @@ class _Diff:
     arguments: str = ""
 
 
+def _msg_json(msg: ChatMessage) -> dict[str, Any]:
+    return {"role": msg.role, "content": msg.content, "reasoning_content": msg.reasoning_content,
+            "tool_calls": [{"name": tc.name, "arguments": tc.arguments, "id": tc.id} for tc in msg.tool_calls]}
+
+
 def compute_diffs(prev: ChatMessage, new: ChatMessage) -> list[_Diff]:
-    """``common_chat_msg_diff::compute_diffs``: what ``new`` adds to ``prev``."""
-    diffs: list[_Diff] = []
-    if prev.reasoning_content != new.reasoning_content:
-        diffs.append(_Diff(reasoning_content=_string_diff(prev.reasoning_content, new.reasoning_content)))
-    if prev.content != new.content:
-        diffs.append(_Diff(content=_string_diff(prev.content, new.content)))
-    if len(new.tool_calls) < len(prev.tool_calls):
-        raise ChatParseError(f"invalid diff: {len(new.tool_calls)} tool calls after {len(prev.tool_calls)}")
-    if prev.tool_calls:
-        idx = len(prev.tool_calls) - 1
-        pref, newf = prev.tool_calls[idx], new.tool_calls[idx]
-        if pref.name != newf.name and pref.name and newf.name and not newf.name.startswith(pref.name):
-            raise ChatParseError(f"invalid diff: tool call {pref.name!r} became {newf.name!r}")
-        args = _string_diff(pref.arguments, newf.arguments)
-        if args or pref.id != newf.id or pref.name != newf.name:
-            changed = pref.id != newf.id or pref.name != newf.name
-            diffs.append(_Diff(index=idx, id=newf.id if changed else "", name=newf.name if changed else "",
-                               arguments=args))
-    for idx in range(len(prev.tool_calls), len(new.tool_calls)):
-        tc = new.tool_calls[idx]
-        diffs.append(_Diff(index=idx, id=tc.id, name=tc.name, arguments=tc.arguments))
-    return diffs
-
-
-def _diff_to_delta(d: _Diff) -> dict[str, Any]:
-    """``server_chat_msg_diff_to_json_oaicompat``."""
-    delta: dict[str, Any] = {}
-    if d.reasoning_content:
-        delta["reasoning_content"] = d.reasoning_content
-    if d.content:
-        delta["content"] = d.content
-    if d.index is not None:
-        call: dict[str, Any] = {"index": d.index}
-        if d.id:
-            call["id"] = d.id
-            call["type"] = "function"
-        if d.name or d.arguments:
-            fn: dict[str, Any] = {}
-            if d.name:
-                fn["name"] = d.name
-            if d.arguments:
-                fn["arguments"] = d.arguments
-            call["function"] = fn
-        delta["tool_calls"] = [call]
-    return delta
+    """``common_chat_msg_diff::compute_diffs``: what ``new`` adds to ``prev`` (raises
+    :class:`ChatParseError` when ``new`` does not extend ``prev``)."""
+    lib = load_library()
+    doc = lib.take_json(lib.msg_diffs(_dumps(_msg_json(prev)), _dumps(_msg_json(new))))
+    _check(doc, ChatParseError, "invalid diff")
+    return [_Diff(**d) for d in doc["diffs"]]
 
 
 __all__ = [

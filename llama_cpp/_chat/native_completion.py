@@ -15,8 +15,8 @@ import dataclasses
 import json
 import logging
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .._errors import LlamaError, ParameterError
 from .._safety.tool_limits import check_tools
@@ -144,6 +144,23 @@ def check_chat_options(chat_template_kwargs: Any = None, reasoning_format: Any =
     return opts
 
 
+@runtime_checkable
+class ChatTarget(Protocol):
+    """What a chat answer is generated on, where that is not a ``Llama`` (a multimodal chat's media prompt):
+    ``model`` samples and detokenizes; :meth:`chat_prompt` makes the prompt of the rendered text and
+    :meth:`create_completion` completes it (``text_completion`` results, as ``Llama.create_completion``)."""
+
+    model: Any
+
+    def chat_prompt(self, text: str, messages: Sequence[Mapping[str, Any]], *, special_in_content: bool,
+                    render: Callable[[list[Any]], str]) -> Any:
+        """The prompt of ``text``, rendered from ``messages`` (``render``: the same rendering of other messages,
+        for exact content spans; message content is tokenized as text unless ``special_in_content``)."""
+
+    def create_completion(self, prompt: Any, *, stream: bool, stop: list[str], grammar: Any, **kwargs: Any) -> Any:
+        """A completion of ``prompt`` sampled under ``grammar`` (a :class:`~.constraint.ChatConstraint`)."""
+
+
 def create_chat_completion(llama: Any, templates: ChatTemplates, messages: Sequence[Mapping[str, Any]], *,
                            tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: Any = None,
                            parallel_tool_calls: bool | None = None, response_format: Mapping[str, Any] | None = None,
@@ -152,7 +169,8 @@ def create_chat_completion(llama: Any, templates: ChatTemplates, messages: Seque
                            reasoning_budget_message: str = "", stream: bool = False,
                            stop: str | list[str] | None = None, grammar: Any = None, special_in_content: bool = False,
                            **completion_kwargs: Any) -> Any:
-    """Render with the model's template, generate with ``llama.create_completion`` and parse.
+    """Render with the model's template, generate with ``llama.create_completion`` and parse. ``llama``: a
+    ``Llama``, or a :class:`ChatTarget`.
 
     The answer is sampled as llama-server samples it (:class:`~.constraint.ChatConstraint`): with
     ``tool_choice="auto"`` the template's grammar is lazy (free text until the format's call marker,
@@ -178,11 +196,17 @@ def create_chat_completion(llama: Any, templates: ChatTemplates, messages: Seque
     stops = list(prompt.additional_stops)
     if stop:
         stops += [stop] if isinstance(stop, str) else list(stop)
-    from .handler import prompt_tokens
+    def render(ms: list[Any]) -> str:
+        return templates.apply(ms, **render_opts).prompt
 
-    # llama.cpp leaves BOS out of the prompt where the vocabulary adds it; message content stays text
-    tokens = prompt_tokens(llama, prompt.prompt, messages, added_special=False, special_in_content=special_in_content,
-                           render=lambda ms: templates.apply(ms, **render_opts).prompt)
+    if isinstance(llama, ChatTarget):
+        tokens = llama.chat_prompt(prompt.prompt, messages, special_in_content=special_in_content, render=render)
+    else:
+        from .handler import prompt_tokens
+
+        # llama.cpp leaves BOS out of the prompt where the vocabulary adds it; message content stays text
+        tokens = prompt_tokens(llama, prompt.prompt, messages, added_special=False,
+                               special_in_content=special_in_content, render=render)
     constraint = ChatConstraint(llama.model, prompt, reasoning_budget=reasoning_budget,
                                 reasoning_budget_message=reasoning_budget_message, user_grammar=bool(user_grammar))
     if prompt.grammar_lazy:
@@ -212,7 +236,12 @@ class NativeChatHandler:
     ``chat_template_kwargs`` (e.g. ``{"enable_thinking": False}``), ``reasoning_format`` and
     ``reasoning_budget`` apply to every request (a request's own override them; the
     ``chat_template_kwargs`` of both are merged); a template text replaces the model's own.
+    ``llama`` is a ``Llama`` or a :class:`ChatTarget`.
     """
+
+    #: takes the chat-layer options (``chat_template_kwargs``, ``reasoning_format``, ...): ``chat_route``
+    #: sends them only to a handler that says so
+    takes_chat_options: ClassVar[bool] = True
 
     def __init__(self, chat_template: str | None = None, *, chat_template_kwargs: Mapping[str, Any] | None = None,
                  reasoning_format: str = "auto", parallel_tool_calls: bool | None = None,
@@ -352,7 +381,7 @@ def chat_route(llama: Any, handler: Any, call: Mapping[str, Any]) -> tuple[Any, 
         handler = native_tools_handler(llama)
     if handler is None and opts:
         handler = native_handler(llama)
-    if opts and not isinstance(handler, NativeChatHandler):
+    if opts and not getattr(handler, "takes_chat_options", False):
         raise ParameterError(f"{', '.join(sorted(opts))} apply to llama.cpp's chat layer; this Llama's "
                              f"chat_handler {type(handler).__name__} does not take them")
     extra = dict(opts)
@@ -370,5 +399,5 @@ def chat_route(llama: Any, handler: Any, call: Mapping[str, Any]) -> tuple[Any, 
     return handler, extra
 
 
-__all__ = ["UNLIMITED_BUDGET", "NativeChatHandler", "chat_response", "chat_route", "chat_stream", "check_chat_options",
+__all__ = ["UNLIMITED_BUDGET", "ChatTarget", "NativeChatHandler", "chat_response", "chat_route", "chat_stream", "check_chat_options",
            "create_chat_completion", "native_handler", "native_tools_handler", "response_format_schema"]
