@@ -59,36 +59,60 @@ def chat_response(completion: Mapping[str, Any], prompt: ChatPrompt, *, reasonin
             "usage": completion.get("usage")}
 
 
+class ChatChunks:
+    """``text_completion`` chunks → ``chat.completion.chunk`` objects parsed by ``prompt``'s parser, one
+    chunk at a time (the server's slots push theirs; :func:`chat_stream` pulls a whole stream): the role,
+    the deltas of content, reasoning and tool calls as the output grows, then the finish reason
+    (``"tool_calls"`` after a call) with the usage and the stop string that ended the answer where the
+    chunk names one. The parser is freed at the finish or by :meth:`close`."""
+
+    def __init__(self, prompt: ChatPrompt, *, reasoning_format: str | None = None, id_factory: Any = None) -> None:
+        self.prompt = prompt
+        self.parser = ChatStreamParser(prompt, reasoning_format=reasoning_format, id_factory=id_factory)
+        self.first = True
+
+    def __call__(self, c: Mapping[str, Any]) -> list[dict[str, Any]]:
+        choice = c["choices"][0]
+        base = _base(c, "chat.completion.chunk")
+        out = []
+        if self.first:
+            out.append({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None,
+                                             "logprobs": None}]})
+            self.first = False
+        deltas = self.parser.feed(choice["text"]) if choice["text"] else []
+        done = choice["finish_reason"] is not None
+        if done:
+            try:
+                deltas += self.parser.finish()
+            except ChatParseError as exc:
+                log.warning("model output does not match the %s chat format (%s)", self.prompt.format_name, exc)
+        out += [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None, "logprobs": None}]}
+                for d in deltas]
+        if done:
+            reason = "tool_calls" if self.parser.message.tool_calls else choice["finish_reason"]
+            last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
+            if choice.get("stop_sequence") is not None:
+                last["choices"][0]["stop_sequence"] = choice["stop_sequence"]
+            if "usage" in c:
+                last["usage"] = c["usage"]
+            out.append(last)
+            self.parser.close()
+        return out
+
+    def close(self) -> None:
+        self.parser.close()
+
+
 def chat_stream(chunks: Iterator[Mapping[str, Any]], prompt: ChatPrompt, *, reasoning_format: str | None = None,
                 id_factory: Any = None) -> Iterator[dict[str, Any]]:
-    """``chat.completion.chunk`` objects for a streamed completion of ``prompt``: the role, the
-    deltas of each step, then the finish reason (``"tool_calls"`` after a call) with the usage."""
-    parser = ChatStreamParser(prompt, reasoning_format=reasoning_format, id_factory=id_factory)
-    first = True
+    """``chat.completion.chunk`` objects for a streamed completion of ``prompt`` (:class:`ChatChunks`
+    over the whole stream)."""
+    convert = ChatChunks(prompt, reasoning_format=reasoning_format, id_factory=id_factory)
     try:
         for c in chunks:
-            choice = c["choices"][0]
-            base = _base(c, "chat.completion.chunk")
-            if first:
-                yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None,
-                                            "logprobs": None}]}
-                first = False
-            deltas = parser.feed(choice["text"]) if choice["text"] else []
-            if choice["finish_reason"] is not None:
-                try:
-                    deltas += parser.finish()
-                except ChatParseError as exc:
-                    log.warning("model output does not match the %s chat format (%s)", prompt.format_name, exc)
-            for delta in deltas:
-                yield {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}]}
-            if choice["finish_reason"] is not None:
-                reason = "tool_calls" if parser.message.tool_calls else choice["finish_reason"]
-                last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
-                if "usage" in c:
-                    last["usage"] = c["usage"]
-                yield last
+            yield from convert(c)
     finally:
-        parser.close()
+        convert.close()
 
 
 def response_format_schema(response_format: Mapping[str, Any] | None) -> Any:
@@ -399,5 +423,5 @@ def chat_route(llama: Any, handler: Any, call: Mapping[str, Any]) -> tuple[Any, 
     return handler, extra
 
 
-__all__ = ["UNLIMITED_BUDGET", "ChatTarget", "NativeChatHandler", "chat_response", "chat_route", "chat_stream", "check_chat_options",
-           "create_chat_completion", "native_handler", "native_tools_handler", "response_format_schema"]
+__all__ = ["UNLIMITED_BUDGET", "ChatChunks", "ChatTarget", "NativeChatHandler", "chat_response", "chat_route", "chat_stream",
+           "check_chat_options", "create_chat_completion", "native_handler", "native_tools_handler", "response_format_schema"]

@@ -15,6 +15,7 @@ from .. import llama_chat_format as _chat
 from .._chat import native_chat, native_completion
 from .._chat.constraint import ChatConstraint
 from .._chat.handler import prompt_tokens
+from .._chat.native_completion import ChatChunks as NativeChatChunks
 from .._errors import ContextOverflowError
 from .._generation import responses as _responses
 from .._safety.chat_tokens import message_texts, tokenize_chat_prompt
@@ -221,45 +222,6 @@ def _native_chat_prompt(llama: Llama, templates: native_chat.ChatTemplates, msgs
     return ChatPrompt(tokens, list(native.additional_stops), grammar, None, native, reasoning_format)
 
 
-class NativeChatChunks:
-    """``text_completion`` chunks → ``chat.completion.chunk`` objects parsed by a native prompt's parser
-    (the push form of :func:`llama_cpp._chat.native_completion.chat_stream`): the role, the deltas of
-    content, reasoning and tool calls as the output grows, then the finish reason with the usage."""
-
-    def __init__(self, prompt: native_chat.ChatPrompt, reasoning_format: str | None = None) -> None:
-        self.prompt = prompt
-        self.parser = native_chat.ChatStreamParser(prompt, reasoning_format=reasoning_format)
-        self.first = True
-
-    def __call__(self, c: dict[str, Any]) -> list[dict[str, Any]]:
-        choice = c["choices"][0]
-        base = {"id": "chat" + c["id"], "object": "chat.completion.chunk", "created": c["created"],
-                "model": c["model"]}
-        out = []
-        if self.first:
-            out.append({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None,
-                                             "logprobs": None}]})
-            self.first = False
-        deltas = self.parser.feed(choice["text"]) if choice["text"] else []
-        done = choice["finish_reason"] is not None
-        if done:
-            try:
-                deltas += self.parser.finish()
-            except native_chat.ChatParseError as exc:
-                log.warning("model output does not match the %s chat format (%s)", self.prompt.format_name, exc)
-        out += [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None, "logprobs": None}]}
-                for d in deltas]
-        if done:
-            reason = "tool_calls" if self.parser.message.tool_calls else choice["finish_reason"]
-            last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
-            _carry_stop(choice, last["choices"][0])
-            if "usage" in c:
-                last["usage"] = c["usage"]
-            out.append(last)
-            self.parser.close()
-        return out
-
-
 def chat_result(parts: list[dict[str, Any]], chat: ChatPrompt) -> dict[str, Any]:
     """A ``chat.completion`` from the ``text_completion`` chunks of ``chat``'s answer."""
     completion = _responses.join_chunks(parts)
@@ -280,7 +242,7 @@ def _carry_stop(src: dict[str, Any], dst: dict[str, Any]) -> None:
 def chat_chunks(chat: ChatPrompt) -> Any:
     """The converter of one choice's ``text_completion`` chunks for ``chat``."""
     if chat.native is not None:
-        return NativeChatChunks(chat.native, chat.reasoning_format)
+        return NativeChatChunks(chat.native, reasoning_format=chat.reasoning_format)
     return ChatChunks(chat.tool_name)
 
 
