@@ -258,14 +258,32 @@ class ChatChunks(_responses.ChatChunks):
 
 
 def join_chat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    """A ``chat.completion`` from ``chat.completion.chunk`` objects (the image-chat handler's stream)."""
-    text = "".join((c["choices"][0].get("delta") or {}).get("content") or "" for c in chunks if c.get("choices"))
+    """A ``chat.completion`` from ``chat.completion.chunk`` objects (the image-chat handler's stream): the
+    content and reasoning joined, each tool call's id, name and arguments assembled by its index."""
+    content, reasoning, calls = [], [], {}
+    for c in chunks:
+        if not c.get("choices"):
+            continue
+        delta = c["choices"][0].get("delta") or {}
+        content.append(delta.get("content") or "")
+        reasoning.append(delta.get("reasoning_content") or "")
+        for d in delta.get("tool_calls") or []:
+            call = calls.setdefault(d.get("index", 0), {"id": None, "type": "function",
+                                                        "function": {"name": "", "arguments": ""}})
+            call["id"] = d.get("id") or call["id"]
+            fn = d.get("function") or {}
+            call["function"]["name"] += fn.get("name") or ""
+            call["function"]["arguments"] += fn.get("arguments") or ""
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or (None if calls else "")}
+    if any(reasoning):
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
     last = chunks[-1]
     finish = next((c["choices"][0].get("finish_reason") for c in reversed(chunks)
                    if c.get("choices") and c["choices"][0].get("finish_reason")), "stop")
     return {"id": last["id"], "object": "chat.completion", "created": last["created"], "model": last["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                         "finish_reason": finish}],
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
             "usage": next((c["usage"] for c in reversed(chunks) if "usage" in c), None)}
 
 

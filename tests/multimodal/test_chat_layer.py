@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from llama_cpp.server.prompts import join_chat_chunks
 from tests.chat.forcing import BOS, EOS, Force, model_with_template
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,9 +86,13 @@ def _check(run: Any, llm: Any) -> None:
     assert choice["finish_reason"] == "tool_calls"
     assert _summary(choice["message"]) == EXPECTED
     assert all(c["id"] and c["type"] == "function" for c in choice["message"]["tool_calls"])
-    streamed, finish = _assemble(list(run(True, Force(llm, OUTPUT))))
+    chunks = list(run(True, Force(llm, OUTPUT)))
+    streamed, finish = _assemble(chunks)
     assert finish == "tool_calls"
     assert _summary(streamed) == EXPECTED
+    # the server's image chat joins the handler's stream into its non-streamed answer
+    joined = join_chat_chunks(chunks)["choices"][0]
+    assert joined["finish_reason"] == "tool_calls" and _summary(joined["message"]) == EXPECTED
     assert all(c["id"] for c in streamed["tool_calls"])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import shutil
+from pathlib import Path
 
 import httpx
 import pytest
@@ -192,3 +193,41 @@ def test_image_chat_speculates(spec_image_server):
                                             stream=True))
     assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == r.choices[0].message.content
     assert chunks[-1].model_dump()["usage"]["speculative"]["drafted"] > 0
+
+
+
+@pytest.fixture(scope="module")
+def tools_image_server(start_server, tmp_path_factory):
+    """Image chat on a model whose template knows tools (Qwen 3's), served with a projector."""
+    from llama_cpp._chat import native_chat
+    from tests.chat.forcing import BOS, EOS, model_with_template
+
+    template = Path(__file__).resolve().parents[2] / "vendor" / "llama.cpp" / "models" / "templates" / \
+        "Qwen-Qwen3-0.6B.jinja"
+    if not native_chat.available() or not template.is_file():
+        pytest.skip("needs libllama-cpp-ext and the vendored llama.cpp templates")
+    text = template.read_text(encoding="utf-8")
+    with native_chat.ChatTemplates(text, bos_token=BOS, eos_token=EOS) as t:
+        preserved = t.apply([{"role": "user", "content": "hi"}], tools=[TOOL]).preserved_tokens
+    model = model_with_template(tmp_path_factory.mktemp("tools-image") / "qwen3.gguf", text, sorted(set(preserved)))
+    return start_server([{"model": str(model), "model_alias": "vision-tools", "n_ctx": 1024, "n_parallel": 1,
+                          "clip_model_path": str(fixture_path("mmproj_vision"))}])
+
+
+TOOL = {"type": "function", "function": {"name": "look", "parameters": {"type": "object", "properties": {}}}}
+
+
+def test_image_chat_takes_tools_and_checks_them(tools_image_server, image_server):
+    """Tools reach the image-chat handler, whose chat layer renders and parses them; a bad tool is a 400
+    naming it; a template that does not know tools is a 400 saying so."""
+    msgs = _image_messages("data:image/png;base64," + base64.b64encode(fixture_path("png").read_bytes()).decode())
+    body = {"messages": msgs, "max_tokens": 4, "temperature": 0, "tools": [TOOL]}
+    r = httpx.post(tools_image_server.url + "/v1/chat/completions", timeout=120, json={"model": "vision-tools", **body})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["role"] == "assistant"
+    bad = {"type": "function", "function": {"name": "bad name!", "parameters": {"type": "object"}}}
+    r = httpx.post(tools_image_server.url + "/v1/chat/completions", timeout=60,
+                   json={"model": "vision-tools", **body, "tools": [bad]})
+    assert r.status_code == 400 and "bad name!" in r.json()["error"]["message"], r.text
+    r = httpx.post(image_server.url + "/v1/chat/completions", timeout=60, json={"model": "vision", **body})
+    assert r.status_code == 400 and "a template that knows them" in r.json()["error"]["message"], r.text

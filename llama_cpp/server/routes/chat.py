@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from ..._safety.tool_limits import check_tools
 from .. import prompts
 from ..engine import GenRequest, collect_stats_stream
 from ..errors import APIError
@@ -99,14 +100,25 @@ async def handler_chat(request: Request, served: ServedModel, body: CreateChatCo
                        max_tokens: int | None) -> dict[str, Any] | ChatStream:
     """Image chat through the model's chat handler (one request at a time)."""
     s = server_settings(request)
-    if body.tools or body.functions or body.response_format or body.grammar or body.logprobs or body.lora:
-        raise APIError(400, "tools, response_format, grammar, logprobs and lora are not supported with image chat "
-                       "yet", code="unsupported")
+    if body.grammar or body.logprobs or body.lora:
+        raise APIError(400, "grammar, logprobs and lora are not supported with image chat yet", code="unsupported")
+    try:
+        check_tools(body.tools)
+        check_tools(body.functions, "functions")
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="tools") from exc
     limit = max_tokens if max_tokens else min(served.n_ctx_slot, s.max_tokens_limit)
+    budget = body.reasoning_budget_tokens
+    # tools, the response format and the chat-layer options go to the handler, which parses the model's
+    # tool calls and reasoning through llama.cpp's chat layer (or refuses what its template cannot do)
     kwargs = dict(messages=body.messages, max_tokens=limit, temperature=body.temperature, top_p=body.top_p,
                   top_k=body.top_k, min_p=body.min_p, typical_p=body.typical_p, repeat_penalty=body.repeat_penalty,
                   frequency_penalty=body.frequency_penalty or 0.0, presence_penalty=body.presence_penalty or 0.0,
-                  seed=body.seed, stop=body.stop, model=body.model or served.alias)
+                  seed=body.seed, stop=body.stop, model=body.model or served.alias, tools=body.tools,
+                  tool_choice=body.tool_choice, functions=body.functions, function_call=body.function_call,
+                  response_format=body.response_format, parallel_tool_calls=body.parallel_tool_calls,
+                  reasoning_effort=body.reasoning_effort, chat_template_kwargs=body.chat_template_kwargs,
+                  reasoning_format=body.reasoning_format, reasoning_budget=None if budget in (None, -1) else budget)
 
     def make(_: int) -> Callable[[Any], Any]:
         # the speculative statistics of a Llama whose handler drafts on media prompts
