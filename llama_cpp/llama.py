@@ -634,13 +634,19 @@ class Llama:
         their logits, nothing is evaluated. Memory that cannot drop a suffix (recurrent) is rebuilt.
         """
         ctx = self.native_context()
+        # a decode cut short (Ctrl-C, an exception) leaves memory and the record of it apart: trust
+        # neither beyond where they agree
+        held = ctx.seq_pos_max(0) + 1
+        if held != len(self._input_ids):
+            del self._input_ids[max(held, 0):]
+            self._fresh = False
         n_past = 0
         if reuse_prefix and self._input_ids:
             n_past = longest_token_prefix(self._input_ids, tokens)
             if n_past == len(tokens) == len(self._input_ids) and self._fresh:
                 return
             n_past = min(n_past, len(tokens) - 1)  # the last prompt token is evaluated for its logits
-        if n_past < len(self._input_ids):
+        if n_past < len(self._input_ids) or held > n_past:
             if n_past == 0 or not ctx.seq_rm(0, n_past, -1):
                 ctx.memory_clear(True)
                 n_past = 0

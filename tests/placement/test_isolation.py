@@ -27,6 +27,8 @@ from .conftest import REPO, _wait_ready
 
 KW = {"n_ctx": 256, "verbose": False, "n_gpu_layers": -1, "chat_format": "chatml"}
 PROMPT = "hello world"
+# a generation that lasts far longer than the 50 ms after which the interruption tests press Ctrl-C
+LONG = {**KW, "n_ctx": 16384}
 MESSAGES = [{"role": "user", "content": "hello"}]
 
 
@@ -273,12 +275,17 @@ def test_an_interrupted_call_leaves_the_worker_usable(moe_path, local):
     import signal
 
     # no RPC server needed: LlamaWorker holds any model in a worker process
-    with LlamaWorker(moe_path, **KW) as llm:
-        timer = threading.Timer(0.05, lambda: signal.raise_signal(signal.SIGINT))  # Ctrl-C mid-call
+    with LlamaWorker(moe_path, **LONG) as llm:
+        # Ctrl-C mid-call, sent to the process as a terminal sends it (raise_signal from this thread would
+        # reach only the timer's thread, and the main thread would see it only after the reply)
+        timer = threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT))
         timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            llm(PROMPT, max_tokens=5000, temperature=0.0, stop=[])  # no n_ctx room check: 256 ends it
-        timer.join()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                llm(PROMPT, max_tokens=LONG["n_ctx"] - 8, temperature=0.0, stop=[])
+        finally:
+            timer.cancel()  # a call that ended first must not leave the signal to hit the test session
+            timer.join()
         # the interrupted call's reply is read and dropped; the next call gets its own answer
         assert llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
 
@@ -286,15 +293,18 @@ def test_an_interrupted_call_leaves_the_worker_usable(moe_path, local):
 def test_an_interrupted_stream_leaves_the_worker_usable(moe_path, local):
     import signal
 
-    with LlamaWorker(moe_path, **KW) as llm:
-        stream = llm(PROMPT, max_tokens=5000, temperature=0.0, stream=True)
+    with LlamaWorker(moe_path, **LONG) as llm:
+        stream = llm(PROMPT, max_tokens=LONG["n_ctx"] - 8, temperature=0.0, stream=True, stop=[])
         next(stream)
-        timer = threading.Timer(0.05, lambda: signal.raise_signal(signal.SIGINT))
+        timer = threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT))
         timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            for _ in stream:
-                pass
-        timer.join()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                for _ in stream:
+                    pass
+        finally:
+            timer.cancel()
+            timer.join()
         assert llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
         # a stream left after its end and one closed early both leave it usable
         assert "".join(c["choices"][0]["text"] for c in llm(PROMPT, max_tokens=16, temperature=0.0,
