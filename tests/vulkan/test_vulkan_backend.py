@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from build_tools.stages.smoke import target as smoke_target
 from build_tools.stages.smoke.models import fixture_models
 from build_tools.stages.smoke.workload import CPU_ONLY_ENV, FIXTURE_GPU_STAGES
+
+from .builds import lavapipe_env, vulkan_build
 
 REPO = Path(__file__).resolve().parents[2]
 # The loader's wording for a Vulkan loader without a driver or device (llama_cpp/_native/loader.py):
@@ -32,41 +33,14 @@ NO_DRIVER = re.compile(r"found no driver or device|found no Vulkan device \(no d
 WORKLOAD = REPO / "build_tools" / "stages" / "smoke" / "workload.py"
 
 
-# The release build, else the quick one .ci/run's vulkan tier makes (same shaders, one CPU backend).
-CONFIGS = ("vulkan", "vulkan-dev")
-
-
-def _vulkan_build():
-    from build_tools.inputs.configs import load_matrix
-    from build_tools.inputs.lock import load_lock
-    from build_tools.stages.native import build as native
-    from build_tools.stages.vendor import current_tree
-
-    keys = []
-    for name in CONFIGS:
-        try:
-            lock = load_lock()
-            p = native.plan(load_matrix().get(name), lock, current_tree(lock), install=False)
-        except Exception as exc:  # noqa: BLE001 - any missing piece means: not built here
-            pytest.skip(f"no Vulkan toolchain here ({exc})")
-        nb = native.find_finished(p)
-        if nb is not None:
-            return nb
-        keys.append(f"{name} {p.key[:16]}")
-    pytest.skip(f"no Vulkan native build in the cache ({', '.join(keys)}): nox -s release -- vulkan-dev (or vulkan)")
-
-
 @pytest.fixture(scope="module")
 def vulkan_lib() -> Path:
-    return _vulkan_build().lib_dir
+    return vulkan_build().lib_dir
 
 
 @pytest.fixture(scope="module")
 def lavapipe() -> dict[str, str]:
-    icd = smoke_target.lavapipe_icd()
-    if icd is None:
-        pytest.skip("Mesa's lavapipe is not installed (apt-get install mesa-vulkan-drivers libvulkan1)")
-    return smoke_target.software_vulkan_env(icd)
+    return lavapipe_env()
 
 
 def _env(lib: Path, extra: dict[str, str]) -> dict[str, str]:
