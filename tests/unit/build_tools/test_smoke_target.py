@@ -54,3 +54,12 @@ def test_a_timed_out_step_names_its_scaled_limit(monkeypatch):
     monkeypatch.setattr(runner, "load_factor", lambda: 2.0)
     with pytest.raises(SmokeError, match=r"timed out after 0\.4 s \(0\.2 s x 2\.0 for the load average\)"):
         runner._run([sys.executable, "-c", "import time; time.sleep(30)"], "the sleeper", 0.2)
+
+
+def test_a_source_build_with_vulkan_on_is_smoke_tested_as_the_vulkan_wheels():
+    from build_tools.stages.sdist.install import vulkan_requested
+
+    for on in ("-DGGML_VULKAN=on", "-DGGML_CPU_ALL_VARIANTS=OFF -DGGML_VULKAN:BOOL=ON", "-DGGML_VULKAN=1 -DX=y"):
+        assert vulkan_requested(on), on
+    for off in ("", "-DGGML_VULKAN=off", "-DGGML_CUDA=on", "-DGGML_VULKAN_DEBUG=on", "-DGGML_VULKAN=onward"):
+        assert not vulkan_requested(off), off
