@@ -39,11 +39,19 @@ def run(args: argparse.Namespace) -> int:
     if not report.ok:
         return 1
     if args.install:
-        from ..stages.sdist.install import install_and_smoke
-        from ..stages.smoke import fixture_models
+        from ..stages import smoke
+        from ..stages.sdist.install import install_and_smoke, vulkan_requested
 
-        result = install_and_smoke(sd.path, args.python, fixture_models(), cmake_args=args.cmake_args,
-                                   jobs=args.jobs, log_path=out / "source-build.log", version=version)
+        stages, target = smoke.STAGES, None
+        if vulkan_requested(args.cmake_args):  # the Vulkan wheels' smoke: GPU stages on lavapipe
+            from ..inputs.configs import load_matrix
+
+            target = smoke.target_for(load_matrix().get("vulkan"))
+            stages = target.stages
+        result = install_and_smoke(sd.path, args.python, smoke.fixture_models().for_stages(stages),
+                                   cmake_args=args.cmake_args, jobs=args.jobs, log_path=out / "source-build.log",
+                                   version=version, stages=stages, workload_env=target.env if target else None,
+                                   require_gpu=bool(target and target.require_gpu))
         print(f"source build: {result.build_seconds:.0f} s (CMAKE_ARGS={result.cmake_args!r}, log {result.log})")
         for name, st in result.stages.items():
             print(f"  {name:<10} {st.get('status')}  {st.get('detail', '')}")

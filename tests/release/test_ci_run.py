@@ -125,10 +125,10 @@ def test_tier_configurations_are_development_builds_the_platform_tests_accept():
     m = load_matrix()
     assert all(not m.get(n).release for n in named)
     from tests.aarch64 import test_emulated_wheel
-    from tests.vulkan import test_vulkan_backend
+    from tests.vulkan import builds as vulkan_builds
     from tests.windows import conftest as windows_conftest
 
-    assert "vulkan-dev" in test_vulkan_backend.CONFIGS and windows_conftest.CONFIG == "cpu-windows-dev"
+    assert "vulkan-dev" in vulkan_builds.CONFIGS and windows_conftest.CONFIG == "cpu-windows-dev"
     assert "cpu-aarch64-dev" in Path(test_emulated_wheel.__file__).read_text()
 
 

@@ -3,8 +3,10 @@ discovery in a fresh venv (core wheel + plugin installed by pip through the core
 
 The stand-in: a native build described as a Vulkan configuration's, whose base libraries are the
 cpu-host build's and whose ``libggml-vulkan.so`` is that build's CPU backend module under the
-Vulkan name (a real ggml backend module that loads here, without a Vulkan driver). A real Vulkan
-build (vulkan-dev, glslc + libvulkan-dev) goes through the same functions.
+Vulkan name (a real ggml backend module that loads here, without a Vulkan driver). The real case
+(:func:`test_the_real_vulkan_plugin_from_a_local_index_offloads_every_layer_on_lavapipe`) builds the
+plugin from the Vulkan native build in the cache (.ci/run's vulkan tier makes it) with the same
+functions and runs the Vulkan smoke's GPU stages on lavapipe in the venv pip made.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -23,12 +26,16 @@ from pathlib import Path
 import pytest
 
 from build_tools.inputs.configs import load_matrix
-from build_tools.stages import plugins
+from build_tools.inputs.lock import load_lock
+from build_tools.stages import plugins, sdist
 from build_tools.stages.plugins.build import BASE_LIBRARY
 from build_tools.stages.smoke import runner
+from build_tools.stages.smoke.models import fixture_models
+from build_tools.stages.smoke.workload import FIXTURE_GPU_STAGES
 from build_tools.stages.wheels import build as wheels
 
 from ..native_fakes import fake_native_build
+from ..vulkan.builds import lavapipe_env, vulkan_build
 
 
 def _cpu_module(native_build) -> str:
@@ -56,6 +63,58 @@ def _stand_in(native_build, root: Path, *, edit_base: bool = False):
 @pytest.fixture(scope="module")
 def core_wheel(built):
     return next(w for w in built.wheels if w.python_tag.startswith("cp"))
+
+
+@pytest.fixture(scope="module")
+def sdist_file(repo, tmp_path_factory) -> Path:
+    """The sdist of the same sources, which the local index serves beside the wheels."""
+    from build_tools.common.paths import VENDOR_DIR
+
+    return sdist.build(load_lock(), tmp_path_factory.mktemp("sdist"), repo=repo, tree=VENDOR_DIR).path
+
+
+@pytest.fixture
+def serve_index(tmp_path):
+    """serve_index({project: [files]}): a PEP 503 "PyPI" on 127.0.0.1 serving them; returns its /simple/ URL."""
+    servers = []
+
+    def serve(files: dict[str, list[Path]]) -> str:
+        root = tmp_path / f"pypi{len(servers)}"
+        for project, paths in files.items():
+            (root / "simple" / project).mkdir(parents=True)
+            links = []
+            for f in paths:
+                shutil.copyfile(f, root / "simple" / project / f.name)
+                digest = hashlib.sha256(f.read_bytes()).hexdigest()
+                links.append(f'<a href="{f.name}#sha256={digest}">{f.name}</a>')
+            (root / "simple" / project / "index.html").write_text("\n".join(links) + "\n")
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        servers.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}/simple/"
+
+    yield serve
+    for httpd in servers:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+# pip and the programs run in the venv see none of this process's package or library settings
+_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_CPP_", "PIP_", "PYTHON", "VK_", "GGML_VK"))}
+
+
+def pip_venv(interp, index_url: str, spec: str, venv: Path, core_wheel: Path) -> Path:
+    """A fresh venv of ``interp`` with ``spec`` installed from ``index_url`` (the core's dependencies
+    from the smoke's wheelhouse); its python."""
+    subprocess.run([str(interp.path), "-m", "venv", str(venv)], check=True, timeout=180, env=_ENV)
+    py = venv / "bin" / "python"
+    deps = runner.dependency_wheelhouse(py, interp, runner.requires_dist(core_wheel), timeout=300)
+    done = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                           "--index-url", index_url, "--find-links", str(deps), spec],
+                          capture_output=True, text=True, timeout=300, env=_ENV, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return py
 
 
 def _plugin(native_build, core_wheel, root: Path, repo: Path, **kw):
@@ -116,39 +175,22 @@ def test_validate_refuses_a_driver_or_extra_file(native_build, core_wheel, repo,
 
 @pytest.mark.slow
 def test_pip_installs_the_extra_and_the_loader_names_the_plugin(native_build, built, core_wheel, repo, tmp_path,
-                                                                 smoke_interpreter):
-    """pip install "llama-cpp-python[vulkan]" from a local index: the plugin comes with the extra, the loader
-    loads its module after the CPU variants and backends() names it; without the extra nothing names it;
-    a plugin of another version is reported with the pip command that fixes it."""
+                                                                 smoke_interpreter, sdist_file, serve_index):
+    """pip install "llama-cpp-python[vulkan]" from a local index (core wheel, sdist, plugin): the plugin
+    comes with the extra, the loader loads its module after the CPU variants and backends() names it;
+    without the extra nothing names it; a plugin of another version is reported with the pip command
+    that fixes it."""
     wheel = next((w for w in built.wheels if w.python_tag == smoke_interpreter.tag), None)
     if wheel is None:
         pytest.skip(f"no wheel for {smoke_interpreter.tag}")
     p = _plugin(native_build, core_wheel, tmp_path, repo)
-    # a PEP 503 "PyPI" on 127.0.0.1 holding the core wheel and the plugin wheel, each under its project
-    simple = tmp_path / "pypi" / "simple"
-    for project, f in (("llama-cpp-python", wheel.path), ("llama-cpp-python-vulkan", p.path)):
-        (simple / project).mkdir(parents=True)
-        shutil.copyfile(f, simple / project / f.name)
-        digest = hashlib.sha256(f.read_bytes()).hexdigest()
-        (simple / project / "index.html").write_text(f'<a href="{f.name}#sha256={digest}">{f.name}</a>\n')
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "pypi"))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    index_url = f"http://127.0.0.1:{httpd.server_address[1]}/simple/"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_CPP_", "PIP_", "PYTHON"))}
     probe = ("import json, llama_cpp; print(json.dumps([[s.name, s.path and s.path.name, s.loaded, s.reason, "
              "s.plugin] for s in llama_cpp.backends()]))")
+    env = _ENV
+    index_url = serve_index({"llama-cpp-python": [wheel.path, sdist_file], "llama-cpp-python-vulkan": [p.path]})
 
     def venv(name: str, spec: str) -> Path:
-        v = tmp_path / name
-        subprocess.run([str(smoke_interpreter.path), "-m", "venv", str(v)], check=True, timeout=180, env=env)
-        py = v / "bin" / "python"
-        deps = runner.dependency_wheelhouse(py, smoke_interpreter, runner.requires_dist(wheel.path), timeout=300)
-        done = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               "--index-url", index_url, "--find-links", str(deps), spec],
-                              capture_output=True, text=True, timeout=300, env=env, check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return py
+        return pip_venv(smoke_interpreter, index_url, spec, tmp_path / name, wheel.path)
 
     def statuses(py: Path) -> list:
         done = subprocess.run([str(py), "-I", "-c", probe], capture_output=True, text=True, timeout=120, env=env,
@@ -176,8 +218,6 @@ def test_pip_installs_the_extra_and_the_loader_names_the_plugin(native_build, bu
     done = subprocess.run([str(with_plugin), "-I", "-c", "import llama_cpp; llama_cpp.ensure_backends(require_gpu=True)"],
                           capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path, check=False)
     assert done.returncode != 0 and "plugin llama-cpp-python-vulkan" in done.stderr, done.stderr
-    httpd.shutdown()
-    httpd.server_close()
 
 
 def test_plugin_key_of_each_gpu_configuration():
@@ -185,3 +225,44 @@ def test_plugin_key_of_each_gpu_configuration():
     keys = {name: plugins.plugin_key(c) for name, c in m.configs.items()}
     assert keys["cuda-13.0"] == "cuda13" and keys["cuda-12.8"] == "cuda12" and keys["vulkan"] == "vulkan"
     assert keys["cpu"] is None
+
+
+@pytest.mark.slow
+def test_the_real_vulkan_plugin_from_a_local_index_offloads_every_layer_on_lavapipe(
+        built, repo, tmp_path, smoke_interpreter, sdist_file, serve_index):
+    """Issue 30's done-when on the real backend: the plugin wheel made from the Vulkan native build
+    validates against the core wheel (its base libraries are the core's bytes), pip installs
+    "llama-cpp-python[vulkan]" from a local index holding the core wheel, the sdist and the plugin, and
+    in that venv the Vulkan smoke's GPU stages pass on lavapipe: every layer offloaded to the plugin's
+    module, greedy tokens, logits and embeddings equal to a CPU-only process's."""
+    vk = vulkan_build()
+    env = {**_ENV, **lavapipe_env()}
+    models = fixture_models()
+    if models.reason:
+        pytest.skip(models.reason)
+    wheel = next((w for w in built.wheels if w.python_tag == smoke_interpreter.tag), None)
+    if wheel is None:
+        pytest.skip(f"no wheel for {smoke_interpreter.tag}")
+    config = load_matrix().get(vk.config.name)
+    p = plugins.build(config, vk.manifest, vk.root, tmp_path / "plugin", platform_tag=wheel.platform_tag, repo=repo)
+    report = plugins.check(p.path, wheel.path)
+    assert report.ok, report.render()
+    index_url = serve_index({"llama-cpp-python": [wheel.path, sdist_file], "llama-cpp-python-vulkan": [p.path]})
+    py = pip_venv(smoke_interpreter, index_url, "llama-cpp-python[vulkan]", tmp_path / "venv", wheel.path)
+
+    out, empty = tmp_path / "report.json", tmp_path / "empty"
+    empty.mkdir()
+    script = tmp_path / "workload.py"
+    shutil.copyfile(runner.WORKLOAD, script)
+    done = subprocess.run([str(py), "-I", str(script), "--out", str(out), "--stages", ",".join(FIXTURE_GPU_STAGES),
+                           "--version", wheel.version, "--require-gpu", *models.workload_args()],
+                          env=env, capture_output=True, text=True, timeout=1200 * runner.load_factor(), cwd=empty,
+                          check=False)
+    stages = json.loads(out.read_text())["stages"] if out.is_file() else {}
+    assert done.returncode == 0, json.dumps(stages, indent=1) + done.stderr[-3000:]
+    assert list(stages) == list(FIXTURE_GPU_STAGES)
+    assert "libggml-vulkan.so from the installed plugins" in stages["libraries"]["detail"], stages["libraries"]
+    assert "llvmpipe" in stages["backends"]["detail"].lower(), stages["backends"]
+    for stage in ("generation", "embedding", "mtp"):  # every layer ran on the plugin's Vulkan device
+        assert re.search(r"layers \((\d+), \1\)", stages[stage]["detail"]), stages[stage]
+    assert "CPU (reference process)" in stages["generation"]["detail"]

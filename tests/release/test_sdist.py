@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import shutil
 import subprocess
 import tarfile
@@ -225,3 +226,18 @@ def test_a_source_build_names_a_missing_vulkan_sdk(tmp_path):
     assert done.returncode != 0
     text = " ".join((done.stdout + done.stderr).split())
     assert "-DGGML_VULKAN=on but the Vulkan headers/loader" in text and "apt install libvulkan-dev glslc" in text
+
+
+def test_a_source_build_names_vulkan_headers_too_old(tmp_path):
+    """Debian 12's libvulkan-dev (1.3.239) lacks VK_EXT_layer_settings: named at configure, with the fix."""
+    core = Path("/usr/include/vulkan/vulkan_core.h")
+    found = re.search(r"#define VK_HEADER_VERSION (\d+)", core.read_text()) if core.is_file() else None
+    if found is None or not shutil.which("glslc"):
+        pytest.skip("needs the system's Vulkan headers and glslc: apt-get install libvulkan-dev glslc")
+    if int(found.group(1)) >= 261:
+        pytest.skip(f"the system's Vulkan headers are new enough (1.3.{found.group(1)})")
+    done = _configure(tmp_path, "-DGGML_VULKAN=on")
+    assert done.returncode != 0
+    text = " ".join((done.stdout + done.stderr).split())
+    assert f"needs Vulkan headers 1.3.261 or newer (VK_EXT_layer_settings); /usr/include has 1.3.{found.group(1)}" in text
+    assert "-DVulkan_INCLUDE_DIR=" in text and 'pip install "llama-cpp-python[vulkan]"' in text

@@ -339,11 +339,17 @@ def _run_logged(cmd: list[str], log_file: Path, label: str, env: dict[str, str])
         assert child.stdout is not None
         last_report = 0.0
         last_pct = -1
+        outer = 0  # the largest step count seen: the build's own; a nested ninja (ggml-vulkan's
+        # shader generator, an ExternalProject) prints its own smaller "[n/m]" counter in between
         for line in child.stdout:
             out.write(line)
             m = _PROGRESS.match(line)
             if m:
                 done, total = int(m.group(1)), int(m.group(2))
+                if total < outer:
+                    continue
+                if total > outer:
+                    outer, last_pct = total, -1
                 pct = done * 100 // max(total, 1)
                 now = time.monotonic()
                 if pct >= last_pct + 10 or now - last_report > 30 or done == total:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,22 @@ class SourceBuild:
         return bool(self.stages) and all(s.get("status") == "pass" for s in self.stages.values())
 
 
+# CMAKE_ARGS that turn the Vulkan backend on (CMake's true constants)
+_VULKAN_ON = re.compile(r"(^|\s)-DGGML_VULKAN(:BOOL)?=(on|1|true|yes|y)(\s|$)", re.I)
+
+
+def vulkan_requested(cmake_args: str) -> bool:
+    """Whether ``cmake_args`` builds the Vulkan backend: then the source build is smoke-tested as the
+    Vulkan wheels are, with the GPU stages on lavapipe (:func:`..smoke.target_for`)."""
+    return bool(_VULKAN_ON.search(cmake_args))
+
+
 def install_and_smoke(sdist: Path, python: Path, models: SmokeModels, *, cmake_args: str = "",
                       jobs: int | None = None, stages: Sequence[str] = workload.RELEASE_STAGES,
-                      log_path: Path, version: str, timeout: float = 7200.0) -> SourceBuild:
-    """``pip install -v <sdist>`` into a fresh venv of ``python`` (a cold build: no pip cache), then the workload."""
+                      log_path: Path, version: str, timeout: float = 7200.0,
+                      workload_env: Mapping[str, str] | None = None, require_gpu: bool = False) -> SourceBuild:
+    """``pip install -v <sdist>`` into a fresh venv of ``python`` (a cold build: no pip cache), then the
+    workload (``workload_env``: a software Vulkan device, say; ``require_gpu``: a GPU backend must serve)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_CPP_") or k == "LLAMA_CPP_PYTHON_CACHE"}
     env["CMAKE_ARGS"] = cmake_args
     if jobs:
@@ -66,8 +79,9 @@ def install_and_smoke(sdist: Path, python: Path, models: SmokeModels, *, cmake_a
         work, out = Path(tmp) / "empty", Path(tmp) / "result.json"
         work.mkdir()
         done = subprocess.run([str(py), "-I", str(runner.WORKLOAD), "--out", str(out), "--stages", ",".join(stages),
-                               "--version", version, "--source-build", *models.workload_args(str)], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=1800, check=False)
+                               "--version", version, "--source-build", *(["--require-gpu"] if require_gpu else []),
+                               *models.workload_args(str)], cwd=work, env={**env, **(workload_env or {})},
+                              capture_output=True, text=True, timeout=1800 * runner.load_factor(), check=False)
         if not out.is_file():
             raise SmokeError(f"the smoke workload on the source build wrote no result:\n{done.stderr[-3000:]}")
         result = json.loads(out.read_text(encoding="utf-8"))

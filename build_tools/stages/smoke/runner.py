@@ -110,19 +110,42 @@ def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 _GUEST_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
 
 
+# The timeouts guard against a hung cell, not a slow one: a step's limit grows with the machine's
+# load (every runnable process shares the cores: on 2 cores at load 20 a cell runs about 10 times
+# slower than alone), up to this factor, so a busy machine does not fail cells that would pass.
+MAX_LOAD_FACTOR = 8.0
+
+
+def load_factor(load: float | None = None, cpus: int | None = None) -> float:
+    """How much longer than on an idle machine a step may take now: the 1-minute load average per
+    CPU, at least 1, at most :data:`MAX_LOAD_FACTOR` (1 where the platform has no load average)."""
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # Windows
+            return 1.0
+    return min(MAX_LOAD_FACTOR, max(1.0, load / (cpus or os.cpu_count() or 1)))
+
+
 def _run(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None = None,
          check: bool = False, env: Mapping[str, str] | None = None,
          sandbox: Sandbox | None = None) -> subprocess.CompletedProcess[str]:
-    """``cmd`` in the clean environment; a missing tool or a timeout is a failed cell (SmokeError)."""
+    """``cmd`` in the clean environment; a missing tool or a timeout is a failed cell (SmokeError).
+    ``timeout`` is an idle machine's: it is scaled by :func:`load_factor` (and a sandbox's slowdown)."""
+    load = load_factor()
+    limit, why = timeout * load, f"{timeout:g} s x {load:.1f} for the load average"
     if sandbox is not None:
         guest_env = {**_GUEST_ENV, **{k: v for k, v in _env(env).items() if k.startswith(("PIP_", "PYTHONDONT"))},
                      **(env or {})}
         cmd = sandbox.command(cmd, cwd=sandbox.guest(cwd) if cwd else "/", env=guest_env)
-        cwd, timeout = None, timeout * sandbox.timeout_factor
+        cwd, limit = None, limit * sandbox.timeout_factor
+        why += f" x {sandbox.timeout_factor:g} for emulation"
     try:
-        return proc.run(cmd, what=what, error=SmokeError, check=check, timeout=timeout, env=_env(env), cwd=cwd)
-    except (ToolNotFoundError, ToolTimeoutError) as exc:
+        return proc.run(cmd, what=what, error=SmokeError, check=check, timeout=limit, env=_env(env), cwd=cwd)
+    except ToolNotFoundError as exc:
         raise SmokeError(str(exc)) from None
+    except ToolTimeoutError as exc:
+        raise SmokeError(f"{exc} ({why})") from None
 
 
 def run_checked(cmd: Sequence[str], what: str, timeout: float, sandbox: Sandbox | None = None) -> None:

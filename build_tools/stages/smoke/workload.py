@@ -329,12 +329,28 @@ def _expected_libraries(ctx: Context, pkg: Path) -> dict[str, str]:
     return {rec["path"].rsplit("/", 1)[-1]: rec["sha256"] for rec in manifest["libraries"]}
 
 
+def _plugin_libraries(version: str) -> dict[Path, dict[str, str]]:
+    """The installed backend plugins' ``lib/`` folders (resolved) -> sha256 by name of the modules
+    their ``plugin.json`` records (``pip install "llama-cpp-python[vulkan]"``)."""
+    try:
+        from llama_cpp._native import plugins
+    except ImportError:
+        return {}
+    out = {}
+    for plugin in plugins.discover(version):
+        if plugin.lib_dir is not None:
+            record = json.loads((plugin.lib_dir.parent / "plugin.json").read_text(encoding="utf-8"))
+            out[plugin.lib_dir.resolve()] = dict(record["modules"])
+    return out
+
+
 def stage_libraries(ctx: Context) -> str:
     import llama_cpp
 
     pkg = ctx.pkg or Path(llama_cpp.__file__).resolve().parent
     lib_dir = (pkg / "lib").resolve()
     expected = _expected_libraries(ctx, pkg)
+    from_plugins = _plugin_libraries(llama_cpp.__version__)
     try:
         from llama_cpp._native import loader
     except ImportError as exc:
@@ -350,7 +366,10 @@ def stage_libraries(ctx: Context) -> str:
     loaded = sorted({p.resolve() for p in reported | mapped if _OURS.match(p.name)})
     problems = []
     for p in loaded:
-        if p.parent != lib_dir:
+        if p.parent in from_plugins:  # a plugin wheel's module: the bytes its plugin.json records
+            if _sha256(p) != from_plugins[p.parent].get(p.name):
+                problems.append(f"{p}: not a module its plugin's plugin.json records (by name and sha256)")
+        elif p.parent != lib_dir:
             problems.append(f"{p} is loaded from outside the wheel's {lib_dir}")
         elif p.name not in expected:
             problems.append(f"{p.name} is not in the embedded native manifest")
@@ -370,6 +389,11 @@ def stage_libraries(ctx: Context) -> str:
         raise AssertionError("; ".join(problems))
     ctx.libraries = [str(p) for p in loaded]
     cpu = sorted(Path(s.path).name for s in serving if s.name == "CPU")
+    plugged = sorted(p.name for p in loaded if p.parent in from_plugins)
+    if plugged:
+        return (f"{len(loaded)} libraries matching their records: {len(loaded) - len(plugged)} from {lib_dir}, "
+                f"{', '.join(plugged)} from the installed plugins; CPU backend {', '.join(cpu) or 'linked in'} "
+                f"on {platform.machine()}{'; ' + cuda if cuda else ''}")
     return (f"{len(loaded)} libraries, all from {lib_dir} and matching the manifest; "
             f"CPU backend {', '.join(cpu) or 'linked in'} on {platform.machine()}{'; ' + cuda if cuda else ''}")
 

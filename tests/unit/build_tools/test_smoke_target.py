@@ -35,3 +35,31 @@ def test_vulkan_without_lavapipe_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setattr(smoke_target, "ICD_DIRS", (tmp_path,))
     with pytest.raises(SmokeInputError, match="install mesa-vulkan-drivers"):
         smoke.target_for(load_matrix().get("vulkan"), install=False)
+
+
+def test_a_step_timeout_grows_with_the_load_up_to_a_bound():
+    from build_tools.stages.smoke import runner
+
+    assert runner.load_factor(0.3, 2) == 1.0  # an idle machine: the limit as given
+    assert runner.load_factor(5.0, 2) == 2.5
+    assert runner.load_factor(40.0, 2) == runner.MAX_LOAD_FACTOR  # a hang still ends
+
+
+def test_a_timed_out_step_names_its_scaled_limit(monkeypatch):
+    import sys
+
+    from build_tools.errors import SmokeError
+    from build_tools.stages.smoke import runner
+
+    monkeypatch.setattr(runner, "load_factor", lambda: 2.0)
+    with pytest.raises(SmokeError, match=r"timed out after 0\.4 s \(0\.2 s x 2\.0 for the load average\)"):
+        runner._run([sys.executable, "-c", "import time; time.sleep(30)"], "the sleeper", 0.2)
+
+
+def test_a_source_build_with_vulkan_on_is_smoke_tested_as_the_vulkan_wheels():
+    from build_tools.stages.sdist.install import vulkan_requested
+
+    for on in ("-DGGML_VULKAN=on", "-DGGML_CPU_ALL_VARIANTS=OFF -DGGML_VULKAN:BOOL=ON", "-DGGML_VULKAN=1 -DX=y"):
+        assert vulkan_requested(on), on
+    for off in ("", "-DGGML_VULKAN=off", "-DGGML_CUDA=on", "-DGGML_VULKAN_DEBUG=on", "-DGGML_VULKAN=onward"):
+        assert not vulkan_requested(off), off
