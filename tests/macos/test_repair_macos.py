@@ -118,8 +118,8 @@ def test_the_wheels_stage_sends_macos_wheels_to_delocate_with_the_deployment_tag
     assert result.platform_tag == "macosx_14_0_arm64" and all(w.repaired for w in result.wheels)
 
 
-def test_missing_delocate_names_the_fix(mac_wheels, mac_native):
-    if importlib.util.find_spec("delocate") is not None:
-        pytest.skip("delocate is installed here")
+def test_missing_delocate_names_the_fix(mac_wheels, mac_native, monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "delocate" else find_spec(name, *a))
     with pytest.raises(RepairError, match="delocate is not installed: pip install -r requirements/release.txt"):
         repair_macos.repair(mac_wheels, mac_native.manifest)
