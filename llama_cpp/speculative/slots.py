@@ -100,9 +100,11 @@ class SlotSpeculation:
 
         if config is None and prompt_lookup is None:
             raise SpeculativeError("SlotSpeculation needs a SpecConfig or a prompt_lookup draft callable")
-        self.types: list[str] = [t.value for t in config.types] if config is not None else ["prompt-lookup"]
+        given = config
         if prompt_lookup is not None:  # upstream's object drafts as the prompt-lookup row, first (as in Llama)
             config = with_prompt_lookup(config, prompt_lookup)
+        # the types reported: the configured ones (the object's row alone when none are)
+        self.types: list[str] = [t.value for t in (given if given is not None else config).types]
         reason = slot_unsupported(config)
         if reason is not None:
             raise SpeculativeError(reason)

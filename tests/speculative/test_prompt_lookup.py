@@ -203,6 +203,7 @@ def test_slots_ask_the_given_lookup_first(targets):
         assert [type(d) for d in sd.drafters] == [PromptLookup, NgramSimple]
         assert sd.drafters[0].fn is lookup and sd.drafters[0].n_max == 7 and spec.n_max == 7
         assert spec.types == ["ngram-simple"]
+        assert SlotSpeculation(model, ctx, 2, prompt_lookup=lookup).types == ["prompt-lookup"]
 
 
 def test_slots_load_ngram_cache_files_once(targets, tmp_path):
