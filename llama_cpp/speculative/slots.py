@@ -112,7 +112,7 @@ class SlotSpeculation:
         self.model = model
         self.n_vocab = int(model.n_vocab)
         self.prompt_lookup = prompt_lookup
-        rows = rows_of(config)
+        self.rows = rows = rows_of(config)  # read once: the per-sequence drafters and requests follow them
         # what each row's drafters share, loaded once (ngram-cache's files) or filled by the first
         # drafter built (a per-sequence row's draft model)
         self._shared = {row.name: row.share(config) if row.share is not None else {} for row in rows}
@@ -179,7 +179,7 @@ class SlotSpeculation:
         cfg = self.config
         out: list[Any] = []
         kept = iter(self.seq_drafters[seq])
-        for row in rows_of(cfg):
+        for row in self.rows:
             if row.slots == PER_SEQUENCE:
                 out.append(next(kept))
             elif row.slots == PER_SLOT and row.build is not None:
