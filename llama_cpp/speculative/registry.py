@@ -67,17 +67,18 @@ MEDIA_TEXT, MEDIA_MIRROR, MEDIA_FEATURES, MEDIA_OWN = "text", "mirror", "feature
 class DrafterArgs:
     """What a row's constructor gets: the target model and ``config``, the target context (None for
     the server's per-request drafters, which need none), upstream's prompt-lookup object, the
-    parameters a draft context inherits from the target's (and in the slots its ``n_ctx``), loaded
-    n-gram cache files, and the target sequence it follows."""
+    parameters a draft context inherits from the target's (and in the slots its ``n_ctx``), the
+    target sequence it follows, and what the server slots' drafters of its row share."""
 
     model: Any
     config: Any
     target: Any = None
     prompt_lookup: Any = None
     ctx_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    ngram_caches: tuple[Any, Any] | None = None
     seq: int = 0  # the target sequence the drafter follows (a server slot's)
-    #: what the server slots' drafters of one PER_SEQUENCE row share (their loaded draft model)
+    #: what the server slots' drafters of one row share: the row's ``share(config)`` (loaded once when
+    #: the slots start: ``ngram-cache``'s files), or a dict its first drafter fills (a PER_SEQUENCE
+    #: row's loaded draft model); None outside the slots
     shared: dict[str, Any] | None = None
 
 
@@ -90,7 +91,8 @@ class TypeSpec:
     ``batched(args, n_slots)`` builds a ``BATCHED`` row's one object for every slot (``args.target``:
     the slot engine's context; ``draft(items)`` for ``(seq, history, id_last, k_max)`` items);
     ``check_draft(path, target_arch=, target_n_embd=, target_n_layer=)`` checks its draft file against
-    the target from the GGUF headers, before anything loads."""
+    the target from the GGUF headers, before anything loads; ``share(config)`` loads what the server
+    slots' drafters of the row share read-only, once when the slots start (their ``args.shared``)."""
 
     type: Any  # a SpeculativeType, or a CustomType
     build: Callable[[DrafterArgs], Any] | None
@@ -103,6 +105,7 @@ class TypeSpec:
     slot_check: Callable[[Any], str | None] | None = None
     batched: Callable[[DrafterArgs, int], Any] | None = None
     check_draft: Callable[..., Any] | None = None
+    share: Callable[[Any], dict[str, Any]] | None = None
 
     @property
     def name(self) -> str:
@@ -152,16 +155,20 @@ def _ngram_mod(a: DrafterArgs) -> Any:
     return NgramMod(q.n_match, q.n_max, q.n_min)
 
 
-def _ngram_cache(a: DrafterArgs) -> Any:
-    from .ngram import NgramCache, load_ngram_cache
+def _ngram_cache_files(config: Any) -> dict[str, Any]:
+    """``ngram-cache``'s static and dynamic cache files, loaded (None where not given)."""
+    from .ngram import load_ngram_cache
 
-    c = a.config.ngram_cache
-    if a.ngram_caches is not None:
-        static, dynamic = a.ngram_caches
-    else:
-        static = load_ngram_cache(c.lookup_cache_static) if c.lookup_cache_static is not None else None
-        dynamic = load_ngram_cache(c.lookup_cache_dynamic) if c.lookup_cache_dynamic is not None else None
-    return NgramCache(c.n_draft, static=static, dynamic=dynamic)
+    c = config.ngram_cache
+    return {"static": load_ngram_cache(c.lookup_cache_static) if c.lookup_cache_static is not None else None,
+            "dynamic": load_ngram_cache(c.lookup_cache_dynamic) if c.lookup_cache_dynamic is not None else None}
+
+
+def _ngram_cache(a: DrafterArgs) -> Any:
+    from .ngram import NgramCache
+
+    files = a.shared if a.shared is not None else _ngram_cache_files(a.config)  # the slots load them once
+    return NgramCache(a.config.ngram_cache.n_draft, static=files["static"], dynamic=files["dynamic"])
 
 
 def _draft_kwargs(a: DrafterArgs) -> dict[str, Any]:
@@ -244,7 +251,7 @@ TYPES: tuple[TypeSpec, ...] = (
     TypeSpec(_T.NGRAM_MAP_K, _ngram_map(True), n_max=lambda c: c.ngram_map_k.size_m),
     TypeSpec(_T.NGRAM_MAP_K4V, _ngram_map(False), n_max=lambda c: c.ngram_map_k4v.size_m),
     TypeSpec(_T.NGRAM_MOD, _ngram_mod, n_max=lambda c: c.ngram_mod.n_max),
-    TypeSpec(_T.NGRAM_CACHE, _ngram_cache, n_max=lambda c: c.ngram_cache.n_draft),
+    TypeSpec(_T.NGRAM_CACHE, _ngram_cache, n_max=lambda c: c.ngram_cache.n_draft, share=_ngram_cache_files),
     TypeSpec(_T.DRAFT_SIMPLE, _draft_simple, _DRAFT, slots=BATCHED, media=MEDIA_MIRROR, batched=_draft_simple_slots),
     TypeSpec(_T.DRAFT_EAGLE3, _eagle3, _FEAT, slots=PER_SEQUENCE, check_draft=_check_eagle3,
              not_in_media="its draft pairs the target's features at each position with the token at the next one, "

@@ -46,7 +46,7 @@ from .batch import SeqCheckpoint
 from .decoder import verify_draft
 from .engine import close_drafters, propose, share_threadpools
 from .ngram import PromptLookup
-from .registry import BATCHED, PER_SEQUENCE, PER_SLOT, DrafterArgs, SpeculativeType, rows_of
+from .registry import BATCHED, PER_SEQUENCE, PER_SLOT, DrafterArgs, rows_of
 from .slot_drafts import BatchedDraftModel, BatchedMTP
 from .stats import SpeculativeStats
 
@@ -95,44 +95,42 @@ class SlotSpeculation:
 
     def __init__(self, model: Any, target_ctx: Any, n_slots: int, config: Any = None,
                  prompt_lookup: Any = None) -> None:
-        from .config import INHERITED_PARAMS, SpeculativeType
+        from .config import INHERITED_PARAMS
+        from .drafters import with_prompt_lookup
 
         if config is None and prompt_lookup is None:
             raise SpeculativeError("SlotSpeculation needs a SpecConfig or a prompt_lookup draft callable")
-        if config is not None:
-            reason = slot_unsupported(config)
-            if reason is not None:
-                raise SpeculativeError(reason)
+        given = config
+        if prompt_lookup is not None:  # upstream's object drafts as the prompt-lookup row, first (as in Llama)
+            config = with_prompt_lookup(config, prompt_lookup)
+        # the types reported: the configured ones (the object's row alone when none are)
+        self.types: list[str] = [t.value for t in (given if given is not None else config).types]
+        reason = slot_unsupported(config)
+        if reason is not None:
+            raise SpeculativeError(reason)
         self.config = config
         self.model = model
         self.n_vocab = int(model.n_vocab)
         self.prompt_lookup = prompt_lookup
-        self.types: list[str] = [t.value for t in config.types] if config is not None else ["prompt-lookup"]
-        self._static: Any = None
-        self._dynamic: Any = None
-        if config is not None and SpeculativeType.NGRAM_CACHE in config.types:
-            from .ngram import load_ngram_cache
-
-            c = config.ngram_cache
-            # read once, shared read-only by every slot's drafter
-            self._static = load_ngram_cache(c.lookup_cache_static) if c.lookup_cache_static is not None else None
-            self._dynamic = load_ngram_cache(c.lookup_cache_dynamic) if c.lookup_cache_dynamic is not None else None
+        self.rows = rows = rows_of(config)  # read once: the per-sequence drafters and requests follow them
+        # what each row's drafters share, loaded once (ngram-cache's files) or filled by the first
+        # drafter built (a per-sequence row's draft model)
+        self._shared = {row.name: row.share(config) if row.share is not None else {} for row in rows}
         # the per-sequence rows' drafters (draft-eagle3, draft-dflash, draft-dspark), slot by slot
         self.seq_drafters: list[list[Any]] = [[] for _ in range(n_slots)]
         # the BATCHED rows' objects, in priority order (each drafts for every slot at once)
         self.batched: list[Any] = []
         self.mtp: Any = None  # the one of them that reads the target's NextN rows
-        seq_rows = [r for r in rows_of(config) if r.slots == PER_SEQUENCE] if config is not None else []
+        seq_rows = [r for r in rows if r.slots == PER_SEQUENCE]
         if seq_rows:
             tp = target_ctx.params
             inherited = {n: getattr(tp, n) for n in INHERITED_PARAMS if hasattr(tp, n)}
             inherited["n_ctx"] = max(1, target_ctx.n_ctx() // n_slots)  # a slot's share, as its positions are
-            shared: dict[str, dict[str, Any]] = {row.name: {} for row in seq_rows}  # one draft model per row
             try:
                 for seq in range(n_slots):
                     for row in seq_rows:
                         args = DrafterArgs(model, config, target_ctx, ctx_params=inherited, seq=seq,
-                                           shared=shared[row.name])
+                                           shared=self._shared[row.name])
                         self.seq_drafters[seq].append(row.build(args))
                         ctx = getattr(self.seq_drafters[seq][-1], "ctx", None)
                         if ctx is not None:  # its draft context runs on the target's threadpools
@@ -141,15 +139,14 @@ class SlotSpeculation:
                 self.close()
                 raise
         try:
-            for row in rows_of(config) if config is not None else []:
+            for row in rows:
                 if row.slots == BATCHED and row.batched is not None:
                     self.batched.append(row.batched(DrafterArgs(model, config, target_ctx), n_slots))
         except BaseException:
             self.close()
             raise
         self.mtp = next((b for b in self.batched if b.reads_nextn), None)
-        self.n_max = max([config.n_max if config is not None else 0]
-                         + ([prompt_lookup.num_pred_tokens] if prompt_lookup is not None else []))
+        self.n_max = config.n_max
         self.stats = SpeculativeStats()  # every request's, since start
         # recurrent state rolls back through one checkpoint per sequence
         self.checkpoints: list[SeqCheckpoint] | None = None
@@ -177,24 +174,17 @@ class SlotSpeculation:
             d.observe(tokens, pos0, first)
 
     def _slot_drafters(self, seq: int) -> list[Any]:
-        """One request's drafters: upstream's prompt-lookup object first, then every per-slot row (built
-        now) and per-sequence row (``seq``'s, kept), in the table's order."""
+        """One request's drafters: every per-slot row (built now) and per-sequence row (``seq``'s, kept),
+        in the table's order."""
         cfg = self.config
         out: list[Any] = []
-        if self.prompt_lookup is not None:
-            out.append(PromptLookup(self.prompt_lookup, self.prompt_lookup.num_pred_tokens))
-        if cfg is None:
-            return out
-        args = DrafterArgs(self.model, cfg, ngram_caches=(self._static, self._dynamic))
         kept = iter(self.seq_drafters[seq])
-        for row in rows_of(cfg):
+        for row in self.rows:
             if row.slots == PER_SEQUENCE:
                 out.append(next(kept))
-            if row.slots != PER_SLOT or row.build is None:
-                continue
-            if row.type is SpeculativeType.PROMPT_LOOKUP and self.prompt_lookup is not None:
-                continue  # that object drafts for it (first)
-            out.append(row.build(args))
+            elif row.slots == PER_SLOT and row.build is not None:
+                out.append(row.build(DrafterArgs(self.model, cfg, prompt_lookup=self.prompt_lookup,
+                                                 shared=self._shared[row.name])))
         return out
 
     def start(self, prompt: Sequence[int], seq: int = 0) -> SlotDrafts:

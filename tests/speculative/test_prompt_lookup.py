@@ -185,3 +185,45 @@ def test_slots_run_a_named_prompt_lookup(targets):
         a, b = named.start(prompt), given.start(prompt)
         assert [type(d) for d in a.drafters] == [PromptLookup] and named.n_max == given.n_max == 5
         assert a.drafters[0].draft(prompt[:-1], prompt[-1]) == b.drafters[0].draft(prompt[:-1], prompt[-1]) != []
+
+
+def test_slots_ask_the_given_lookup_first(targets):
+    """Upstream's object drafts as the ``prompt-lookup`` row ahead of the configured types (as in
+    ``Llama``), cut to its own ``num_pred_tokens``; the slots still report the configured types."""
+    from llama_cpp._internals import LlamaContext
+    from llama_cpp.speculative.ngram import NgramSimple, PromptLookup
+    from llama_cpp.speculative.slots import SlotSpeculation
+
+    model = targets["bpe"]
+    lookup = LlamaPromptLookupDecoding(2, 7)
+    with LlamaContext(model, n_ctx=256, n_batch=64, n_ubatch=64, n_seq_max=2, n_threads=1, n_threads_batch=1) as ctx:
+        spec = SlotSpeculation(model, ctx, 2, config=SpecConfig("ngram-simple", ngram_simple={"size_m": 3}),
+                               prompt_lookup=lookup)
+        sd = spec.start(model.tokenize(PROMPT.encode(), add_special=True))
+        assert [type(d) for d in sd.drafters] == [PromptLookup, NgramSimple]
+        assert sd.drafters[0].fn is lookup and sd.drafters[0].n_max == 7 and spec.n_max == 7
+        assert spec.types == ["ngram-simple"]
+        assert SlotSpeculation(model, ctx, 2, prompt_lookup=lookup).types == ["prompt-lookup"]
+
+
+def test_slots_load_ngram_cache_files_once(targets, tmp_path):
+    """``ngram-cache``'s files are read when the slots start (a bad one refuses them) and shared by every
+    request's drafter."""
+    import struct
+
+    from llama_cpp._internals import LlamaContext
+    from llama_cpp.speculative.ngram import NgramCache
+    from llama_cpp.speculative.slots import SlotSpeculation
+
+    static = tmp_path / "static.bin"
+    static.write_bytes(struct.pack("<4ii", 7, 8, -1, -1, 1) + struct.pack("<ii", 9, 5))
+    model = targets["bpe"]
+    with LlamaContext(model, n_ctx=256, n_batch=64, n_ubatch=64, n_seq_max=2, n_threads=1, n_threads_batch=1) as ctx:
+        spec = SlotSpeculation(model, ctx, 2, config=SpecConfig(
+            "ngram-cache", ngram_cache={"lookup_cache_static": str(static)}))
+        a, b = spec.start([1, 7, 8], 0), spec.start([1, 2, 3], 1)
+        assert [type(d) for d in a.drafters] == [type(d) for d in b.drafters] == [NgramCache]
+        assert a.drafters[0].static is b.drafters[0].static and a.drafters[0].static[(7, 8)] == {9: 5}
+        static.write_bytes(b"\x01")
+        with pytest.raises(SpeculativeError, match="truncated n-gram cache"):
+            SlotSpeculation(model, ctx, 2, config=SpecConfig("ngram-cache", ngram_cache={"lookup_cache_static": str(static)}))
