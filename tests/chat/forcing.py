@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -83,3 +84,25 @@ class Nudge:
         out = scores.copy()
         out[self.token] += 1000.0
         return out
+
+
+def assemble_stream(chunks: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """Streamed chat chunks assembled as the openai client does (strings of one tool-call index
+    concatenate, ids are taken as sent): the message's content, reasoning and calls, and the finish reason."""
+    msg: dict[str, Any] = {"content": "", "reasoning_content": "", "tool_calls": []}
+    finish = ""
+    for c in chunks:
+        choice = c["choices"][0]
+        d = choice["delta"]
+        msg["content"] += d.get("content") or ""
+        msg["reasoning_content"] += d.get("reasoning_content") or ""
+        for tc in d.get("tool_calls") or ():
+            while len(msg["tool_calls"]) <= tc["index"]:
+                msg["tool_calls"].append({"id": "", "function": {"name": "", "arguments": ""}})
+            call = msg["tool_calls"][tc["index"]]
+            call["id"] = tc.get("id") or call["id"]
+            call["function"]["name"] += (tc.get("function") or {}).get("name") or ""
+            call["function"]["arguments"] += (tc.get("function") or {}).get("arguments") or ""
+        finish = choice["finish_reason"] or finish
+    return msg, finish
+

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.chat.forcing import BOS, EOS, Force, Nudge, model_with_template
+from tests.chat.forcing import BOS, EOS, Force, Nudge, assemble_stream, model_with_template
 from tests.chat.testchat_cases import Case, Msg, extract
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,26 +144,6 @@ def _chat(llm: Any, case: Case, stream: bool) -> Any:
                                       max_tokens=len(force.tokens) + 4, stream=stream)
 
 
-def _assemble(chunks: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
-    msg: dict[str, Any] = {"content": "", "reasoning_content": "", "tool_calls": []}
-    finish = ""
-    for c in chunks:
-        choice = c["choices"][0]
-        d = choice["delta"]
-        msg["content"] += d.get("content") or ""
-        msg["reasoning_content"] += d.get("reasoning_content") or ""
-        for tc in d.get("tool_calls", ()):
-            while len(msg["tool_calls"]) <= tc["index"]:
-                msg["tool_calls"].append({"id": "", "function": {"name": "", "arguments": ""}})
-            call = msg["tool_calls"][tc["index"]]
-            call["id"] = tc.get("id") or call["id"]
-            fn = tc.get("function", {})
-            call["function"]["name"] = fn.get("name") or call["function"]["name"]
-            call["function"]["arguments"] += fn.get("arguments") or ""
-        finish = choice["finish_reason"] or finish
-    return msg, finish
-
-
 def _normal(arguments: str) -> Any:
     try:
         return json.loads(arguments)
@@ -202,7 +182,7 @@ def test_forced_native_output_parses_as_llama_cpp_expects(case: Case, models, re
     _assert_expected(case.expect, msg)
     assert choice["finish_reason"] == ("tool_calls" if case.expect.tool_calls else "stop")
 
-    streamed, finish = _assemble(list(_chat(llm, case, stream=True)))
+    streamed, finish = assemble_stream(list(_chat(llm, case, stream=True)))
     assert finish == choice["finish_reason"]
     _assert_expected(case.expect, streamed, ids=False)
     assert streamed["content"] == (msg.get("content") or "")
@@ -282,7 +262,7 @@ def test_the_template_s_own_call_text_round_trips(path: Path, nc, models, reques
             out = llm.create_chat_completion(ASK, tools=tools, chat_template_kwargs={"enable_thinking": False},
                                              logits_processor=force, temperature=0.0, max_tokens=len(force.tokens) + 4,
                                              stream=stream)
-            msg, finish = _assemble(list(out)) if stream else (out["choices"][0]["message"],
+            msg, finish = assemble_stream(list(out)) if stream else (out["choices"][0]["message"],
                                                                out["choices"][0]["finish_reason"])
             assert [(n, a) for n, a, _ in _calls(msg)] == expect, (raw, msg)
             assert finish == "tool_calls" and not (msg.get("content") or "").strip(), (raw, msg)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from llama_cpp.server.prompts import join_chat_chunks
-from tests.chat.forcing import BOS, EOS, Force, model_with_template
+from tests.chat.forcing import BOS, EOS, Force, assemble_stream, model_with_template
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN3 = REPO / "vendor" / "llama.cpp" / "models" / "templates" / "Qwen-Qwen3-0.6B.jinja"
@@ -54,25 +54,6 @@ def _ask(png: bytes) -> list[dict[str, Any]]:
                                          {"type": "text", "text": "What is the weather there?"}]}]
 
 
-def _assemble(chunks: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
-    msg: dict[str, Any] = {"content": "", "reasoning_content": "", "tool_calls": []}
-    finish = ""
-    for c in chunks:
-        choice = c["choices"][0]
-        d = choice["delta"]
-        msg["content"] += d.get("content") or ""
-        msg["reasoning_content"] += d.get("reasoning_content") or ""
-        for tc in d.get("tool_calls", ()):
-            while len(msg["tool_calls"]) <= tc["index"]:
-                msg["tool_calls"].append({"id": "", "function": {"name": "", "arguments": ""}})
-            call = msg["tool_calls"][tc["index"]]
-            call["id"] = tc.get("id") or call["id"]
-            call["function"]["name"] += tc.get("function", {}).get("name") or ""
-            call["function"]["arguments"] += tc.get("function", {}).get("arguments") or ""
-        finish = choice["finish_reason"] or finish
-    return msg, finish
-
-
 def _summary(msg: dict[str, Any]) -> dict[str, Any]:
     return {"content": (msg.get("content") or "").strip(), "reasoning_content": (msg.get("reasoning_content") or "").strip(),
             "tool_calls": [(c["function"]["name"], c["function"]["arguments"]) for c in msg.get("tool_calls") or ()]}
@@ -87,7 +68,7 @@ def _check(run: Any, llm: Any) -> None:
     assert _summary(choice["message"]) == EXPECTED
     assert all(c["id"] and c["type"] == "function" for c in choice["message"]["tool_calls"])
     chunks = list(run(True, Force(llm, OUTPUT)))
-    streamed, finish = _assemble(chunks)
+    streamed, finish = assemble_stream(chunks)
     assert finish == "tool_calls"
     assert _summary(streamed) == EXPECTED
     # the server's image chat joins the handler's stream into its non-streamed answer
