@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -77,12 +78,13 @@ def llama_completion(tools: Path, env: dict[str, str], model: Path, threads: int
     raise RuntimeError("llama-completion printed no timings")
 
 
-def ours(model: Path, threads: int, prompt_tokens: list[int], n_gen: int, n_batch: int,
-         n_ubatch: int) -> tuple[float, float]:
+def ours(model: Path, threads: int, prompt_tokens: list[int], n_gen: int, **llama_kwargs: Any) -> tuple[float, float]:
+    """Prompt tok/s (median of 3 evals after a warm-up) and generation tok/s (greedy, after the first
+    token) of ``Llama(model, **llama_kwargs)``."""
     from llama_cpp import Llama
 
-    with Llama(model, n_ctx=2048, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=threads, n_threads_batch=threads,
-               flash_attn=False, verbose=False) as llm:
+    with Llama(model, n_ctx=2048, n_threads=threads, n_threads_batch=threads, flash_attn=False, verbose=False,
+               **llama_kwargs) as llm:
         llm.eval(prompt_tokens)  # warm-up run (graph allocation), like llama-bench's
         times = []
         for _ in range(3):
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt_text = v.detokenize(prompt_tokens).decode("utf-8", errors="ignore")
     res: dict[str, list[float]] = {k: [] for k in ("pp", "tg", "bench_pp", "bench_tg", "compl_pp", "compl_tg")}
     for _ in range(a.reps):  # interleaved, so machine-load drift hits both sides alike
-        pp, tg = ours(model, a.threads, prompt_tokens, a.n_gen, a.n_batch, a.n_ubatch)
+        pp, tg = ours(model, a.threads, prompt_tokens, a.n_gen, n_batch=a.n_batch, n_ubatch=a.n_ubatch)
         res["pp"].append(pp)
         res["tg"].append(tg)
         bpp, btg = llama_bench(tools, env, model, a.threads, len(prompt_tokens), a.n_gen, a.n_batch, a.n_ubatch, 1)

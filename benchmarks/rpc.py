@@ -8,9 +8,9 @@ streamed token); the ``rpc_isolation=False`` row is the same model loaded in thi
 The servers are this package's ``python -m llama_cpp rpc-server`` (ggml's own server). ggml's server
 serves one client at a time and a process keeps its RPC connections, so llama-bench and ``Llama`` get
 a pair of servers each, started alike. Same model, threads, layers (``-ngl``) and split (``-ts 1,1``) on
-both sides. llama-bench: pp = one batch of P prompt tokens, tg = G single-token decodes. Ours: prompt =
-``Llama.eval`` of P tokens from an empty cache; generation = greedy ``generate`` tokens/s after a short
-prompt. Prints medians over interleaved repetitions and the ratios (no assertions).
+both sides. llama-bench: pp = one batch of P prompt tokens, tg = G single-token decodes. Ours
+(``generation.ours``): prompt = ``Llama.eval`` of P tokens from an empty cache (median of 3); generation =
+greedy ``generate`` tokens/s after a short prompt. Prints medians over interleaved repetitions and the ratios (no assertions).
 """
 
 from __future__ import annotations
@@ -24,13 +24,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.generation import default_model, native_tools  # noqa: E402
+from benchmarks.generation import default_model, native_tools, ours  # noqa: E402
 
 
 def _free_port() -> int:
@@ -70,28 +69,6 @@ def llama_bench(tools: Path, env: dict[str, str], model: Path, threads: int, n_p
     rows = json.loads(subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout)
     pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0)
     tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0)
-    return pp, tg
-
-
-def ours(model: Path, threads: int, prompt_tokens: list[int], n_gen: int, **kw: Any) -> tuple[float, float]:
-    from llama_cpp import Llama
-
-    with Llama(model, n_ctx=2048, n_threads=threads, n_threads_batch=threads, flash_attn=False, verbose=False,
-               **kw) as llm:
-        llm.eval(prompt_tokens)  # warm-up run (graph allocation), like llama-bench's
-        llm.reset()
-        t = time.perf_counter()
-        llm.eval(prompt_tokens)
-        pp = len(prompt_tokens) / (time.perf_counter() - t)
-        llm.reset()
-        it = llm.generate(prompt_tokens[:4], temp=0)
-        next(it)  # prompt + first token
-        t = time.perf_counter()
-        for i, _ in enumerate(it, start=2):
-            if i == n_gen:
-                break
-        tg = (n_gen - 1) / (time.perf_counter() - t)
-        it.close()
     return pp, tg
 
 
