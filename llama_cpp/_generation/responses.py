@@ -63,7 +63,8 @@ def chat_response(completion: dict[str, Any], tool_name: str | None = None) -> d
 class ChatChunks:
     """``text_completion`` chunks → ``chat.completion.chunk`` objects, one chunk at a time: the role, the
     content deltas (or, with ``tool_name``, the call's deltas as OpenAI streams them: id, type and name
-    in the first, then arguments only), then the finish reason with the usage."""
+    in the first, then arguments only), then the finish reason with the usage (and the stop string that
+    ended the answer where the chunk names one, as the server's slots do)."""
 
     def __init__(self, tool_name: str | None = None) -> None:
         self.tool_name = tool_name
@@ -85,6 +86,8 @@ class ChatChunks:
         if choice["finish_reason"] is not None:
             reason = "tool_calls" if self.tool_name is not None else choice["finish_reason"]
             last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}]}
+            if choice.get("stop_sequence") is not None:  # the stop string that ended it, where the chunk names one
+                last["choices"][0]["stop_sequence"] = choice["stop_sequence"]
             if "usage" in c:
                 last["usage"] = c["usage"]
             out.append(last)

@@ -243,18 +243,7 @@ def chat_chunks(chat: ChatPrompt) -> Any:
     """The converter of one choice's ``text_completion`` chunks for ``chat``."""
     if chat.native is not None:
         return NativeChatChunks(chat.native, reasoning_format=chat.reasoning_format)
-    return ChatChunks(chat.tool_name)
-
-
-class ChatChunks(_responses.ChatChunks):
-    """:class:`llama_cpp._generation.responses.ChatChunks` with the stop string that ended the answer
-    carried onto the last chunk."""
-
-    def __call__(self, c: dict[str, Any]) -> list[dict[str, Any]]:
-        out = super().__call__(c)
-        if c["choices"][0]["finish_reason"] is not None:
-            _carry_stop(c["choices"][0], out[-1]["choices"][0])
-        return out
+    return _responses.ChatChunks(chat.tool_name)
 
 
 def join_chat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -287,5 +276,5 @@ def join_chat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
             "usage": next((c["usage"] for c in reversed(chunks) if "usage" in c), None)}
 
 
-__all__ = ["ChatChunks", "ChatPrompt", "NativeChatChunks", "chat_chunks", "chat_prompt", "chat_result", "check_prompt", "completion_tokens", "grammar",
+__all__ = ["ChatPrompt", "NativeChatChunks", "chat_chunks", "chat_prompt", "chat_result", "check_prompt", "completion_tokens", "grammar",
            "join_chat_chunks", "logit_bias", "max_tokens", "prompt_list", "refuse_media", "stops", "tokenize"]
