@@ -79,6 +79,9 @@ def test_killed_rpc_server_fails_its_request_and_the_model_reloads(moe_path, sta
                     if line.startswith("data: {"):
                         events.append(json.loads(line[6:]))
                         break
+                # the server's other endpoints answer while the worker computes (no call into it)
+                metrics = httpx.get(f"{srv.url}/metrics", timeout=10)
+                assert metrics.status_code == 200 and "kv_cache_tokens" in metrics.text
                 p1.kill()
                 p1.wait(10)
                 t = time.monotonic()
@@ -105,6 +108,14 @@ def test_killed_rpc_server_fails_its_request_and_the_model_reloads(moe_path, sta
             restarted = _restart(ep1)
             assert _text(srv.url, "rpc") == local
             assert engine.llama.alive and engine.llama.worker_pid != first_pid
+            # restarted again while the model is idle: the worker learns it at its next computation, and
+            # the request, which had produced nothing yet, runs again in a reloaded worker
+            second_pid = engine.llama.worker_pid
+            restarted.kill()
+            restarted.wait(10)
+            restarted = _restart(ep1)
+            assert _text(srv.url, "rpc") == local
+            assert engine.llama.worker_pid != second_pid
             assert httpx.get(f"{srv.url}/v1/models", timeout=30).status_code == 200
         finally:
             if restarted is not None:
