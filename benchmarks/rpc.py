@@ -4,6 +4,14 @@ the same source, with the model split over two loopback ``rpc-server`` processes
 streamed token); the ``rpc_isolation=False`` row is the same model loaded in this process.
 
     python benchmarks/rpc.py [--model M.gguf] [--threads N] [--n-prompt P] [--n-gen G] [--reps R] [--ngl L]
+    python benchmarks/rpc.py --server [--clients 1,4] [--n-gen G] [--reps R]
+
+``--server`` measures what the server's default costs: aggregate streamed tokens/s of
+``python -m llama_cpp.server`` with the model over two loopback RPC servers, served from a worker process
+one request at a time (the default) against ``--rpc_isolation false`` in the server process, in slots
+(one per client of the largest count, batched) and serial (``--n_parallel 0``), at each client count
+(``benchmarks/server.py``'s streaming clients, two requests each a round; rounds interleaved). Each server
+has its own pair of RPC servers.
 
 The servers are this package's ``python -m llama_cpp rpc-server`` (ggml's own server). ggml's server
 serves one client at a time and a process keeps its RPC connections, so llama-bench and ``Llama`` get
@@ -72,6 +80,47 @@ def llama_bench(tools: Path, env: dict[str, str], model: Path, threads: int, n_p
     return pp, tg
 
 
+def server_main(a: argparse.Namespace) -> int:
+    """The server's RPC model in a worker (serial) against in-process slots: aggregate tokens/s."""
+    from benchmarks import server as bs
+
+    _tools, _env, lib_dir, _ = bs.native_tools(False)
+    model = a.model or bs.model_path(False)
+    clients = [int(c) for c in a.clients.split(",")]
+    opts = argparse.Namespace(n_ctx=512, n_batch=512, threads=a.threads)
+    eps_w, procs_w = start_servers(2, a.threads)
+    eps_s, procs_s = start_servers(2, a.threads)
+    eps_p, procs_p = start_servers(2, a.threads)
+    rpc = ("--n_gpu_layers", str(a.ngl), "--tensor_split", "1", "1")
+    servers = [bs.ours("worker (default)", model, opts, max(clients), lib_dir, ("--rpc_servers", ",".join(eps_w), *rpc)),
+               bs.ours("in-process slots", model, opts, max(clients), lib_dir,
+                       ("--rpc_servers", ",".join(eps_s), "--rpc_isolation", "false", *rpc)),
+               bs.ours("in-process serial", model, opts, 0, lib_dir,
+                       ("--rpc_servers", ",".join(eps_p), "--rpc_isolation", "false", *rpc))]
+    res: dict[tuple[str, int], list[float]] = {}
+    try:
+        for srv in servers:
+            srv.wait_ready()
+        for _ in range(a.reps):
+            for c in clients:
+                for srv in servers:
+                    res.setdefault((srv.name, c), []).append(srv.measure(c, 2, a.n_gen, True))
+    finally:
+        for srv in servers:
+            srv.stop()
+        for p in procs_w + procs_s + procs_p:
+            p.kill()
+            p.wait()
+    print(f"model {model.name}  threads {a.threads}  gen {a.n_gen}  ngl {a.ngl}  split 1,1 over 2 loopback RPC "
+          f"servers  {max(clients)} slots  reps {a.reps}  (aggregate streamed tokens/s, median)")
+    print(f"{'clients':>8s}" + "".join(f"{s.name:>20s}" for s in servers) + f"{'worker/slots':>14s}"
+          f"{'worker/serial':>15s}")
+    for c in clients:
+        w, s, p = (statistics.median(res[(srv.name, c)]) for srv in servers)
+        print(f"{c:8d}{w:20.1f}{s:20.1f}{p:20.1f}{w / s:14.3f}{w / p:15.3f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, help="a GGUF (default: the tiny llama fixture)")
@@ -80,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-gen", type=int, default=64)
     ap.add_argument("--ngl", type=int, default=99, help="layers on the RPC devices (the rest stay local)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--server", action="store_true", help="the server: worker process (default) vs in-process slots")
+    ap.add_argument("--clients", default="1,4", help="--server: concurrent streaming clients per round")
     a = ap.parse_args(argv)
+    if a.server:
+        return server_main(a)
     tools, env = native_tools()
     model = a.model or default_model(False)
     from llama_cpp import Llama

@@ -99,5 +99,9 @@ class ChatConstraint:
             self._first.close()
             self._first = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # to a model in a worker process: its samplers are made there, from the parameters (sampler())
+        return {**self.__dict__, "_first": None, "last_sampler": None}
+
 
 __all__ = ["ChatConstraint", "NativeChatSampler"]

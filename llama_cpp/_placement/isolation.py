@@ -18,7 +18,7 @@ import pickle
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .._errors import ClosedError, ModelLoadError, NotInProcessError
+from .._errors import ClosedError, ModelLoadError, NotInProcessError, WorkerLostError
 from .._safety.worker import WorkerProcess
 from . import rpc as _rpc
 
@@ -157,6 +157,16 @@ class InWorker:
         worker, self._worker = getattr(self, "_worker", None), None
         if worker is not None:
             worker.close()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the worker process answers calls (False once it died or was closed: see :attr:`lost`)."""
+        return self._worker is not None and self._worker.alive
+
+    @property
+    def lost(self) -> WorkerLostError | None:
+        """How the worker process died (what its calls raise until :meth:`reload`), or None."""
+        return None if self._worker is None else self._worker.lost
 
     @property
     def worker_pid(self) -> int | None:

@@ -163,13 +163,29 @@ def _serve(conn: Any, factory: Callable[..., Any], args: tuple[Any, ...], kwargs
             close()
 
 
+def child_interpreter() -> tuple[str, dict[str, str]]:
+    """The interpreter the worker runs in and its environment.
+
+    In a virtual environment on Windows ``python.exe`` is a launcher that starts the base interpreter
+    as its own child, so the process id we would share the socket with (:func:`_start_child`) would
+    be the launcher's: as ``multiprocessing`` does (bpo-35797), the base interpreter is started
+    directly, told the venv's ``python.exe`` (``__PYVENV_LAUNCHER__``) so that it sets the venv up."""
+    exe = multiprocessing.spawn.get_executable()
+    env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # an abort reports at once (no debugger attached for a trace)
+    base = getattr(sys, "_base_executable", None)
+    if sys.platform == "win32" and base and os.path.normcase(exe) == os.path.normcase(sys.executable) \
+            and os.path.normcase(base) != os.path.normcase(sys.executable):
+        env["__PYVENV_LAUNCHER__"] = sys.executable
+        exe = base
+    return exe, env
+
+
 def _start_child() -> tuple[Connection, subprocess.Popen]:
     """A fresh interpreter (``python -c``, not ``multiprocessing``: that would run the caller's
     ``__main__`` again in the child, which a script without a main guard cannot take) joined to this
     one by a socket pair; it takes this interpreter's ``sys.path``, then the object to build."""
     ours, theirs = socket.socketpair()
-    exe = multiprocessing.spawn.get_executable()
-    env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # an abort reports at once (no debugger attached for a trace)
+    exe, env = child_interpreter()
     with theirs:
         if sys.platform == "win32":  # no fd inheritance: the socket goes over stdin (WSADuplicateSocket)
             proc = subprocess.Popen([exe, "-c", _BOOTSTRAP, "stdin"], stdin=subprocess.PIPE, stderr=subprocess.PIPE,

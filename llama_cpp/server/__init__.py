@@ -10,6 +10,9 @@ one of two engines (:mod:`.engine`):
   chain, grammar, stop strings and logprobs (continuous batching, as llama.cpp's ``llama-server``).
 - **serial**: one request at a time through :class:`~llama_cpp.Llama` itself, for what cannot
   share a batch yet: image chat (``clip_model_path``) and embedding models (``embedding=true``). ``n_parallel=0`` forces it (upstream's behaviour).
+  A model over RPC servers (``rpc_servers``) runs serially in a worker process (:mod:`.engine.worker`),
+  since llama.cpp's RPC client aborts the process that holds the model when a server is lost;
+  ``rpc_isolation=false`` puts it on slots in the server process.
 
 Libraries: FastAPI (request validation with pydantic and the OpenAPI page, as upstream, so the
 settings and request classes stay pydantic models), uvicorn (the ASGI server upstream uses;

@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from .._errors import ContextOverflowError
+from .._errors import ContextOverflowError, WorkerLostError
 from .engine import Cancelled, QueueFull, ShuttingDown
 
 log = logging.getLogger("llama_cpp.server")
@@ -82,6 +82,8 @@ def as_api_error(exc: BaseException) -> APIError:
                         headers={"Retry-After": str(exc.retry_after)})
     if isinstance(exc, (ShuttingDown, Cancelled)):
         return APIError(503, str(exc), type="server_error", code="unavailable", headers={"Retry-After": "5"})
+    if isinstance(exc, WorkerLostError):  # a model's worker process died (an RPC server lost): reloaded next request
+        return APIError(503, str(exc), type="server_error", code="model_unavailable", headers={"Retry-After": "1"})
     if isinstance(exc, ContextOverflowError):
         return APIError(400, str(exc), code="context_length_exceeded", param="messages")
     if isinstance(exc, (ValueError, TypeError, NotImplementedError)):

@@ -28,6 +28,12 @@ _SAME_NUMERICS = ("rope_scaling_type", "attention_type", "flash_attn_type", "rop
                   "type_k", "type_v", "offload_kqv", "op_offload", "swa_full")
 
 
+# the Llama keywords of a model's weights and devices, left out where only its vocabulary is opened
+_WEIGHTS_ONLY = ("rpc_servers", "rpc_isolation", "devices", "cpu_moe", "n_cpu_moe", "override_tensor", "fit",
+                 "fit_target", "fit_ctx", "speculative", "draft_model", "n_gpu_layers", "split_mode", "main_gpu",
+                 "tensor_split")
+
+
 def parse_kv_overrides(items: list[str] | None) -> dict[str, bool | int | float | str] | None:
     """``["key=type:value", ...]`` (type bool, int, float or str) as a dict for ``Llama(kv_overrides=)``."""
     if not items:
@@ -93,7 +99,7 @@ class ServedModel:
             numa=bool(s.numa), chat_format=s.chat_format, type_k=s.type_k, type_v=s.type_v,
             verbose=False, isolate_load=s.isolate_load, devices=s.devices, cpu_moe=s.cpu_moe, n_cpu_moe=s.n_cpu_moe,
             override_tensor=s.override_tensor, rpc_servers=s.rpc_servers, fit=s.fit, fit_target=s.fit_target,
-            fit_ctx=s.fit_ctx, rpc_isolation=False,  # the slot engine drives the native context in this process
+            fit_ctx=s.fit_ctx, rpc_isolation=s.in_worker,  # else the slot engine drives the native context here
             chat_template_kwargs=s.chat_template_kwargs, reasoning_format=s.reasoning_format,
             reasoning_budget=s.reasoning_budget)
         if serial:
@@ -134,6 +140,9 @@ class ServedModel:
         serial = s.serial
         log.info("loading model %s from %s (%s)", self.alias, s.model,
                  "one request at a time" if serial else f"{s.n_parallel} slots of {s.n_ctx} tokens")
+        if s.in_worker:
+            self._load_in_worker()
+            return
         llama = Llama(s.model, progress_callback=progress, **self._llama_kwargs(serial))
         try:
             lora = self._load_lora(llama)
@@ -168,6 +177,33 @@ class ServedModel:
             raise
         self.llama, self.engine, self.lora, self.media_embedder = llama, engine, lora, media_embedder
         log.info("model %s ready", self.alias)
+
+    def _load_in_worker(self) -> None:
+        """A model over RPC servers: a :class:`~llama_cpp.LlamaWorker` on a :class:`WorkerEngine` (a lost
+        server fails its request and the model reloads on the next), its vocabulary opened here for the
+        routes' prompt work."""
+        from .engine.worker import WorkerEngine
+
+        s = self.settings
+        kw = self._llama_kwargs(serial=True)
+        vocab_kw = {k: v for k, v in kw.items() if k not in _WEIGHTS_ONLY}
+        vocab = Llama(s.model, **{**vocab_kw, "vocab_only": True})
+        try:
+            llama = Llama(s.model, **kw)  # a LlamaWorker (rpc_isolation): the endpoints are probed first
+        except BaseException:
+            vocab.close()
+            raise
+        try:
+            engine = WorkerEngine(llama, vocab, s.max_queue, self.alias, interrupt=self.interrupt_requests,
+                                  speculative=s.spec_config() is not None)
+        except BaseException:
+            llama.close()
+            vocab.close()
+            raise
+        self.n_ctx_slot = engine.n_ctx_slot
+        self.llama, self.engine = vocab, engine
+        log.info("model %s ready in worker process %s (RPC servers %s; one request at a time)", self.alias,
+                 llama.worker_pid, s.rpc_servers)
 
     def _load_media_embedder(self, llama: Llama) -> MTMDEmbeddingHandler | None:
         """An embedding model's projector with an embedding context of its own (per-token outputs, pooled

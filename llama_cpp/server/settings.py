@@ -70,6 +70,11 @@ class ModelSettings(_Base):
     rpc_servers: str | None = Field(default=None, description="Comma-separated RPC servers (host:port) whose "
                                     "devices take layers (with n_gpu_layers), as llama.cpp's --rpc; each is "
                                     "probed before loading.")
+    rpc_isolation: bool = Field(default=True, description="With rpc_servers: run the model in a worker process "
+                                "served one request at a time, so that a lost RPC server fails the requests "
+                                "it was computing (503 naming it) and the model reloads on the next request, "
+                                "instead of llama.cpp's client aborting the server. false: batched slots in "
+                                "the server process (a lost RPC server aborts the server).")
     devices: list[str] | None = Field(default=None, description="Devices to offload to, as llama.cpp's -dev "
                                       "(e.g. CUDA0 RPC0; 'none': no offload).")
     cpu_moe: bool = Field(default=False, description="Keep every MoE expert tensor on the CPU (--cpu-moe).")
@@ -264,10 +269,26 @@ class ModelSettings(_Base):
         return slot_unsupported(spec, self.model)
 
     @property
+    def in_worker(self) -> bool:
+        """Whether this model runs in a worker process (``rpc_servers`` with ``rpc_isolation``)."""
+        return bool(self.rpc_servers) and self.rpc_isolation and not self.vocab_only
+
+    @model_validator(mode="after")
+    def _check_in_worker(self) -> ModelSettings:
+        # what needs the model's native handles in the server process cannot reach one in a worker
+        needs = [name for name, on in (("embedding", self.embedding), ("clip_model_path", self.clip_model_path),
+                                       ("lora_path", self.lora_path), ("lora_adapters", self.lora_adapters)) if on]
+        if self.in_worker and needs:
+            raise ValueError(f"model {self.alias!r}: {', '.join(needs)} with rpc_servers needs the model in the "
+                             "server process: set rpc_isolation to false (then a lost RPC server aborts the "
+                             "server), or serve it without rpc_servers")
+        return self
+
+    @property
     def serial(self) -> bool:
         """Whether this model is served one request at a time (see the package docstring)."""
         return (self.n_parallel == 0 or self.spec_serial_reason is not None or bool(self.clip_model_path)
-                or self.embedding)
+                or self.embedding or self.in_worker)
 
 
 class ServerSettings(_Base):

@@ -46,10 +46,14 @@ def test_server_settings_reach_llama(moe_path):
                                       "512,2048", "--fit_ctx", "1024"])
     kw = ServedModel(models[0])._llama_kwargs(serial=True)
     assert kw["rpc_servers"] == "127.0.0.1:50052" and kw["devices"] == ["RPC0"]
-    assert kw["rpc_isolation"] is False  # the slot engine drives the native context in the server's process
+    assert kw["rpc_isolation"] is True and models[0].serial  # a worker process, served one request at a time
     assert kw["cpu_moe"] is True and kw["n_cpu_moe"] == 2 and kw["fit"] is True
     assert kw["fit_target"] == "512,2048" and kw["fit_ctx"] == 1024
     assert kw["override_tensor"] == ["a=CPU", "b=CPU"]
+    _server, models = parse_settings(["--model", str(moe_path), "--rpc_servers", "127.0.0.1:50052",
+                                      "--rpc_isolation", "false"])
+    kw = ServedModel(models[0])._llama_kwargs(serial=False)
+    assert kw["rpc_isolation"] is False and not models[0].serial  # slots in the server's process
 
 
 def test_cli_fit_on_fits_the_context(moe_path):
