@@ -96,6 +96,11 @@ class ServedModel:
             fit_ctx=s.fit_ctx, rpc_isolation=False,  # the slot engine drives the native context in this process
             chat_template_kwargs=s.chat_template_kwargs, reasoning_format=s.reasoning_format,
             reasoning_budget=s.reasoning_budget)
+        if s.clip_model_path and not s.embedding:  # an embedding model's projector: media_embedder
+            from ..mtmd_chat import MTMDChatHandler
+
+            kw["chat_handler"] = MTMDChatHandler(s.clip_model_path, n_threads=s.n_threads,
+                                                 use_gpu=s.n_gpu_layers != 0, media_dirs=s.media_dirs)
         if serial:
             kw["n_ctx"] = s.n_ctx
         else:
@@ -113,11 +118,6 @@ class ServedModel:
             from ..llama_speculative import LlamaPromptLookupDecoding
 
             kw["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=s.draft_model_num_pred_tokens)
-        if s.clip_model_path and not s.embedding:  # an embedding model's projector: media_embedder
-            from ..mtmd_chat import MTMDChatHandler
-
-            kw["chat_handler"] = MTMDChatHandler(s.clip_model_path, n_threads=s.n_threads,
-                                                 use_gpu=s.n_gpu_layers != 0, media_dirs=s.media_dirs)
         return kw
 
     def _load(self) -> None:

@@ -266,8 +266,9 @@ class ModelSettings(_Base):
     @property
     def serial(self) -> bool:
         """Whether this model is served one request at a time (see the package docstring)."""
-        return (self.n_parallel == 0 or self.spec_serial_reason is not None or bool(self.clip_model_path)
-                or self.embedding)
+        # a projector model that speculates keeps the chat handler's media decoder (drafts over media)
+        return (self.n_parallel == 0 or self.spec_serial_reason is not None
+                or bool(self.clip_model_path and self.speculates) or self.embedding)
 
 
 class ServerSettings(_Base):
