@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..llama import Llama
 from .engine import SerialEngine, SlotEngine
+from .engine.embeddings import EmbeddingEngine
 from .errors import APIError
 from .lora import LoraSet
 from .settings import ModelSettings
@@ -59,7 +60,7 @@ class ServedModel:
         self.interrupt_requests = interrupt_requests
         self.alias = settings.alias
         self.llama: Llama | None = None
-        self.engine: SlotEngine | SerialEngine | None = None
+        self.engine: SlotEngine | SerialEngine | EmbeddingEngine | None = None
         self.n_ctx_slot = 0
         self.lora: LoraSet | None = None  # its LoRA adapters (None: it has none)
         self.media_embedder: MTMDEmbeddingHandler | None = None  # embeddings of image/audio parts (a projector)
@@ -147,6 +148,9 @@ class ServedModel:
         try:
             if s.vocab_only:
                 engine = None
+            elif s.embedding and s.n_parallel > 0:  # concurrent requests' inputs packed into shared decodes
+                self.n_ctx_slot = llama.n_ctx()
+                engine = EmbeddingEngine(llama, s.n_parallel, s.max_queue, lora=lora, media=media_embedder)
             elif serial:
                 self.n_ctx_slot = llama.n_ctx()
                 engine = SerialEngine(llama, s.max_queue, interrupt=self.interrupt_requests, lora=lora,
