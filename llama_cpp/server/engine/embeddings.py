@@ -39,7 +39,7 @@ class EmbeddingEngine(SerialEngine):
 
     def __init__(self, llama: Llama, n_parallel: int, max_queue: int, lora: Any = None, media: Any = None) -> None:
         self._n_parallel = n_parallel
-        self.steps = 0  # embedding passes over the shared context (each one or more packed decodes)
+        self.passes = 0  # embedding passes over the shared context (each one or more packed decodes)
         super().__init__(llama, max_queue, lora=lora, media=media)
 
     @property
@@ -118,7 +118,7 @@ class EmbeddingEngine(SerialEngine):
             for job, _ in group:
                 job.put("error", exc)
             return
-        self.steps += 1
+        self.passes += 1
         none = llama.native_context().pooling_type() == LLAMA_POOLING_TYPE_NONE
         seconds = time.perf_counter() - t0
         at = 0

@@ -122,6 +122,11 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         """Generations that can be running or waiting at once."""
         return self.n_slots + self.max_queue
 
+    @property
+    def n_decode(self) -> int:
+        """``llama_decode`` calls of the slots' batches and their media (llama-server's ``n_decode_total``)."""
+        return self.steps
+
     # -- the request side ---------------------------------------------------------------------
     def submit(self, job: Job, req: GenRequest) -> None:
         """Queue ``req``; raises :class:`QueueFull` at once when no slot and no queue place is free."""
