@@ -9,9 +9,10 @@ one of two engines (:mod:`.engine`):
   generating request plus prompt chunks of newly admitted ones (a prompt's media chunks decoded into
   its sequence on their own), decodes it once and samples each slot with its own sampler chain,
   grammar, stop strings and logprobs (continuous batching, as llama.cpp's ``llama-server``).
+- **embeddings** (``embedding=true``): the inputs of up to ``n_parallel`` concurrent embedding or
+  reranking requests packed into shared decodes, one sequence per input.
 - **serial**: one request at a time through :class:`~llama_cpp.Llama` itself, for what cannot
-  share a batch yet: embedding models (``embedding=true``) and a projector model that speculates.
-  ``n_parallel=0`` forces it (upstream's behaviour).
+  share a batch yet: a projector model that speculates. ``n_parallel=0`` forces it (upstream's behaviour).
 
 Libraries: FastAPI (request validation with pydantic and the OpenAPI page, as upstream, so the
 settings and request classes stay pydantic models), uvicorn (the ASGI server upstream uses;

@@ -240,7 +240,7 @@ def media_chat_prompt(llama: Llama, body: Any, n_ctx: int) -> ChatPrompt:
     from .engine.media import ENCODE_LOCK, media_prompt
 
     handler = llama.chat_handler
-    with ENCODE_LOCK:  # the handler makes its mtmd context on first use
+    with ENCODE_LOCK:  # the handler makes its mtmd context on first use; mtmd is used by one thread at a time
         engine = handler._engine(llama)
     try:
         check_tools(body.tools)
@@ -271,7 +271,9 @@ def media_chat_prompt(llama: Llama, body: Any, n_ctx: int) -> ChatPrompt:
             if text.count(engine.mtmd.marker) != len(media):
                 raise APIError(400, f"the chat template kept {text.count(engine.mtmd.marker)} of {len(media)} media "
                                "markers (it drops or rewrites some message contents)", param="messages")
-            return entries(engine.chat_prompt(media, text, msgs, render=render))
+            with ENCODE_LOCK:
+                chunks = engine.chat_prompt(media, text, msgs, render=render)
+            return entries(chunks)
 
         return _native_chat_prompt(llama, layer.templates_for(llama), msgs, tools, tool_choice, body, n_ctx, opts,
                                    tokenize)
@@ -279,7 +281,8 @@ def media_chat_prompt(llama: Llama, body: Any, n_ctx: int) -> ChatPrompt:
         raise APIError(400, "tools and response_format need llama.cpp's chat layer over the model's own template "
                        "(and, for tools, a template that knows them); this chat renders with a named chat format "
                        "or a preset's template", param="tools" if tools else "response_format")
-    chunks, template_stops = engine.tokenize_messages(body.messages)
+    with ENCODE_LOCK:
+        chunks, template_stops = engine.tokenize_messages(body.messages)
     tokens, media = entries(chunks)
     return ChatPrompt(tokens, list(template_stops), None, None, media=media)
 

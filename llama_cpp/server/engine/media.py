@@ -23,7 +23,8 @@ from ..._errors import ContextOverflowError
 from ..._multimodal.decode import decode_media
 
 _KEY_MASK = (1 << 62) - 1
-# mtmd contexts are not safe to use from two threads at once: one encode (or context creation) at a time
+# mtmd contexts are not made to be used from two threads at once: their creation, tokenizing and encoding
+# for the slots take this lock (request threads prepare media prompts while the scheduler decodes)
 ENCODE_LOCK = threading.Lock()
 
 
