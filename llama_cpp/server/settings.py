@@ -175,7 +175,8 @@ class ModelSettings(_Base):
     type_v: int | None = Field(default=None, description="The V cache type (a ggml type id).")
     # the slot engine
     n_parallel: int = Field(default=1, ge=0, le=64, description="Requests generated at once on one context "
-                            "(slots); the KV cache holds n_ctx tokens per slot. 0: one request at a time "
+                            "(slots); the KV cache holds n_ctx tokens per slot (an embedding model: requests "
+                            "whose inputs are packed into shared decodes). 0: one request at a time "
                             "through Llama itself.")
     cache_prompt: bool = Field(default=True, description="Keep a finished request's tokens in its slot's KV "
                                "cache, so that a later prompt starting with them skips that prefix.")
