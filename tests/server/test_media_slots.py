@@ -19,12 +19,16 @@ CTX = {"n_ctx": 512, "n_batch": 64, "n_ubatch": 64}
 @pytest.fixture(scope="module")
 def srv(start_server, spm_path):
     vision, audio = str(fixture_path("mmproj_vision")), str(fixture_path("mmproj_audio"))
+    hybrid = str(fixture_path("qwen35_mtp", form="noisy"))
     return start_server([
         {"model": str(spm_path), "model_alias": "vision", "n_parallel": 4, "clip_model_path": vision, **CTX},
         {"model": str(spm_path), "model_alias": "vision-serial", "n_parallel": 0, "clip_model_path": vision, **CTX},
         {"model": str(spm_path), "model_alias": "vision-one", "n_parallel": 1, "clip_model_path": vision, **CTX},
         {"model": str(spm_path), "model_alias": "audio", "n_parallel": 2, "clip_model_path": audio, **CTX},
-        {"model": str(spm_path), "model_alias": "audio-serial", "n_parallel": 0, "clip_model_path": audio, **CTX}])
+        {"model": str(spm_path), "model_alias": "audio-serial", "n_parallel": 0, "clip_model_path": audio, **CTX},
+        # a hybrid model (attention and recurrent layers): its memory cannot drop a suffix
+        {"model": hybrid, "model_alias": "hybrid", "n_parallel": 2, "clip_model_path": vision, **CTX},
+        {"model": hybrid, "model_alias": "hybrid-serial", "n_parallel": 0, "clip_model_path": vision, **CTX}])
 
 
 def _png(seed: int) -> dict:
@@ -127,3 +131,22 @@ def test_bad_media_ends_only_its_request(srv):
         "model": "vision", "max_tokens": 4, "logprobs": True, "messages": _chat("x", _png(1))})
     assert r.status_code == 400 and "logprobs" in r.json()["error"]["message"], r.text
     assert _ask(srv, "vision", _chat("still fine", _png(1)), 4)["usage"]["completion_tokens"] == 4
+
+
+def test_hybrid_model_media_chats_equal_one_at_a_time(srv):
+    """Recurrent memory reuses only whole states or checkpoints: a repeated chat, a longer one and concurrent
+    ones all get the one-at-a-time answer."""
+    first = _chat("what is in the picture?", _png(7))
+    chats = [first, _chat("describe", _png(8))]
+    want = [_ask(srv, "hybrid-serial", c) for c in chats]
+    got = _concurrently(srv, "hybrid", chats)
+    for g, w in zip(got, want):
+        assert g["choices"][0]["message"]["content"] == w["choices"][0]["message"]["content"]
+    again = _ask(srv, "hybrid", first)
+    assert again["choices"][0]["message"]["content"] == want[0]["choices"][0]["message"]["content"]
+    # rewound to the checkpoint taken 4 tokens before the prompt's end: the image (16 rows) included
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == again["usage"]["prompt_tokens"] - 4 > 16
+    longer = first + [{"role": "assistant", "content": want[0]["choices"][0]["message"]["content"]},
+                      {"role": "user", "content": "and then?"}]
+    assert (_ask(srv, "hybrid", longer)["choices"][0]["message"]["content"]
+            == _ask(srv, "hybrid-serial", longer)["choices"][0]["message"]["content"])
