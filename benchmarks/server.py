@@ -3,6 +3,8 @@
     python benchmarks/server.py [--gemma] [--threads N] [--n-gen G] [--requests R] [--clients 1,4,8]
                                 [--no-llama-server] [--no-stream]
     python benchmarks/server.py --spec draft-eagle3,draft-dflash,draft-dspark,draft-mtp [--large] [--clients 4]
+    python benchmarks/server.py --media [--clients 1,4]      (image chat on a projector model)
+    python benchmarks/server.py --embed [--clients 1,4]      (embeddings)
 
 Three servers on loopback, the same model, threads, batch sizes and per-request context:
 
@@ -25,6 +27,14 @@ type's echo-form draft fixture (``draft-mtp-heads``: ``draft-mtp`` on the ``step
 three chained NextN heads; four and the large trunk with ``--large``), once with ``max(--clients)`` slots and once serial (``--n_parallel 0``, one
 request at a time, as before the type ran in slots); it prints each one's aggregate tokens/s for every
 client count and the ratio slots/serial.
+
+``--media`` and ``--embed`` compare the same way, slots (``max(--clients)``) against one request at a time:
+``--media`` the tiny llama fixture (``--gemma``: Gemma 3 270M) with the synthetic vision projector
+(``mmproj_vision``, as wide as the model's input), each client sending
+``R`` greedy image chats (``/v1/chat/completions``, a 32x32 PNG of four, ``G`` tokens, whole responses; score:
+completion tokens/s); ``--embed`` the BERT embedding fixture, each request four short inputs to
+``/v1/embeddings`` (base64 vectors; score: input tokens embedded per second; ``--gemma``: Gemma 3 270M's
+per-token rows, a model whose decodes cost more than the HTTP round trip).
 
 Each client streams ``R`` greedy completions of ``G`` tokens back to back (``--no-stream``: whole
 responses); the score is the sum of ``usage.completion_tokens`` (the last streamed chunk's, with
@@ -416,6 +426,107 @@ def spec_main(args: argparse.Namespace, clients: list[int], lib_dir: Path) -> No
                                          "speculative": results}, indent=2))
 
 
+def _image_chat(http, url: str, k: int, i: int, n_gen: int) -> int:
+    """One greedy image chat (a PNG of four by client and request, then a prompt: Gemma with the untrained
+    projector ends at once when the image comes last); its completion tokens."""
+    import base64
+
+    from build_tools.fixtures import png_bytes
+
+    png = base64.b64encode(png_bytes(seed=(k + i) % 4)).decode()
+    body = {"model": "m", "max_tokens": n_gen, "temperature": 0, "repeat_penalty": 1.0, "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + png}},
+                                     {"type": "text", "text": PROMPTS[(k + i) % len(PROMPTS)]}]}]}
+    r = http.post(url + "/v1/chat/completions", json=body)
+    r.raise_for_status()
+    return r.json()["usage"]["completion_tokens"]
+
+
+def _embedding(http, url: str, k: int, i: int, n_gen: int) -> int:
+    """One embedding request of four inputs; the tokens it embedded."""
+    inputs = [PROMPTS[(k + i + j) % len(PROMPTS)] for j in range(4)]
+    r = http.post(url + "/v1/embeddings", json={"model": "m", "input": inputs, "encoding_format": "base64"})
+    r.raise_for_status()
+    return r.json()["usage"]["prompt_tokens"]
+
+
+def _n_embd(model: Path) -> int:
+    """A GGUF model's ``<arch>.embedding_length``."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(model), "r")
+    arch = reader.get_field("general.architecture").contents()
+    return int(reader.get_field(f"{arch}.embedding_length").contents())
+
+
+def work_round(url: str, clients: int, requests: int, n_gen: int, send) -> float:
+    """One round of ``clients`` threads each making ``requests`` calls of ``send``: units (its return) per second."""
+    import httpx
+
+    total = [0] * clients
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(clients + 1)
+
+    def client(k: int) -> None:
+        try:
+            with httpx.Client(timeout=600) as http:
+                barrier.wait()
+                for i in range(requests):
+                    total[k] += send(http, url, k, i, n_gen)
+        except BaseException as exc:  # noqa: BLE001 (reported by the caller)
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sum(total) / (time.perf_counter() - t0)
+
+
+def slots_vs_serial_main(args: argparse.Namespace, clients: list[int], lib_dir: Path, kind: str) -> None:
+    """``--media`` / ``--embed``: aggregate throughput in slots against the same model one request at a time."""
+    from build_tools.fixtures import fixture_path
+
+    if kind == "media":  # with --gemma, the synthetic projector made as wide as Gemma's input
+        model = model_path(args.gemma)
+        proj = fixture_path("mmproj_vision", **({"n_embd_text": _n_embd(model)} if args.gemma else {}))
+        extra, send, unit = ("--clip_model_path", str(proj)), _image_chat, "generated tok/s"
+    else:  # with --gemma, Gemma 3 270M's per-token rows (pooling none): a model whose decodes cost something
+        model = model_path(True) if args.gemma else fixture_path("embedding_model")
+        extra, send, unit = ("--embedding", "true"), _embedding, "embedded tok/s"
+    n_parallel = max(clients)
+    print(f"{kind} workload: model {model.name} {' '.join(extra)}, threads {args.threads}, {args.n_gen} tokens per "
+          f"chat, {args.requests} requests per client, median of {args.reps}, load average {os.getloadavg()[0]:.2f}")
+    servers = [ours("slots", model, args, n_parallel, lib_dir, extra), ours("serial", model, args, 0, lib_dir, extra)]
+    results: dict[str, dict[int, float]] = {}
+    try:
+        for srv in servers:
+            srv.wait_ready()
+            work_round(srv.url, 1, 1, 8, send)  # warm-up
+        for c in clients:
+            rates: dict[str, list[float]] = {srv.name: [] for srv in servers}
+            for _ in range(args.reps):
+                for srv in servers:  # interleaved: load from elsewhere hits both alike
+                    rates[srv.name].append(work_round(srv.url, c, args.requests, args.n_gen, send))
+            for srv in servers:
+                results.setdefault(srv.name, {})[c] = statistics.median(rates[srv.name])
+            print(f"  {c} client(s): slots {results['slots'][c]:9.1f}, serial {results['serial'][c]:9.1f} {unit}, "
+                  f"slots/serial {results['slots'][c] / results['serial'][c]:5.2f}x", flush=True)
+    finally:
+        for srv in servers:
+            srv.stop()
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"model": model.name, "workload": kind, "unit": unit, "threads": args.threads,
+                                         "n_gen": args.n_gen, "results": results}, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gemma", action="store_true", help="Gemma 3 270M (the realmodels package) instead of the fixture")
@@ -436,8 +547,15 @@ def main() -> None:
                     "conversation; fewer move conversations between slots, through the shared prompt cache)")
     ap.add_argument("--spec", help="the speculative workload: comma-separated types (see above)")
     ap.add_argument("--large", action="store_true", help="--spec: the qwen35_mtp_large fixtures")
+    ap.add_argument("--media", action="store_true", help="image chat on a projector model, slots against serial")
+    ap.add_argument("--embed", action="store_true", help="embeddings, batched against one request at a time")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers (finally) when terminated
+    if args.media or args.embed:
+        tools, env, lib_dir, _ = native_tools(with_server=False)
+        slots_vs_serial_main(args, [int(c) for c in args.clients.split(",")], lib_dir,
+                             "media" if args.media else "embed")
+        return
     if args.spec:
         tools, env, lib_dir, _ = native_tools(with_server=False)
         spec_main(args, [int(c) for c in args.clients.split(",")], lib_dir)

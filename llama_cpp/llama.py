@@ -195,6 +195,8 @@ class Llama:
         self._input_ids: list[int] = []
         self._spec: _spec.SpeculativeDecoder | None = None
         self.last_speculative_stats: _spec.SpeculativeStats | None = None
+        # prompt tokens the last prompt evaluation kept from memory (None: evaluated elsewhere, a decoder's own)
+        self.last_prompt_cached: int | None = None
         self._embedding = bool(embedding)
         self.verbose = verbose
         self.model_path = os.fspath(model_path)
@@ -644,6 +646,7 @@ class Llama:
         if reuse_prefix and self._input_ids:
             n_past = longest_token_prefix(self._input_ids, tokens)
             if n_past == len(tokens) == len(self._input_ids) and self._fresh:
+                self.last_prompt_cached = n_past
                 return
             n_past = min(n_past, len(tokens) - 1)  # the last prompt token is evaluated for its logits
         if n_past < len(self._input_ids) or held > n_past:
@@ -652,6 +655,7 @@ class Llama:
                 n_past = 0
             del self._input_ids[n_past:]
         rest = list(tokens[n_past:])
+        self.last_prompt_cached = n_past
         self._decode_tokens(rest, n_past, self.logits_all)
         self._input_ids.extend(rest)
         self._fresh = True

@@ -170,6 +170,9 @@ class LlamaContext(Owned):
         for p in pools:
             p.close()  # freed once this context (their last user) is freed
         self.bindings = C
+        # llama_decode/llama_encode/llama_process calls that succeeded (the server's n_decode_total); raw
+        # decodes elsewhere add theirs (the generation loop's)
+        self.n_decode = 0
         self.model = model._ref  # the native model; the wrapper may be closed by its owner
         self._model = model
         self.params = cp
@@ -396,6 +399,7 @@ class LlamaContext(Owned):
         rc = int(self.bindings.llama_decode(self._ptr(), raw))
         if rc != 0:
             raise DecodeError(f"llama_decode returned {rc}: {_DECODE_ERRORS.get(rc, 'fatal error')}")
+        self.n_decode += 1
 
     def encode(self, batch: LlamaBatch, start: int = 0, count: int | None = None) -> None:
         """Run ``llama_encode`` (encoder models, non-causal embeddings)."""
@@ -404,6 +408,7 @@ class LlamaContext(Owned):
         rc = int(self.bindings.llama_encode(self._ptr(), raw))
         if rc != 0:
             raise DecodeError(f"llama_encode returned {rc}: {_DECODE_ERRORS.get(rc, 'fatal error')}")
+        self.n_decode += 1
 
     def process(self, batch: LlamaBatchExtNative, encode: bool = False) -> None:
         """Submit an extended batch with ``llama_process`` (ENCODE or DECODE)."""
@@ -416,6 +421,7 @@ class LlamaContext(Owned):
         if rc != 0:
             what = "encode" if encode else "decode"
             raise DecodeError(f"llama_process({what}) returned {rc}: {_DECODE_ERRORS.get(rc, 'fatal error')}")
+        self.n_decode += 1
 
     def logits_ith(self, i: int) -> np.ndarray:
         """Logits of batch entry ``i`` of the last decode (an output entry; negative counts outputs

@@ -114,6 +114,7 @@ def decode_loop(model: LlamaModel, step: TokenStep, pick: Pick, n_past: int, max
         rc = decode(ctx_ptr, one_struct)
         if rc != 0:
             raise DecodeError(f"llama_decode returned {rc} while generating token {produced}")
+        ctx.n_decode += 1
         pos += 1
         if decoded is not None:
             decoded(tok)

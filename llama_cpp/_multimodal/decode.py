@@ -18,9 +18,10 @@ from ..mtmd import Chunks, MTMDContext
 
 def decode_media(ctx: LlamaContext, batch: LlamaBatchExtNative, rows: np.ndarray, positions: np.ndarray,
                   non_causal: bool, *, output_last: bool,
-                  after: Callable[[np.ndarray], None] | None = None) -> None:
-    """Decode media rows at ``positions`` (split by n_batch unless attention is non-causal);
-    ``after(positions[s:e])`` runs after each decode, while the context holds its per-row outputs."""
+                  after: Callable[[np.ndarray], None] | None = None, seq: int = 0) -> int:
+    """Decode media rows at ``positions`` of sequence ``seq`` (split by n_batch unless attention is
+    non-causal); ``after(positions[s:e])`` runs after each decode, while the context holds its per-row
+    outputs. Returns the number of decodes."""
     n = rows.shape[0]
     step = ctx.n_batch()
     if non_causal:
@@ -37,13 +38,14 @@ def decode_media(ctx: LlamaContext, batch: LlamaBatchExtNative, rows: np.ndarray
             batch.clear()
             for j in range(s, min(n, s + step)):
                 p = int(positions[j, 0]) if positions.shape[1] == 1 else [int(v) for v in positions[j]]
-                batch.add_embd(rows[j], 0, p, output=output_last and j == n - 1)
+                batch.add_embd(rows[j], seq, p, output=output_last and j == n - 1)
             ctx.process(batch)
             if after is not None:
                 after(positions[s:min(n, s + step)])
     finally:
         if non_causal:
             ctx.set_causal_attn(causal0)
+    return -(-n // step)
 
 
 def eval_chunks(mctx: MTMDContext, ctx: LlamaContext, chunks: Chunks, n_past: int = 0) -> int:

@@ -9,8 +9,9 @@ and ``prompt_tokens_seconds``, ``predicted_tokens_seconds``, ``requests_processi
 older llama-server versions named them), and the shared prompt cache's ``prompt_cache_bytes``,
 ``…_limit_bytes``, ``…_states``, ``…_tokens`` (gauges), ``…_restored_total``,
 ``…_restored_tokens_total``, ``…_evicted_total`` (counters; llama-server logs these). A model served
-one request at a time has no ``n_decode_total`` (``Llama`` does not count its decodes) and its
-reused prompt tokens count as evaluated. Per API key (label ``key``: a hash of the key, never the
+one request at a time counts its context's decodes and the prompt tokens ``Llama`` kept from its last
+prompt; one that speculates there has no ``n_decode_total`` (its decoder's verify batches are not
+counted) and counts what its decoder reuses as evaluated. Per API key (label ``key``: a hash of the key, never the
 key): ``llamacpp:key_requests_total`` (with ``status``), ``llamacpp:key_prompt_tokens_total`` and
 ``llamacpp:key_tokens_predicted_total``.
 """
@@ -82,7 +83,7 @@ _MODEL_METRICS = [
     ("prompt_seconds_total", "counter", "Total time spent processing prompts"),
     ("tokens_predicted_total", "counter", "Number of generation tokens processed"),
     ("tokens_predicted_seconds_total", "counter", "Total time spent generating tokens"),
-    ("n_decode_total", "counter", "Total number of llama_decode() calls of the slots' batches"),
+    ("n_decode_total", "counter", "Total number of llama_decode() calls"),
     ("n_tokens_max", "counter", "Largest observed sequence length (prompt + generation)"),
     ("spec_decode_num_draft_tokens_total", "counter", "Speculative: Total draft tokens generated"),
     ("spec_decode_num_accepted_tokens_total", "counter", "Speculative: Total draft tokens accepted by the target "
@@ -116,8 +117,9 @@ def model_values(engine: Any) -> dict[str, float]:
            "prompt_tokens_seconds": c.prompt_tokens / c.prompt_seconds if c.prompt_seconds else 0.0,
            "predicted_tokens_seconds": c.predicted_tokens / c.predicted_seconds if c.predicted_seconds else 0.0,
            "requests_processing": st["active"], "requests_deferred": st["waiting"]}
-    if not engine.serial:  # Llama's generation loops decode with raw llama_decode calls nobody counts
-        out["n_decode_total"] = engine.steps
+    n_decode = engine.n_decode
+    if n_decode is not None:  # a speculative decoder's own verify batches are not counted: left out then
+        out["n_decode_total"] = n_decode
     used = engine.kv_tokens()
     out["kv_cache_tokens"] = used
     out["kv_cache_usage_ratio"] = used / max(engine.n_slots * engine.n_ctx_slot, 1)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..llama import Llama
 from .engine import SerialEngine, SlotEngine
+from .engine.embeddings import EmbeddingEngine
 from .errors import APIError
 from .lora import LoraSet
 from .settings import ModelSettings
@@ -65,7 +66,7 @@ class ServedModel:
         self.interrupt_requests = interrupt_requests
         self.alias = settings.alias
         self.llama: Llama | None = None
-        self.engine: SlotEngine | SerialEngine | None = None
+        self.engine: SlotEngine | SerialEngine | EmbeddingEngine | None = None
         self.n_ctx_slot = 0
         self.lora: LoraSet | None = None  # its LoRA adapters (None: it has none)
         self.media_embedder: MTMDEmbeddingHandler | None = None  # embeddings of image/audio parts (a projector)
@@ -102,6 +103,11 @@ class ServedModel:
             fit_ctx=s.fit_ctx, rpc_isolation=s.in_worker,  # else the slot engine drives the native context here
             chat_template_kwargs=s.chat_template_kwargs, reasoning_format=s.reasoning_format,
             reasoning_budget=s.reasoning_budget)
+        if s.clip_model_path and not s.embedding:  # an embedding model's projector: media_embedder
+            from ..mtmd_chat import MTMDChatHandler
+
+            kw["chat_handler"] = MTMDChatHandler(s.clip_model_path, n_threads=s.n_threads,
+                                                 use_gpu=s.n_gpu_layers != 0, media_dirs=s.media_dirs)
         if serial:
             kw["n_ctx"] = s.n_ctx
         else:
@@ -119,11 +125,6 @@ class ServedModel:
             from ..llama_speculative import LlamaPromptLookupDecoding
 
             kw["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=s.draft_model_num_pred_tokens)
-        if s.clip_model_path and not s.embedding:  # an embedding model's projector: media_embedder
-            from ..mtmd_chat import MTMDChatHandler
-
-            kw["chat_handler"] = MTMDChatHandler(s.clip_model_path, n_threads=s.n_threads,
-                                                 use_gpu=s.n_gpu_layers != 0, media_dirs=s.media_dirs)
         return kw
 
     def _load(self) -> None:
@@ -156,6 +157,9 @@ class ServedModel:
         try:
             if s.vocab_only:
                 engine = None
+            elif s.embedding and s.n_parallel > 0:  # concurrent requests' inputs packed into shared decodes
+                self.n_ctx_slot = llama.n_ctx()
+                engine = EmbeddingEngine(llama, s.n_parallel, s.max_queue, lora=lora, media=media_embedder)
             elif serial:
                 self.n_ctx_slot = llama.n_ctx()
                 engine = SerialEngine(llama, s.max_queue, interrupt=self.interrupt_requests, lora=lora,

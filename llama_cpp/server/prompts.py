@@ -50,11 +50,13 @@ def completion_tokens(llama: Llama, prompt: str | list[int], suffix: str | None,
     return toks
 
 
-def check_prompt(llama: Llama, tokens: list[int], n_ctx: int) -> None:
-    """A prompt must leave room for one generated token in its slot's context."""
-    if len(tokens) >= n_ctx:
+def check_prompt(llama: Llama, tokens: list[int], n_ctx: int, n_cells: int | None = None) -> None:
+    """A prompt must leave room for one generated token in its slot's context (``n_cells``: the KV cells
+    it takes where that is not its length, a media prompt's)."""
+    n = len(tokens) if n_cells is None else n_cells
+    if n >= n_ctx:
         raise ContextOverflowError(
-            f"the prompt has {len(tokens)} tokens; this model's context holds {n_ctx} per request (and needs room "
+            f"the prompt has {n} tokens; this model's context holds {n_ctx} per request (and needs room "
             "for at least one generated token): shorten the prompt")
 
 
@@ -120,6 +122,8 @@ class ChatPrompt:
     # output is parsed into content, reasoning_content and tool_calls by this prompt's parser
     native: native_chat.ChatPrompt | None = None
     reasoning_format: str | None = None  # how the native parser returns the thinking (llama-server's names)
+    # its image/audio chunks (engine.media.MediaSpan), whose entries in tokens are keys, not token ids
+    media: list[Any] = dataclasses.field(default_factory=list)
 
 
 def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt:
@@ -185,7 +189,7 @@ def chat_options(llama: Llama, body: Any) -> dict[str, Any]:
 
 def _native_chat_prompt(llama: Llama, templates: native_chat.ChatTemplates, msgs: list[dict[str, Any]],
                         tools: list[dict[str, Any]] | None, tool_choice: Any, body: Any, n_ctx: int | None,
-                        options: dict[str, Any]) -> ChatPrompt:
+                        options: dict[str, Any], tokenize: Any = None) -> ChatPrompt:
     """The prompt llama.cpp's chat layer renders (as ``NativeChatHandler`` builds it): the template's
     stops, and the answer's constraint as llama-server samples it (lazy tool-call grammar for
     ``tool_choice="auto"``, strict where the tool choice or response format forces one, the reasoning
@@ -214,12 +218,73 @@ def _native_chat_prompt(llama: Llama, templates: native_chat.ChatTemplates, msgs
     except ValueError as exc:  # a grammar llama.cpp refuses
         raise APIError(400, str(exc), param="grammar") from exc
     check_prompt_chars(llama.native_model(), native.prompt, llama.n_ctx() if n_ctx is None else n_ctx, "the chat prompt")
-    tokens = prompt_tokens(llama, native.prompt, msgs, added_special=False,
-                           render=lambda ms: templates.apply(ms, **opts).prompt)
+    def render(ms: list[Any]) -> str:
+        return templates.apply(ms, **opts).prompt
+
+    if tokenize is not None:  # a media chat: (entries, media spans) of the rendered text
+        tokens, media = tokenize(native.prompt, render)
+    else:
+        tokens, media = prompt_tokens(llama, native.prompt, msgs, added_special=False, render=render), []
     if not tokens:
         raise APIError(400, "the chat renders to an empty prompt", param="messages")
-    llama.native_model().check_tokens(tokens, "prompt token")
-    return ChatPrompt(tokens, list(native.additional_stops), grammar, None, native, reasoning_format)
+    if not media:
+        llama.native_model().check_tokens(tokens, "prompt token")
+    return ChatPrompt(tokens, list(native.additional_stops), grammar, None, native, reasoning_format, media)
+
+
+def media_chat_prompt(llama: Llama, body: Any, n_ctx: int) -> ChatPrompt:
+    """A chat on a projector model (``llama.chat_handler``, an ``MTMDChatHandler``) as the slots take it:
+    rendered as the handler renders it (llama.cpp's chat layer for tools, a response format or chat options,
+    else the template), tokenized by mtmd with the media at their markers, each media chunk encoded now."""
+    from ..mtmd_chat import flatten_messages
+    from .engine.media import ENCODE_LOCK, media_prompt
+
+    handler = llama.chat_handler
+    with ENCODE_LOCK:  # the handler makes its mtmd context on first use; mtmd is used by one thread at a time
+        engine = handler._engine(llama)
+    try:
+        check_tools(body.tools)
+        check_tools(body.functions, "functions")
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="tools") from exc
+    tools, tool_choice = body.tools, body.tool_choice
+    if body.functions and not tools:
+        tools = [{"type": "function", "function": f} for f in body.functions]
+        if isinstance(body.function_call, dict):
+            tool_choice = {"type": "function", "function": {"name": body.function_call.get("name")}}
+    opts = chat_options(llama, body)
+    n_ubatch = min(llama.native_context().n_ubatch(), llama.native_context().n_batch())
+
+    def entries(chunks: Any) -> tuple[list[int], list[Any]]:
+        try:
+            return media_prompt(engine.mtmd, chunks, n_ubatch)
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="messages") from exc
+        finally:
+            chunks.close()
+
+    layer = engine._chat_layer_for(tools, body.response_format, opts)
+    if layer is not None:
+        msgs, media = flatten_messages(body.messages, engine.mtmd.marker, engine.media_policy)
+
+        def tokenize(text: str, render: Any) -> tuple[list[int], list[Any]]:
+            if text.count(engine.mtmd.marker) != len(media):
+                raise APIError(400, f"the chat template kept {text.count(engine.mtmd.marker)} of {len(media)} media "
+                               "markers (it drops or rewrites some message contents)", param="messages")
+            with ENCODE_LOCK:
+                chunks = engine.chat_prompt(media, text, msgs, render=render)
+            return entries(chunks)
+
+        return _native_chat_prompt(llama, layer.templates_for(llama), msgs, tools, tool_choice, body, n_ctx, opts,
+                                   tokenize)
+    if tools or body.response_format:
+        raise APIError(400, "tools and response_format need llama.cpp's chat layer over the model's own template "
+                       "(and, for tools, a template that knows them); this chat renders with a named chat format "
+                       "or a preset's template", param="tools" if tools else "response_format")
+    with ENCODE_LOCK:
+        chunks, template_stops = engine.tokenize_messages(body.messages)
+    tokens, media = entries(chunks)
+    return ChatPrompt(tokens, list(template_stops), None, None, media=media)
 
 
 def chat_result(parts: list[dict[str, Any]], chat: ChatPrompt) -> dict[str, Any]:
@@ -277,4 +342,5 @@ def join_chat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 __all__ = ["ChatPrompt", "NativeChatChunks", "chat_chunks", "chat_prompt", "chat_result", "check_prompt", "completion_tokens", "grammar",
-           "join_chat_chunks", "logit_bias", "max_tokens", "prompt_list", "refuse_media", "stops", "tokenize"]
+           "join_chat_chunks", "logit_bias", "max_tokens", "media_chat_prompt", "prompt_list", "refuse_media", "stops",
+           "tokenize"]

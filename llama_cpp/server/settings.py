@@ -180,7 +180,8 @@ class ModelSettings(_Base):
     type_v: int | None = Field(default=None, description="The V cache type (a ggml type id).")
     # the slot engine
     n_parallel: int = Field(default=1, ge=0, le=64, description="Requests generated at once on one context "
-                            "(slots); the KV cache holds n_ctx tokens per slot. 0: one request at a time "
+                            "(slots); the KV cache holds n_ctx tokens per slot (an embedding model: requests "
+                            "whose inputs are packed into shared decodes). 0: one request at a time "
                             "through Llama itself.")
     cache_prompt: bool = Field(default=True, description="Keep a finished request's tokens in its slot's KV "
                                "cache, so that a later prompt starting with them skips that prefix.")
@@ -287,8 +288,10 @@ class ModelSettings(_Base):
     @property
     def serial(self) -> bool:
         """Whether this model is served one request at a time (see the package docstring)."""
-        return (self.n_parallel == 0 or self.spec_serial_reason is not None or bool(self.clip_model_path)
-                or self.embedding or self.in_worker)
+        # a projector model that speculates keeps the chat handler's media decoder (drafts over media)
+        return (self.n_parallel == 0 or self.spec_serial_reason is not None
+                or bool(self.clip_model_path and self.speculates) or self.embedding
+                or self.in_worker)
 
 
 class ServerSettings(_Base):

@@ -26,7 +26,7 @@ def test_models_and_health(server):
     assert ids == ["spm", "embed"]
     h = httpx.get(server.url + "/health").json()
     assert h["status"] == "ok" and h["models"]["spm"]["engine"] == "slots" and h["models"]["spm"]["slots"] == 4
-    assert h["models"]["embed"]["engine"] == "serial"
+    assert h["models"]["embed"]["engine"] == "embeddings"  # concurrent requests batched
 
 
 def test_completion_equals_llama(server, solo):

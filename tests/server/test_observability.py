@@ -56,6 +56,7 @@ def test_metrics_count_what_was_served(srv):
     assert after[("llamacpp:requests_processing", spm)] == 0 and after[("llamacpp:requests_deferred", spm)] == 0
     assert 0 < after[("llamacpp:kv_cache_usage_ratio", spm)] <= 1  # the prompt is kept for reuse
     assert grew("llamacpp:prompt_tokens_total", (("model", "embed"),)) > 0
+    assert grew("llamacpp:n_decode_total", (("model", "embed"),)) == 1  # one input: one decode
     # per key: a hash label, never the key
     assert KEY not in text
     label = next(dict(k[1])["key"] for k in after if k[0] == "llamacpp:key_tokens_predicted_total")
@@ -89,6 +90,11 @@ def test_serial_models_count_as_slot_models_do(srv):
             == 2 * whole.usage.prompt_tokens)
     assert grew("llamacpp:prompt_seconds_total") > 0 and grew("llamacpp:tokens_predicted_seconds_total") > 0
     assert after[("llamacpp:predicted_tokens_seconds", (("model", "serial"),))] > 0
+    # the second request reuses all its prompt but the last token (evaluated again for its logits); each
+    # request decodes its prompt once and every generated token but the last
+    assert grew("llamacpp:prompt_tokens_cached_total") == whole.usage.prompt_tokens - 1
+    assert grew("llamacpp:n_decode_total") == 2 * (1 + whole.usage.completion_tokens - 1)
+    assert ("llamacpp:n_decode_total", (("model", "serial-spec"),)) not in after  # its decoder's are not counted
     # the context keeps the last request's tokens for prefix reuse
     kept = after[("llamacpp:kv_cache_tokens", (("model", "serial"),))]
     assert whole.usage.prompt_tokens <= kept <= whole.usage.total_tokens

@@ -108,6 +108,8 @@ class GenRequest:
     model_name: str = ""
     prompt_chars: int | None = None  # the text prompt's length: logprob offsets start after it
     lora: tuple[float, ...] = ()  # one scale per LoRA adapter of the model (the server's lora.LoraSet)
+    # the prompt's image/audio chunks (engine.media.MediaSpan): their entries in prompt_tokens are keys, not tokens
+    media: list[Any] = dataclasses.field(default_factory=list)
 
 
 

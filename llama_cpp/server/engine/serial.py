@@ -108,10 +108,22 @@ class SerialEngine(Lifecycle):
                     self._running = 0
                     self._current = None
 
+    @property
+    def n_decode(self) -> int | None:
+        """Decodes of the model's context (and of its media embedder's), as llama-server's ``n_decode_total``;
+        None where a speculative decoder decodes the target itself (its verify batches are not counted)."""
+        if self.speculative:
+            return None
+        n = self.llama.native_context().n_decode
+        if self.media is not None and not self.media.closed:
+            n += self.media.context.n_decode
+        return n
+
     def _execute(self, job: Job, work: Callable[[Llama], Any]) -> None:
         t0 = time.perf_counter()
         t_first = None
         usage: dict[str, Any] = {}
+        self.llama.last_prompt_cached = None  # set where Llama evaluates the prompt itself (prefix reuse)
         try:
             out = work(self.llama)
             if isinstance(out, Iterator):
@@ -139,8 +151,12 @@ class SerialEngine(Lifecycle):
             return
         now = time.perf_counter()
         first = t_first or now
-        self.counters.add(int(usage.get("prompt_tokens", 0)), int(usage.get("prompt_tokens_cached", 0) or 0),
-                          first - t0, int(usage.get("completion_tokens", 0)), now - first)
+        n_prompt = int(usage.get("prompt_tokens", 0) or 0)
+        cached = usage.get("prompt_tokens_cached")
+        if cached is None:
+            cached = self.llama.last_prompt_cached or 0
+        self.counters.add(n_prompt, min(int(cached), n_prompt), first - t0, int(usage.get("completion_tokens", 0)),
+                          now - first)
         if self.speculative and isinstance(usage.get("speculative"), dict):
             self.counters.add_speculative(usage["speculative"])
 

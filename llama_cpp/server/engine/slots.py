@@ -42,6 +42,7 @@ from ...llama import Llama
 from .counters import Counters
 from .jobs import Cancelled, GenRequest, Job, Outbox, QueueFull, ShuttingDown, completion_chunk
 from .lifecycle import Lifecycle
+from .media import cells, decode_span, span_at, text_until, whole_spans
 from .prompt_cache import CHECKPOINT_OFFSET, Checkpoint, PromptCache, plan, rewind, take_checkpoint
 from .speculation import SlotSpeculating
 from .state import Slot, common_prefix, stop_word
@@ -112,6 +113,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         # a SlotSpeculation (llama_cpp.speculative.slots): each step verifies every slot's draft (owned here)
         self.spec = spec
         self._h: Any = None  # the NextN rows of the last target decode (an MTP-drafting engine)
+        self._ext_batch: Any = None  # media rows' batch (made on the first media prompt)
         self._thread = threading.Thread(target=self._run, name="llama-slots", daemon=True)
         self._thread.start()
 
@@ -119,6 +121,11 @@ class SlotEngine(SlotSpeculating, Lifecycle):
     def capacity(self) -> int:
         """Generations that can be running or waiting at once."""
         return self.n_slots + self.max_queue
+
+    @property
+    def n_decode(self) -> int:
+        """``llama_decode`` calls of the slots' batches and their media (llama-server's ``n_decode_total``)."""
+        return self.steps
 
     # -- the request side ---------------------------------------------------------------------
     def submit(self, job: Job, req: GenRequest) -> None:
@@ -204,6 +211,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
     def _free(self) -> None:
         self._struct = None
         self._batch.close()
+        if self._ext_batch is not None:
+            self._ext_batch.close()
         if self.spec is not None:
             self.spec.close()
         if self.lora is not None:
@@ -275,8 +284,9 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             s.chain = self.llama.make_sampler(**req.sampling)
             s.grammar = _sampling.grammar_sampler(self.model, req.grammar)
             s.special = _sampling.special_tokens(req.grammar)  # a chat template's preserved tokens, as text
-            _sampling.prime_penalties(s.chain, req.prompt_tokens, self.llama.last_n_tokens_size,
-                                      self.llama.sampling_convention)
+            if not req.media:  # as the multimodal chat, whose penalties see the answer only
+                _sampling.prime_penalties(s.chain, req.prompt_tokens, self.llama.last_n_tokens_size,
+                                          self.llama.sampling_convention)
             want_lp = req.logprobs is not None and req.logprobs >= 0
             s.pick = _sampling.token_picker(self.model, s.chain, s.grammar, want_lp)
             if self.spec is not None:
@@ -344,6 +354,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         mtp = self.spec.mtp if self.spec is not None else None
         if mtp is not None:  # the MTP head needs h_{keep-1}: where it is not kept, that token is decoded again
             keep = mtp.reuse(s.seq, keep)
+        if s.req.media:
+            keep = whole_spans(s.req.media, keep)
         if keep < len(cached):
             if keep == 0 or not self.ctx.seq_rm(s.seq, keep, -1):
                 self.ctx.seq_rm(s.seq, -1, -1)
@@ -390,6 +402,11 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         mtp_rows: list[tuple[int, int, list[int], int]] = []
         # every decoded span of a slot whose drafters read the target's rows: (slot, position, tokens, first row)
         seen: list[tuple[Slot, int, list[int], int]] | None = [] if self.spec is not None and self.spec.observes else None
+        if any(s.req.media and s.prefilling for s in active):  # media at a slot's next position: decoded first
+            for s in list(active):
+                if s.req.media and s.prefilling:
+                    self._prefill_media(s)
+            active = [s for s in active if s in self._active]
         n = 0
         # rows in sequence order: recurrent memory puts only consecutive sequence ids (0, 1, 2, ...) into one
         # micro-batch (llama.cpp's sequential split_equal), so any other order decodes a slot at a time
@@ -443,6 +460,10 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             if s.prefilling:
                 prompt = s.req.prompt_tokens
                 stop = min(s.n_fed + budget, s.end)
+                if s.req.media:
+                    stop = text_until(s.req.media, s.n_fed, stop)
+                    if stop == s.n_fed:  # its media failed to decode this step
+                        continue
                 if s.n_fed < s.ckpt_at < stop:  # pause there for a context checkpoint (after this decode)
                     stop = s.ckpt_at
                 chunk = prompt[s.n_fed:stop]
@@ -508,6 +529,23 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 if s in self._active:
                     self._release(s)
 
+    def _prefill_media(self, s: Slot) -> None:
+        """Decode the media chunks that start at slot ``s``'s next position into its sequence (a decode of
+        their own, at the scales of its LoRA group); a failure ends this request alone."""
+        try:
+            while s.prefilling and (span := span_at(s.req.media, s.n_fed)) is not None:
+                if self._ext_batch is None:
+                    from ..._core.context import LlamaBatchExtNative
+
+                    self._ext_batch = LlamaBatchExtNative(self.ctx)
+                self.steps += decode_span(self.ctx, self._ext_batch, s.seq, span)
+                s.n_fed = span.end
+        except Exception as exc:  # noqa: BLE001 - this request's media: it alone ends
+            log.warning("media of the request in slot %d failed: %s", s.seq, exc)
+            self._out.put(s.job, "error", exc)
+            if s in self._active:
+                self._release(s)
+
     def _eog(self, tok: int) -> bool:
         eog = self._is_eog.get(tok)
         if eog is None:
@@ -558,7 +596,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         final = completion_chunk(req, s.text.rest(), reason, s.lp.block(s.pending))
         if stop is not None:  # which stop string ended it (Anthropic's stop_sequence)
             final["choices"][0]["stop_sequence"] = stop
-        n_prompt = len(req.prompt_tokens)
+        n_prompt = cells(req.prompt_tokens, req.media) if req.media else len(req.prompt_tokens)
         final["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": s.n_gen,
                           "total_tokens": n_prompt + s.n_gen,
                           "prompt_tokens_details": {"cached_tokens": s.n_cached}}

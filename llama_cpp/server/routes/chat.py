@@ -1,5 +1,6 @@
 """``/v1/chat/completions``: the chat rendered as ``Llama`` renders it, run on the model's engine;
-image chat through the model's chat handler."""
+image and audio chat rendered as the model's chat handler renders it, in the slots (media encoded before
+the request queues), or run by the handler on a one-at-a-time model."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from fastapi import APIRouter, Request
 
 from ..._safety.tool_limits import check_tools
 from .. import prompts
-from ..engine import GenRequest, collect_stats_stream
+from ..engine import GenRequest, SlotEngine, collect_stats_stream
+from ..engine.media import cells
 from ..errors import APIError
 from ..models import ServedModel
 from ..types import CreateChatCompletionRequest
@@ -74,23 +76,30 @@ async def start_chat(request: Request, body: CreateChatCompletionRequest) -> dic
     created = int(time.time())
     model_name = body.model or served.alias
     lora = lora_scales(served, body.lora)
-    if llama.chat_handler is not None:  # image chat: the handler runs the whole request
-        return await handler_chat(request, served, body, max_tokens)
-    prompts.refuse_media(body.messages, served.alias)
-    chat = await asyncio.to_thread(prompts.chat_prompt, llama, body, served.n_ctx_slot)  # off the loop
-    prompts.check_prompt(llama, chat.tokens, served.n_ctx_slot)
-    limit = prompts.max_tokens(max_tokens, len(chat.tokens), served.n_ctx_slot, s.max_tokens_limit)
+    if llama.chat_handler is not None and not isinstance(served.engine, SlotEngine):
+        return await handler_chat(request, served, body, max_tokens)  # the handler runs the whole request
+    if llama.chat_handler is not None:  # a projector model's chat in the slots: media encoded off the loop
+        if body.grammar or body.logprobs:
+            raise APIError(400, "grammar and logprobs are not supported with image chat yet", code="unsupported")
+        chat = await asyncio.to_thread(prompts.media_chat_prompt, llama, body, served.n_ctx_slot)
+    else:
+        prompts.refuse_media(body.messages, served.alias)
+        chat = await asyncio.to_thread(prompts.chat_prompt, llama, body, served.n_ctx_slot)  # off the loop
+    n_cells = cells(chat.tokens, chat.media)
+    prompts.check_prompt(llama, chat.tokens, served.n_ctx_slot, n_cells)
+    limit = prompts.max_tokens(max_tokens, n_cells, served.n_ctx_slot, s.max_tokens_limit)
     stop = chat.stops + prompts.stops(body.stop)
     reqs = [GenRequest(prompt_tokens=chat.tokens, max_tokens=limit, sampling=sampling(body, llama),
                        grammar=chat.grammar, stop=stop, logprobs=(body.top_logprobs or 0) if body.logprobs else None,
-                       completion_id=f"cmpl-{uuid.uuid4()}", created=created, model_name=model_name, lora=lora)
+                       completion_id=f"cmpl-{uuid.uuid4()}", created=created, model_name=model_name, lora=lora,
+                       media=chat.media)
             for _ in range(body.n)]
     group = await submit(request, served, body.n, lambda i: work(served, reqs[i]), stream=body.stream)
     if body.stream:
         first = await first_events(request, group)
         converters = [prompts.chat_chunks(chat) for _ in reqs]
         return ChatStream(events(request, group, first, lambda i, c: [with_index(x, i) for x in converters[i](c)],
-                                 ping_interval(request)), len(chat.tokens))
+                                 ping_interval(request)), n_cells)
     parts = await collect(request, group)
     out = [prompts.chat_result(parts[i], chat) for i in range(body.n)]
     return merge_choices([with_index(o, i) for i, o in enumerate(out)])

@@ -25,6 +25,7 @@ from ..._safety.prompt_chars import check_prompt_chars
 from ...llama_cpp import LLAMA_POOLING_TYPE_NONE, LLAMA_POOLING_TYPE_RANK
 from ...llama_embedding import embed_token_lists, rank_token_lists
 from ...mtmd import Audio, Image, MarkerPrompt
+from ..engine.embeddings import EmbeddingEngine, EmbedRequest
 from ..errors import APIError
 from ..models import ServedModel
 from ..types import CreateEmbeddingRequest, RerankRequest
@@ -60,11 +61,9 @@ def _token_lists(served: ServedModel, inputs: list[str | list[int]]) -> list[lis
     return out
 
 
-def _embed(llama: Any, lists: list[list[int]], alias: str, rank: bool) -> dict[str, Any]:
-    """``{"rows", "usage"}`` for ``lists`` on ``llama``'s context (the engine's thread), the context left
-    empty after."""
-    ctx = llama.native_context()
-    pooling = ctx.pooling_type()
+def _check_pooling(llama: Any, alias: str, rank: bool) -> None:
+    """A 400 for a reranking request to a model that does not rank, or an embedding request to one that does."""
+    pooling = llama.native_context().pooling_type()
     if rank and pooling != LLAMA_POOLING_TYPE_RANK:
         raise APIError(400, f"the model {alias!r} is not a reranker (its pooling type is {pooling}, not rank): "
                        "serve a reranking model (one with a classifier head, pooling rank) for /v1/rerank",
@@ -72,6 +71,13 @@ def _embed(llama: Any, lists: list[list[int]], alias: str, rank: bool) -> dict[s
     if not rank and pooling == LLAMA_POOLING_TYPE_RANK:
         raise APIError(400, f"the model {alias!r} is a reranker (pooling rank): use /v1/rerank", code="invalid_model",
                        param="model")
+
+
+def _embed(llama: Any, lists: list[list[int]]) -> dict[str, Any]:
+    """``{"rows", "usage"}`` for ``lists`` on ``llama``'s context (a one-at-a-time engine's thread), the context
+    left empty after."""
+    ctx = llama.native_context()
+    pooling = ctx.pooling_type()
     llama.reset()
     try:
         rows, counts = embed_token_lists(ctx, llama.native_model(), lists, normalize=-1, truncate=False)
@@ -81,6 +87,13 @@ def _embed(llama: Any, lists: list[list[int]], alias: str, rank: bool) -> dict[s
         rows = [np.asarray(r) for r in rows]
     total = int(sum(counts))
     return {"rows": rows, "usage": {"prompt_tokens": total, "total_tokens": total}}
+
+
+def _work(served: ServedModel, lists: list[list[int]]) -> Any:
+    """What the model's engine runs for ``lists``: a request batched with others' (EmbeddingEngine) or a call."""
+    if isinstance(served.engine, EmbeddingEngine):
+        return EmbedRequest(lists)
+    return lambda llama: _embed(llama, lists)
 
 
 def _inputs(value: Any) -> list[Any]:
@@ -218,8 +231,9 @@ async def create_embedding(request: Request, body: CreateEmbeddingRequest) -> An
     if media:
         group = await submit(request, served, 1, lambda _: (lambda llama: _embed_media(served, llama, inputs)))
     else:
+        _check_pooling(served.llama, served.alias, False)
         lists = await asyncio.to_thread(_token_lists, served, inputs)
-        group = await submit(request, served, 1, lambda _: (lambda llama: _embed(llama, lists, served.alias, False)))
+        group = await submit(request, served, 1, lambda _: _work(served, lists))
     out = (await collect(request, group))[0][0]
     rows, total = out["rows"], out["usage"]["prompt_tokens"]
     vectors = [np.asarray(r, dtype=np.float32) for r in rows]
@@ -259,9 +273,10 @@ async def rerank(request: Request, body: RerankRequest) -> Any:
     served = await served_model(request, body.model)
     _embedding_model(served, "reranking")
     model = served.llama.native_model()
+    _check_pooling(served.llama, served.alias, True)
     lists = await asyncio.to_thread(rank_token_lists, model, body.query, texts)
     await asyncio.to_thread(_token_lists, served, lists)  # each pair within the context
-    group = await submit(request, served, 1, lambda _: (lambda llama: _embed(llama, lists, served.alias, True)))
+    group = await submit(request, served, 1, lambda _: _work(served, lists))
     out = (await collect(request, group))[0][0]
     rows, total = out["rows"], out["usage"]["prompt_tokens"]
     scores = np.asarray(rows, dtype=np.float64)[:, 0]
