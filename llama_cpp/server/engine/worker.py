@@ -47,6 +47,12 @@ class WorkerEngine(SerialEngine):
         """Tokens the worker's context held after the last request."""
         return self._kv_tokens
 
+    @property
+    def n_decode(self) -> None:
+        """Not reported: the decodes happen in the worker process (``n_decode_total`` is left out, as for a
+        model that speculates)."""
+        return None
+
     def slots(self) -> list[dict[str, Any]]:
         with self._cv:
             return [{"id": 0, "n_ctx": self._n_ctx, "speculative": False, "is_processing": self._running > 0}]
