@@ -80,7 +80,7 @@ from .config import (
     SpeculativeType,
 )
 from .decoder import SpeculativeDecoder
-from .drafters import build_drafters, prompt_lookup_drafter, with_prompt_lookup
+from .drafters import build_drafters, draft_model_kwargs, prompt_lookup_drafter, with_draft_model, with_prompt_lookup
 from .engine import (
     GREEDY_ROWS_MIN_VOCAB,
     DraftDecoder,
@@ -126,5 +126,6 @@ __all__ = [
     "load_mtp_model",
     "make_decoder",
     "target_context_params",
+    "with_draft_model",
     "with_prompt_lookup",
 ]

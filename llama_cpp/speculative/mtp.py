@@ -60,7 +60,7 @@ class MTPDecoder(SpeculativeDecoder):
 
     def __init__(self, model: Any, ctx_params: Mapping[str, Any] | None, config: SpecConfig, *,
                  target: Any = None, prompt_lookup: Any = None,
-                 wrap: Callable[[TypeSpec, Any, Any], Any] | None = None) -> None:
+                 wrap: Callable[[TypeSpec, Any, Any], Any] | None = None, draft_model: Any = None) -> None:
         from .._core.context import LlamaContext
         from ..llama_batch import LlamaBatchExt
 
@@ -144,7 +144,7 @@ class MTPDecoder(SpeculativeDecoder):
             self._ckpt = SeqCheckpoint(target, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
             self._draw = RawExtBatch(self._dbatch, self._draft, n_embd)
             # the other types of a combined configuration, asked before the MTP head (llama.cpp's order)
-            self._drafters = build_drafters(model, config, target, prompt_lookup, wrap)
+            self._drafters = build_drafters(model, config, target, prompt_lookup, wrap, draft_model)
         except BaseException:
             self.close()
             raise

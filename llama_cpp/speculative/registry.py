@@ -14,6 +14,8 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .drafter import UNBOUNDED_DRAFT
+
 
 class SpeculativeType(str, enum.Enum):
     """Kinds of speculative decoding (values are llama.cpp's ``--spec-type`` names)."""
@@ -32,6 +34,9 @@ class SpeculativeType(str, enum.Enum):
     #: upstream llama-cpp-python's LlamaPromptLookupDecoding (not a llama.cpp type): the continuation
     #: of the earliest earlier match of the longest n-gram (``max_ngram_size`` down to 1)
     PROMPT_LOOKUP = "prompt-lookup"
+    #: any other upstream ``LlamaDraftModel`` object (``Llama(draft_model=...)``, not a llama.cpp type):
+    #: what the object's ``__call__`` returns for the history
+    LLAMA_DRAFT_MODEL = "llama-draft-model"
 
 
 class CustomType(str):
@@ -80,6 +85,8 @@ class DrafterArgs:
     #: the slots start: ``ngram-cache``'s files), or a dict its first drafter fills (a PER_SEQUENCE
     #: row's loaded draft model); None outside the slots
     shared: dict[str, Any] | None = None
+    #: the ``llama-draft-model`` row's object (a ``LlamaDraftModel`` other than prompt lookup)
+    draft_model: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +138,12 @@ def prompt_lookup_drafter(params: Any, fn: Any = None) -> Any:
 
 def _prompt_lookup(a: DrafterArgs) -> Any:
     return prompt_lookup_drafter(a.config.prompt_lookup, a.prompt_lookup)
+
+
+def _llama_draft_model(a: DrafterArgs) -> Any:
+    from .upstream import LlamaDraftModelDrafter
+
+    return LlamaDraftModelDrafter(a.model, a.draft_model)
 
 
 def _ngram_simple(a: DrafterArgs) -> Any:
@@ -243,9 +256,12 @@ _T = SpeculativeType
 _DRAFT = frozenset((NEEDS_DRAFT_MODEL,))
 _FEAT = frozenset((NEEDS_DRAFT_MODEL, NEEDS_FEATURES))
 
-#: Every type, in llama.cpp's priority order (upstream's prompt lookup first, as the server's slots
-#: ask it): each step verifies the first non-empty draft.
+#: Every type, in llama.cpp's priority order (upstream's ``draft_model`` objects first, as the server's
+#: slots ask prompt lookup first): each step verifies the first non-empty draft.
 TYPES: tuple[TypeSpec, ...] = (
+    TypeSpec(_T.LLAMA_DRAFT_MODEL, _llama_draft_model, n_max=lambda c: UNBOUNDED_DRAFT,
+             not_in_slots="it drafts with a Python object given to one Llama (Llama(draft_model=...)); the "
+                          "server's slots name their types in spec_type"),
     TypeSpec(_T.PROMPT_LOOKUP, _prompt_lookup, n_max=lambda c: c.prompt_lookup.num_pred_tokens),
     TypeSpec(_T.NGRAM_SIMPLE, _ngram_simple, n_max=lambda c: c.ngram_simple.size_m),
     TypeSpec(_T.NGRAM_MAP_K, _ngram_map(True), n_max=lambda c: c.ngram_map_k.size_m),
@@ -308,5 +324,5 @@ def unregister(name: str) -> None:
 
 
 __all__ = ["BATCHED", "MEDIA_FEATURES", "MEDIA_MIRROR", "MEDIA_OWN", "MEDIA_TEXT", "NEEDS_DRAFT_MODEL",
-           "NEEDS_FEATURES", "NEEDS_NEXTN", "PER_SEQUENCE", "PER_SLOT", "TYPES", "CustomType", "DrafterArgs", "SpeculativeType",
+           "NEEDS_FEATURES", "NEEDS_NEXTN", "PER_SEQUENCE", "PER_SLOT", "TYPES", "UNBOUNDED_DRAFT", "CustomType", "DrafterArgs", "SpeculativeType",
            "TypeSpec", "find", "prompt_lookup_drafter", "register", "rows_of", "spec_of", "table", "unregister"]
