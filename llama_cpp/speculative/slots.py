@@ -194,22 +194,44 @@ class SlotSpeculation:
             d.begin(prompt)
         return sd
 
-    def propose(self, items: list[tuple[SlotDrafts, int, list[int], int, int]]) -> list[tuple[list[int], Any]]:
+    def propose(self, items: list[tuple[SlotDrafts, int, list[int], int, int]]
+                ) -> list[tuple[list[int], Any] | DrafterFailed]:
         """``(draft, source)`` for each ``(drafts, seq, history, id_last, k_max)``: the first drafter (in
         llama.cpp's priority order) with a non-empty draft; the batched objects last, each for all the
-        slots still without a draft at once."""
-        out: list[tuple[list[int], Any]] = []
+        slots still without a draft at once. A drafter that raises fails only the requests it drafts
+        for: their entry is a :class:`DrafterFailed` naming it (the engine ends those requests with
+        it), and the other slots draft on."""
+        out: list[tuple[list[int], Any] | DrafterFailed] = []
         for sd, _seq, kv, id_last, k_max in items:
-            out.append(propose(sd.drafters, kv, id_last, k_max, self.n_vocab) if k_max > 0 else ([], None))
+            out.append(self._first_draft(sd.drafters, kv, id_last, k_max) if k_max > 0 else ([], None))
         for b in self.batched:
-            need = [i for i, it in enumerate(items) if not out[i][0] and it[4] > 0]
+            need = [i for i, it in enumerate(items) if _undrafted(out[i]) and it[4] > 0]
             if not need:
                 break
-            drafts = b.draft([(items[i][1], items[i][2], items[i][3], items[i][4]) for i in need])
+            try:
+                drafts = b.draft([(items[i][1], items[i][2], items[i][3], items[i][4]) for i in need])
+            except Exception as exc:  # the batched object drafted for these slots: they alone end
+                failed = DrafterFailed(_kind_of(b), exc)
+                for i in need:
+                    out[i] = failed
+                continue
             for i, d in zip(need, drafts):
                 if d:
                     out[i] = (d, b)
         return out
+
+    def _first_draft(self, drafters: Sequence[Any], kv: list[int], id_last: int,
+                     k_max: int) -> tuple[list[int], Any] | DrafterFailed:
+        """:func:`~llama_cpp.speculative.engine.propose` over one request's drafters, a drafter's exception
+        returned as a :class:`DrafterFailed` naming it."""
+        for d in drafters:
+            try:
+                draft, src = propose((d,), kv, id_last, k_max, self.n_vocab)
+            except Exception as exc:
+                return DrafterFailed(_kind_of(d), exc)
+            if draft:
+                return draft, src
+        return [], None
 
     def accepted(self, sd: SlotDrafts, src: Any, n_drafted: int, n_accepted: int, n_out: int,
                  rollback: str | None = None, replayed: int = 0) -> None:
@@ -229,6 +251,23 @@ class SlotSpeculation:
             elif rollback == "checkpoint":
                 st.rollbacks_checkpoint += 1
                 st.replayed_tokens += replayed
+
+
+class DrafterFailed(SpeculativeError):
+    """A slot's drafter raised while drafting: the request(s) it drafted for end with this error."""
+
+    def __init__(self, kind: str, exc: BaseException) -> None:
+        super().__init__(f"the {kind} drafter failed: {type(exc).__name__}: {exc}")
+        self.kind = kind
+        self.__cause__ = exc
+
+
+def _kind_of(drafter: Any) -> str:
+    return str(getattr(drafter, "kind", type(drafter).__name__))
+
+
+def _undrafted(entry: tuple[list[int], Any] | DrafterFailed) -> bool:
+    return not isinstance(entry, DrafterFailed) and not entry[0]
 
 
 def verify_rows(pick: Callable[[Any, int], tuple[int, Any]], ctx: Any, first: int, draft: Sequence[int],
@@ -254,5 +293,5 @@ def remove_rejected(ctx: Any, seq: int, pos: int) -> None:
                           f"position {pos}")
 
 
-__all__ = ["BatchedDraftModel", "BatchedMTP", "PromptLookup", "SlotDrafts", "SlotSpeculation", "remove_rejected",
+__all__ = ["BatchedDraftModel", "BatchedMTP", "DrafterFailed", "PromptLookup", "SlotDrafts", "SlotSpeculation", "remove_rejected",
            "slot_unsupported", "verify_rows"]
