@@ -25,17 +25,15 @@ from __future__ import annotations
 import collections
 import functools
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .._core.context import LlamaBatch, LlamaContext
 from .._core.model import LlamaModel
 from .._errors import DecodeError
+from ..speculative.decoder import SpeculativeDecoder
 from .sampling import Pick
-
-if TYPE_CHECKING:
-    from ..speculative.decoder import SpeculativeDecoder
 
 #: what a token source yields: the token and a copy of its logits row (None unless asked for)
 TokenRow = tuple[int, "np.ndarray | None"]

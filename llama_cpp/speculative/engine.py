@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._errors import ContextOverflowError, SpeculativeError
+from .._errors import ClosedError, ContextOverflowError, SpeculativeError
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import RawBatch, SeqCheckpoint, common_prefix
 from .decoder import GREEDY_ROWS_MIN_VOCAB, SpeculativeDecoder, verify_draft
@@ -199,7 +199,6 @@ class DraftDecoder(SpeculativeDecoder):
 
     def _live(self) -> Any:
         if self._target is None:
-            from .._errors import ClosedError
 
             raise ClosedError("this speculative decoder is closed; create a new one")
         return self._target

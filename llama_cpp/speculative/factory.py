@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._core.context import LlamaContext
 from .._errors import SpeculativeError
 from .batch import check_snapshot_ubatch
 from .config import SpecConfig
@@ -52,7 +53,6 @@ def draft_decoder_parts(model: Any, config: SpecConfig, *, target: Any = None,
     (``target``, or one created from ``ctx_params``), the configured drafters (each passed through
     ``wrap(row, drafter, target)`` when given, see :func:`build_drafters`) and whether the context was created here. A context
     created here is closed if anything after it fails."""
-    from .._core.context import LlamaContext
 
     params = context_params_of(ctx_params, target)
     check_context_params(config, params)

@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
+from .._core.context import LlamaContext
+from .._errors import ClosedError, ContextOverflowError, OptionalSymbolMissing, SpeculativeError
+from ..llama_batch import LlamaBatchExt
 from ..llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import RawExtBatch, SeqCheckpoint, check_snapshot_ubatch, common_prefix
 from .chain import chain_draft, chain_pairs
@@ -61,8 +63,6 @@ class MTPDecoder(SpeculativeDecoder):
     def __init__(self, model: Any, ctx_params: Mapping[str, Any] | None, config: SpecConfig, *,
                  target: Any = None, prompt_lookup: Any = None,
                  wrap: Callable[[TypeSpec, Any, Any], Any] | None = None, draft_model: Any = None) -> None:
-        from .._core.context import LlamaContext
-        from ..llama_batch import LlamaBatchExt
 
         self._target = self._draft = None
         self._drafters: list[Any] = []
@@ -200,7 +200,6 @@ class MTPDecoder(SpeculativeDecoder):
 
     def _live(self) -> tuple[Any, Any]:
         if self._target is None or self._draft is None:
-            from .._errors import ClosedError
 
             raise ClosedError("this MTPDecoder is closed; create a new one")
         return self._target, self._draft

@@ -14,7 +14,16 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..llama_speculative import LlamaPromptLookupDecoding
+from . import dflash as _dflash_mod
+from . import eagle3 as _eagle3_mod
+from .dflash import DFlashDrafter
+from .draft import DraftModel
 from .drafter import UNBOUNDED_DRAFT
+from .eagle3 import Eagle3Drafter
+from .ngram import NgramCache, NgramMap, NgramMod, NgramSimple, PromptLookup, load_ngram_cache
+from .slot_drafts import BatchedDraftModel, BatchedMTP, ChainedSlotsMTP
+from .upstream import LlamaDraftModelDrafter
 
 
 class SpeculativeType(str, enum.Enum):
@@ -122,15 +131,13 @@ class TypeSpec:
         return int(self.n_max(config)) if self.n_max is not None else int(config.draft_n_max)
 
 
-# -- constructors (their modules are imported when a type is used) -----------------------------------
+# -- constructors -------------------------------------------------------------------------------------
 def prompt_lookup_drafter(params: Any, fn: Any = None) -> Any:
     """The ``prompt-lookup`` drafter: ``fn`` (a ``LlamaPromptLookupDecoding`` or its call signature),
     by default upstream's lookup with ``params`` (a ``PromptLookupParams``), cut to
     ``params.num_pred_tokens`` tokens."""
-    from .ngram import PromptLookup
 
     if fn is None:
-        from ..llama_speculative import LlamaPromptLookupDecoding
 
         fn = LlamaPromptLookupDecoding(params.max_ngram_size, params.num_pred_tokens)
     return PromptLookup(fn, params.num_pred_tokens)
@@ -141,20 +148,17 @@ def _prompt_lookup(a: DrafterArgs) -> Any:
 
 
 def _llama_draft_model(a: DrafterArgs) -> Any:
-    from .upstream import LlamaDraftModelDrafter
 
     return LlamaDraftModelDrafter(a.model, a.draft_model)
 
 
 def _ngram_simple(a: DrafterArgs) -> Any:
-    from .ngram import NgramSimple
 
     return NgramSimple(a.config.ngram_simple.size_n, a.config.ngram_simple.size_m)
 
 
 def _ngram_map(key_only: bool) -> Callable[[DrafterArgs], Any]:
     def build(a: DrafterArgs) -> Any:
-        from .ngram import NgramMap
 
         p = a.config.ngram_map_k if key_only else a.config.ngram_map_k4v
         return NgramMap(p.size_n, p.size_m, p.min_hits, key_only=key_only)
@@ -162,7 +166,6 @@ def _ngram_map(key_only: bool) -> Callable[[DrafterArgs], Any]:
 
 
 def _ngram_mod(a: DrafterArgs) -> Any:
-    from .ngram import NgramMod
 
     q = a.config.ngram_mod
     return NgramMod(q.n_match, q.n_max, q.n_min)
@@ -170,7 +173,6 @@ def _ngram_mod(a: DrafterArgs) -> Any:
 
 def _ngram_cache_files(config: Any) -> dict[str, Any]:
     """``ngram-cache``'s static and dynamic cache files, loaded (None where not given)."""
-    from .ngram import load_ngram_cache
 
     c = config.ngram_cache
     return {"static": load_ngram_cache(c.lookup_cache_static) if c.lookup_cache_static is not None else None,
@@ -178,7 +180,6 @@ def _ngram_cache_files(config: Any) -> dict[str, Any]:
 
 
 def _ngram_cache(a: DrafterArgs) -> Any:
-    from .ngram import NgramCache
 
     files = a.shared if a.shared is not None else _ngram_cache_files(a.config)  # the slots load them once
     return NgramCache(a.config.ngram_cache.n_draft, static=files["static"], dynamic=files["dynamic"])
@@ -202,20 +203,17 @@ def _sharing(a: DrafterArgs, drafter: Any) -> Any:
 
 
 def _draft_simple(a: DrafterArgs) -> Any:
-    from .draft import DraftModel
 
     return DraftModel(a.model, a.target, a.config.draft_model_path, **_draft_kwargs(a))
 
 
 def _eagle3(a: DrafterArgs) -> Any:
-    from .eagle3 import Eagle3Drafter
 
     return _sharing(a, Eagle3Drafter(a.model, a.target, a.config.draft_model_path, **_feature_kwargs(a)))
 
 
 def _dflash(dspark: bool) -> Callable[[DrafterArgs], Any]:
     def build(a: DrafterArgs) -> Any:
-        from .dflash import DFlashDrafter
 
         return _sharing(a, DFlashDrafter(a.model, a.target, a.config.draft_model_path, dspark=dspark,
                                          **_feature_kwargs(a)))
@@ -223,7 +221,6 @@ def _dflash(dspark: bool) -> Callable[[DrafterArgs], Any]:
 
 
 def _draft_simple_slots(a: DrafterArgs, n_slots: int) -> Any:
-    from .slot_drafts import BatchedDraftModel
 
     c = a.config
     return BatchedDraftModel(a.model, a.target, c.draft_model_path, n_slots, n_max=c.draft_n_max, n_min=c.draft_n_min,
@@ -231,7 +228,6 @@ def _draft_simple_slots(a: DrafterArgs, n_slots: int) -> Any:
 
 
 def _mtp_slots(a: DrafterArgs, n_slots: int) -> Any:
-    from .slot_drafts import BatchedMTP, ChainedSlotsMTP
 
     c = a.config
     cls = ChainedSlotsMTP if a.model.n_layer_nextn() > 1 else BatchedMTP  # several heads: chained per slot
@@ -239,16 +235,14 @@ def _mtp_slots(a: DrafterArgs, n_slots: int) -> Any:
 
 
 def _check_eagle3(path: Any, **target: Any) -> Any:
-    from .eagle3 import check_draft_header
 
-    return check_draft_header(path, **target)
+    return _eagle3_mod.check_draft_header(path, **target)
 
 
 def _check_dflash(dspark: bool) -> Callable[..., Any]:
     def check(path: Any, **target: Any) -> Any:
-        from .dflash import check_draft_header
 
-        return check_draft_header(path, dspark=dspark, **target)
+        return _dflash_mod.check_draft_header(path, dspark=dspark, **target)
     return check
 
 

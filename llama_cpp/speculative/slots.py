@@ -43,7 +43,9 @@ import numpy as np
 from .._errors import DecodeError, SpeculativeError
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import SeqCheckpoint
+from .config import INHERITED_PARAMS
 from .decoder import verify_draft
+from .drafters import with_prompt_lookup
 from .engine import close_drafters, propose, share_threadpools
 from .ngram import PromptLookup
 from .registry import BATCHED, PER_SEQUENCE, PER_SLOT, DrafterArgs, rows_of
@@ -95,8 +97,6 @@ class SlotSpeculation:
 
     def __init__(self, model: Any, target_ctx: Any, n_slots: int, config: Any = None,
                  prompt_lookup: Any = None) -> None:
-        from .config import INHERITED_PARAMS
-        from .drafters import with_prompt_lookup
 
         if config is None and prompt_lookup is None:
             raise SpeculativeError("SlotSpeculation needs a SpecConfig or a prompt_lookup draft callable")
