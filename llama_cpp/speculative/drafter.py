@@ -1,6 +1,6 @@
 """What a token drafter is (:class:`Drafter`): the interface the verify loop
 (:class:`~llama_cpp.speculative.decoder.SpeculativeDecoder`), the server's slots and the media decoders
-call. The n-gram types, prompt lookup, ``draft-simple``, ``draft-eagle3``, ``draft-dflash`` and
+call. The n-gram types, prompt lookup, upstream's ``LlamaDraftModel`` objects, ``draft-simple``, ``draft-eagle3``, ``draft-dflash`` and
 ``draft-dspark`` are drafters; ``draft-mtp``'s NextN head drafts inside its decoder, over the target's
 NextN rows.
 """
