@@ -169,9 +169,10 @@ class SlotSpeculation:
         return any(d.observes for ds in self.seq_drafters for d in ds)
 
     def observe(self, sd: SlotDrafts, tokens: Sequence[int], pos0: int, first: int) -> None:
-        """The target decoded ``tokens`` of ``sd``'s slot at ``pos0..``, batch entries ``first..``."""
+        """The target decoded ``tokens`` of ``sd``'s slot at ``pos0..``, batch entries ``first..``
+        (:class:`DrafterFailed` names a drafter that raises: the engine ends that request)."""
         for d in sd.observers:
-            d.observe(tokens, pos0, first)
+            _call(d, d.observe, tokens, pos0, first)
 
     def _slot_drafters(self, seq: int) -> list[Any]:
         """One request's drafters: every per-slot row (built now) and per-sequence row (``seq``'s, kept),
@@ -188,10 +189,11 @@ class SlotSpeculation:
         return out
 
     def start(self, prompt: Sequence[int], seq: int = 0) -> SlotDrafts:
-        """A new request's drafters on sequence ``seq``, told its prompt."""
+        """A new request's drafters on sequence ``seq``, told its prompt (:class:`DrafterFailed` names one
+        that raises)."""
         sd = SlotDrafts(self._slot_drafters(seq))
         for d in sd.drafters:
-            d.begin(prompt)
+            _call(d, d.begin, prompt)
         return sd
 
     def propose(self, items: list[tuple[SlotDrafts, int, list[int], int, int]]
@@ -226,9 +228,9 @@ class SlotSpeculation:
         returned as a :class:`DrafterFailed` naming it."""
         for d in drafters:
             try:
-                draft, src = propose((d,), kv, id_last, k_max, self.n_vocab)
-            except Exception as exc:
-                return DrafterFailed(_kind_of(d), exc)
+                draft, src = _call(d, propose, (d,), kv, id_last, k_max, self.n_vocab)
+            except DrafterFailed as failed:
+                return failed
             if draft:
                 return draft, src
         return [], None
@@ -238,7 +240,7 @@ class SlotSpeculation:
         """One verify of slot drafts ``sd``: ``n_accepted`` of ``n_drafted`` kept, ``n_out`` tokens emitted;
         ``rollback`` is ``"partial"`` (rows removed) or ``"checkpoint"`` (``replayed`` tokens to decode again)."""
         if src is not None and src not in self.batched:
-            src.accept(n_accepted)
+            _call(src, src.accept, n_accepted)
         kind = getattr(src, "kind", None)
         for st in (sd.stats, self.stats):
             st.steps += 1
@@ -254,7 +256,8 @@ class SlotSpeculation:
 
 
 class DrafterFailed(SpeculativeError):
-    """A slot's drafter raised while drafting: the request(s) it drafted for end with this error."""
+    """A slot's drafter raised (in ``begin``, ``draft``, ``accept`` or ``observe``): the request(s) it
+    drafts for end with this error; the other slots go on."""
 
     def __init__(self, kind: str, exc: BaseException) -> None:
         super().__init__(f"the {kind} drafter failed: {type(exc).__name__}: {exc}")
@@ -264,6 +267,14 @@ class DrafterFailed(SpeculativeError):
 
 def _kind_of(drafter: Any) -> str:
     return str(getattr(drafter, "kind", type(drafter).__name__))
+
+
+def _call(drafter: Any, method: Callable[..., Any], *args: Any) -> Any:
+    """``method(*args)`` of ``drafter``, its exception raised as a :class:`DrafterFailed` naming it."""
+    try:
+        return method(*args)
+    except Exception as exc:
+        raise DrafterFailed(_kind_of(drafter), exc) from exc
 
 
 def _undrafted(entry: tuple[list[int], Any] | DrafterFailed) -> bool:

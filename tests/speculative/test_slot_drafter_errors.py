@@ -1,4 +1,5 @@
-"""A drafter that raises during a server slot step ends only the request(s) it drafts for: their stream
+"""A drafter that raises in a server slot (drafting, told a prompt, told what was accepted) ends only the
+request(s) it drafts for: their stream
 ends with an error naming the drafter and its exception, and the other slots of the step go on with
 plain decoding's tokens. The failing drafter is a toy type added through the table (as
 tests/multimodal/test_spec_registry.py adds one)."""
@@ -32,14 +33,17 @@ class FailingBigram(DrafterBase):
 
     kind = TOY
 
-    def __init__(self, n_max: int, bad: int) -> None:
-        self.n_max, self.bad = n_max, bad
+    def __init__(self, n_max: int, bad: int, where: str) -> None:
+        self.n_max, self.bad, self.where = n_max, bad, where
+        self.failing = False
 
     def begin(self, prompt: Sequence[int]) -> None:
-        pass
+        self.failing = self.bad in prompt
+        if self.failing and self.where == "begin":
+            raise RuntimeError("boom")
 
     def draft(self, prompt: list[int], id_last: int) -> list[int]:
-        if self.bad in prompt:
+        if self.failing and self.where == "draft":
             raise RuntimeError("boom")
         nxt = dict(zip(prompt, [*prompt[1:], id_last]))
         out: list[int] = []
@@ -50,7 +54,8 @@ class FailingBigram(DrafterBase):
         return out
 
     def accept(self, n_accepted: int) -> None:
-        pass
+        if self.failing and self.where == "accept":
+            raise RuntimeError("boom")
 
     def reset(self) -> None:
         pass
@@ -83,8 +88,9 @@ def _run(llama, spec, *rounds: list[list[int]]) -> list[list[str | BaseException
     return asyncio.run(run())
 
 
+@pytest.mark.parametrize("where", ["draft", "begin", "accept"])
 @pytest.mark.parametrize("target", [("llama_bpe", {}), ("qwen35_mtp", {"form": "echo"})])
-def test_a_failing_drafter_ends_only_its_request(target):
+def test_a_failing_drafter_ends_only_its_request(target, where):
     from llama_cpp.llama import Llama
     from llama_cpp.speculative.slots import SlotSpeculation
 
@@ -94,7 +100,7 @@ def test_a_failing_drafter_ends_only_its_request(target):
         marker = next(t for t in bad if t not in good)
         ref = _run(llama, None, [good])[0][0]
     registry.register(registry.TypeSpec(registry.CustomType(TOY),
-                                        lambda a: FailingBigram(a.config.draft_n_max, marker)))
+                                        lambda a: FailingBigram(a.config.draft_n_max, marker, where)))
     try:
         with Llama(path, **KW) as llama:
             spec = SlotSpeculation(llama.model, llama.ctx, 2, config=SpecConfig(TOY, draft_n_max=4))
