@@ -40,9 +40,14 @@ def token_stream(llama: Any, prompt_tokens: Sequence[int], max_tokens: int, chai
 
 def plain_token_stream(llama: Any, pick: _sampling.Pick, max_tokens: int) -> Iterator[_gen.TokenRow]:
     """One decode per token."""
+    ids = llama._input_ids
+
+    def decoded(tok: int) -> None:
+        ids.append(tok)
+        llama._n_outputs = 1  # the last batch is this token's: one logits row (``scores``)
+
     try:
-        yield from _gen.decode_loop(llama._model, llama._step, pick, len(llama._input_ids), max_tokens,
-                                    llama._input_ids.append)
+        yield from _gen.decode_loop(llama._model, llama._step, pick, len(ids), max_tokens, decoded)
     except GeneratorExit:
         raise
     except BaseException:
