@@ -929,7 +929,7 @@ class Llama:
         """The constructor's arguments (upstream pickles a Llama as the recipe to load it again)."""
         state = dict(self._init_args)
         state["seed"] = self._seed
-        state["chat_format"] = self.chat_format
+        state["chat_format"], state["draft_model"] = self.chat_format, self._draft_model
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -211,7 +211,7 @@ def test_replacing_the_draft_model_after_construction(target):
         assert set(m.last_speculative_stats.drafted_by) <= {"prompt-lookup"}
         custom = Lookup()
         m.draft_model = custom
-        assert m.draft_model is custom
+        assert m.draft_model is custom and m.__getstate__()["draft_model"] is custom  # pickled as it is now
         assert _text(m.create_completion(PROMPT, max_tokens=20, temperature=0)) == ref
         st = m.last_speculative_stats
         assert custom.calls > 0 and st.drafted_by == {"llama-draft-model": st.drafted} and st.drafted > 0
