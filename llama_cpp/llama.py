@@ -71,10 +71,12 @@ class Llama:
     ``None`` (auto). Keywords this version does not know (``f16_kv``, ``n_parts``, ... which older
     releases took) are accepted and ignored with a warning naming them, as upstream ignores them.
     ``draft_model`` (a :class:`~llama_cpp.llama_speculative.LlamaDraftModel`) verifies drafted
-    tokens in one batch and gives the same tokens as without it: a ``LlamaPromptLookupDecoding``
-    drafts as the n-gram type ``prompt-lookup`` of the speculative engine (any model, including
-    recurrent and hybrid ones; ``last_speculative_stats``; combined with ``speculative=``), other
-    draft models through a verify loop of their own; ``tokenizer`` replaces the
+    tokens in one batch and gives the same tokens as without it, through the speculative engine's one
+    verify loop (any model, including recurrent and hybrid ones; ``last_speculative_stats``; combined
+    with ``speculative=``): a ``LlamaPromptLookupDecoding`` drafts as the type ``prompt-lookup``, any
+    other object as ``llama-draft-model``; assigning ``draft_model`` later rebuilds the decoder (a
+    ``speculative=`` draft model is loaded again). ``embedding=True`` or ``n_seq_max > 1`` contexts
+    cannot run the engine and decode without the draft (with a warning); ``tokenizer`` replaces the
     vocabulary's tokenizer for ``tokenize``/``detokenize`` and text prompts. ``load_mtp=True``
     loads the model's NextN (MTP) tensors without a speculative decoder, for a caller that drafts
     with them over this context itself (the server's slot engine); a file without NextN layers is
@@ -185,7 +187,7 @@ class Llama:
         self._fresh = False  # the context's last logits are those of self._input_ids[-1]
         self._n_outputs = 0  # logits rows the last decode produced
         self.cache: BaseLlamaCache | None = None
-        self.draft_model = draft_model
+        self._draft_model = draft_model
         self.numa = numa
         self.lora_base, self.lora_scale, self.lora_path = lora_base, lora_scale, lora_path
         self.kv_overrides, self.tensor_split = kv_overrides, tensor_split
@@ -220,23 +222,23 @@ class Llama:
 
         if speculative is not None and not isinstance(speculative, _spec.SpecConfig):
             raise TypeError(f"speculative must be a SpecConfig, got {type(speculative).__name__}")
-        spec_on = speculative is not None and speculative.enabled and not vocab_only
-        # upstream's prompt lookup drafts as the n-gram type prompt-lookup of the speculative engine
-        # (rollback on recurrent memory, stats, combination with speculative=); other draft models
-        # keep draft_loop
-        lookup = draft_model if (isinstance(draft_model, LlamaPromptLookupDecoding) and not vocab_only
-                                 and not embedding and (n_seq_max is None or int(n_seq_max) == 1)) else None
-        spec_cfg = speculative if lookup is None else _spec.with_prompt_lookup(speculative if spec_on else None, lookup)
-        spec_on = spec_on or lookup is not None
+        self.speculative = speculative
+        self._vocab_only = bool(vocab_only)
+        # upstream's draft_model objects draft as rows of the speculative engine (prompt-lookup,
+        # llama-draft-model: rollback on recurrent memory, stats, combination with speculative=), where
+        # the engine can run: one generation sequence
+        self._spec_runs = not vocab_only and not embedding and (n_seq_max is None or int(n_seq_max) == 1)
+        if draft_model is not None and not self._spec_runs and not vocab_only:
+            warnings.warn("draft_model is not used with embedding=True or n_seq_max > 1: speculative decoding runs "
+                          "one generation sequence (the output is the same without it)", UserWarning, stacklevel=2)
+        spec_cfg = self._spec_config()
+        spec_on = spec_cfg is not None
         if spec_on:
             # everything checkable without loading: the file's NextN layers, the batch sizes
             _spec.check_model_file(model_path, spec_cfg, kv_overrides)
             _spec.check_context_params(spec_cfg, {
                 "n_ctx": int(n_ctx), "n_batch": int(n_batch), "n_ubatch": int(n_ubatch),
                 "n_seq_max": 1 if n_seq_max is None else int(n_seq_max), "embeddings": bool(embedding)})
-        self.speculative = speculative
-        self._spec_lookup = lookup
-        self._spec_lookup_only = lookup is not None and not (speculative is not None and speculative.enabled)
         # load_mtp alone: the NextN tensors for a caller that drafts with them itself (the server's slots)
         want_mtp = (spec_on and spec_cfg.needs_nextn) or (bool(load_mtp) and not vocab_only)
         if want_mtp and not spec_on:
@@ -256,9 +258,6 @@ class Llama:
         self.tokenizer_: BaseLlamaTokenizer = tokenizer if tokenizer is not None else LlamaTokenizer(self._model)
         self._is_recurrent = self._model.is_recurrent()
         self._is_hybrid = self._model.is_hybrid()
-        if draft_model is not None and lookup is None and (self._is_recurrent or self._is_hybrid):
-            warnings.warn("draft_model is not used with this model: its recurrent memory cannot drop rejected "
-                          "drafts (the output is the same without it)", UserWarning, stacklevel=2)
         try:
             self._init_context(vocab_only=vocab_only, embedding=embedding, flash_attn=flash_attn,
                                n_seq_max=n_seq_max, kv_unified=kv_unified, n_ctx=n_ctx, n_batch=n_batch,
@@ -270,12 +269,10 @@ class Llama:
                                swa_full=swa_full, no_perf=no_perf, type_k=type_k, type_v=type_v,
                                lora_path=lora_path, lora_scale=lora_scale, attention_type=attention_type,
                                n_rs_seq=spec_cfg.rollback_snapshots if spec_on else None)
+            # a media chat handler (MTMDChatHandler) builds a decoder that also takes its media prompts
+            self._media_spec = getattr(chat_handler, "speculative_decoder", None)
             if spec_on:
-                # a media chat handler (MTMDChatHandler) builds a decoder that also takes its media prompts
-                media = getattr(chat_handler, "speculative_decoder", None)
-                dec = media(self._model, spec_cfg, target=self._ctx, prompt_lookup=lookup) if media else None
-                self._spec = dec if dec is not None else _spec.make_decoder(
-                    self._model, spec_cfg, target=self._ctx, prompt_lookup=lookup)
+                self._spec = self._make_spec(spec_cfg)
         except BaseException:
             self.close()
             raise
@@ -371,10 +368,44 @@ class Llama:
 
     def _running_spec(self) -> Any:
         """The speculative decoder generation runs through, or None (plain decoding)."""
-        # an engine made only for a prompt-lookup draft_model runs while that object is the draft model
-        if self._spec_lookup_only and self.draft_model is not self._spec_lookup:
-            return None
         return self._spec
+
+    @property
+    def draft_model(self) -> LlamaDraftModel | None:
+        """Upstream's draft model object (None: no draft); assigning one rebuilds the speculative decoder."""
+        return self._draft_model
+
+    @draft_model.setter
+    def draft_model(self, value: LlamaDraftModel | None) -> None:
+        if value is not None and not callable(value):
+            raise TypeError(f"draft_model must be a LlamaDraftModel (a callable), got {type(value).__name__}")
+        with self._guard.call():
+            if value is self._draft_model:
+                return
+            self._draft_model = value
+            if self._model is None or not self._spec_runs:
+                return  # closed, or a context the engine cannot run over (warned at construction)
+            old, self._spec, cfg = self._spec, None, self._spec_config()
+            if old is not None:
+                old.close()
+            if cfg is not None:
+                self._spec = self._make_spec(cfg)
+                self._spec.invalidate()  # the memory holds this Llama's tokens, not the new decoder's history
+
+    def _spec_config(self) -> _spec.SpecConfig | None:
+        """The configuration the decoder runs: ``speculative`` plus the row of ``draft_model``; None: none."""
+        sp = self.speculative
+        cfg = sp if sp is not None and sp.enabled and not self._vocab_only else None
+        if self._draft_model is not None and self._spec_runs:
+            cfg = _spec.with_draft_model(cfg, self._draft_model)
+        return cfg
+
+    def _make_spec(self, cfg: _spec.SpecConfig) -> _spec.SpeculativeDecoder:
+        """The decoder for ``cfg`` over this context (the media chat handler's when it has one)."""
+        kw = _spec.draft_model_kwargs(self._draft_model if self._spec_runs else None)
+        media = self._media_spec
+        dec = media(self._model, cfg, target=self._ctx, **kw) if media is not None else None
+        return dec if dec is not None else _spec.make_decoder(self._model, cfg, target=self._ctx, **kw)
 
     def native_context(self) -> LlamaContext:
         """The :class:`~llama_cpp._core.context.LlamaContext` (KV cache, decode, state) for code built on this
@@ -902,7 +933,7 @@ class Llama:
         """The constructor's arguments (upstream pickles a Llama as the recipe to load it again)."""
         state = dict(self._init_args)
         state["seed"] = self._seed
-        state["chat_format"] = self.chat_format
+        state["chat_format"], state["draft_model"] = self.chat_format, self._draft_model
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -1,9 +1,11 @@
 """Draft models for ``Llama(draft_model=...)``, as in llama-cpp-python.
 
 A draft model proposes the tokens that follow a history; ``Llama`` verifies the proposal in one
-batch and keeps only what its own sampler picks, so the output is the same as without the draft
-(see :func:`llama_cpp._generation.loop.draft_loop`). llama.cpp's own n-gram and MTP engines are in
-:mod:`llama_cpp.speculative` (``Llama(speculative=SpecConfig(...))``).
+batch and keeps only what its own sampler picks, so the output is the same as without the draft.
+The object drafts as a type of :mod:`llama_cpp.speculative` (``prompt-lookup`` for
+:class:`LlamaPromptLookupDecoding`, ``llama-draft-model`` for any other, see
+:mod:`llama_cpp.speculative.upstream`), verified by the one loop that also runs llama.cpp's n-gram,
+draft-model and MTP types (``Llama(speculative=SpecConfig(...))``).
 """
 
 from __future__ import annotations

@@ -627,12 +627,14 @@ class MTMDChatHandler:
         return self._mctx
 
     def speculative_decoder(self, model: LlamaModel, config: SpecConfig, *, target: LlamaContext,
-                            prompt_lookup: Any = None) -> MultimodalMTPDecoder | MultimodalDraftDecoder | None:
+                            prompt_lookup: Any = None,
+                            draft_model: Any = None) -> MultimodalMTPDecoder | MultimodalDraftDecoder | None:
         """The decoder a ``Llama`` given this handler speculates with (None: it builds its own):
         one that also takes media prompts, over the Llama's context; None where the type or draft
         cannot draft over media (the Llama's own decoder then speculates on its text prompts)."""
         try:
-            return make_media_decoder(model, config, target=target, prompt_lookup=prompt_lookup)
+            return make_media_decoder(model, config, target=target, prompt_lookup=prompt_lookup,
+                                      draft_model=draft_model)
         except MediaSpeculationError as e:
             log.info("media chats decode without speculation: %s", e)
             return None

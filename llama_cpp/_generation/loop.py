@@ -13,10 +13,9 @@ A generation is three layers, each written once:
 3. :func:`completion_chunks` renders the stream as ``text_completion`` chunks (with logprobs and
    usage); :mod:`llama_cpp._generation.responses` joins them or converts them to chat chunks.
 
-``Llama`` (plain, MTP and draft models) and multimodal chat differ only in their prompt evaluation
-and their token source. :func:`draft_loop` verifies the tokens a draft model proposes
-(``Llama(draft_model=...)``) in one batch and keeps those the sampler would have picked, so its
-output is the plain loop's. Upstream's ``stopping_criteria(input_ids, logits)`` wraps the token
+``Llama`` (plain, or speculative: ``speculative=`` types and upstream's ``draft_model`` objects,
+drafters of the one verify loop) and multimodal chat differ only in their prompt evaluation and
+their token source. Upstream's ``stopping_criteria(input_ids, logits)`` wraps the token
 source (:class:`~llama_cpp._compat.hooks.HookedSource`); a prompt cache sits in front of the token
 source, where the prompt is evaluated.
 """
@@ -26,17 +25,15 @@ from __future__ import annotations
 import collections
 import functools
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .._core.context import LlamaBatch, LlamaContext
 from .._core.model import LlamaModel
-from .._errors import CallbackError, DecodeError
+from .._errors import DecodeError
+from ..speculative.decoder import SpeculativeDecoder
 from .sampling import Pick
-
-if TYPE_CHECKING:
-    from ..speculative.decoder import SpeculativeDecoder
 
 #: what a token source yields: the token and a copy of its logits row (None unless asked for)
 TokenRow = tuple[int, "np.ndarray | None"]
@@ -118,71 +115,6 @@ def decode_loop(model: LlamaModel, step: TokenStep, pick: Pick, n_past: int, max
         pos += 1
         if decoded is not None:
             decoded(tok)
-
-
-def draft_loop(model: LlamaModel, ctx: LlamaContext, batch: LlamaBatch, pick: Pick,
-               draft: Callable[[np.ndarray], Any], history: Sequence[int], n_past: int, max_tokens: int,
-               decoded: Callable[[int], None]) -> Iterator[TokenRow]:
-    """:func:`decode_loop` with a draft model: the token just picked and the draft's proposal for the
-    tokens after it are decoded in one batch, then the sampler picks at each position in turn; the
-    proposal is kept while it agrees with the picks, and the first disagreeing pick is the next
-    token. The tokens are the plain loop's; the memory must support removing a suffix
-    (``seq_rm``), which recurrent models do not.
-
-    ``history`` is every token before ``n_past`` (the draft sees it plus the generated tokens);
-    ``decoded(token)`` is called for each token once it is in the memory.
-    """
-    n_ctx, n_batch = ctx.n_ctx(), ctx.n_batch()
-    hist = [int(t) for t in history]
-    pos = n_past
-    produced = 0
-    try:
-        tok, row = pick(ctx, -1)
-        while True:
-            produced += 1
-            yield tok, (np.array(row) if row is not None else None)
-            hist.append(tok)
-            if model.is_eog(tok) or produced >= max_tokens or pos >= n_ctx:
-                return
-            room = min(n_batch - 1, n_ctx - pos - 1, max_tokens - produced)
-            proposal = _proposal(model, draft, hist, room)
-            batch.clear()
-            batch.add_sequence(np.asarray([tok, *proposal], dtype=np.int32), 0, pos, logits=True)
-            ctx.decode(batch)
-            pos += 1
-            decoded(tok)
-            for j in range(len(proposal) + 1):
-                tok, row = pick(ctx, j)
-                if j == len(proposal) or tok != proposal[j]:
-                    break  # tok is the next token to decode; positions from pos on are rejected drafts
-                produced += 1
-                yield tok, (np.array(row) if row is not None else None)
-                hist.append(tok)
-                pos += 1
-                decoded(tok)  # the drafted token at this position was the right one
-                if model.is_eog(tok) or produced >= max_tokens:
-                    return
-            if j < len(proposal):
-                ctx.seq_rm(0, pos, -1)
-    finally:
-        if not ctx.closed:
-            ctx.seq_rm(0, pos, -1)  # rejected drafts never stay in the memory
-
-
-def _proposal(model: LlamaModel, draft: Callable[[np.ndarray], Any], hist: list[int], room: int) -> list[int]:
-    if room <= 0:
-        return []
-    try:
-        out = draft(np.asarray(hist, dtype=np.intc))
-    except Exception as exc:
-        raise CallbackError(f"draft_model {type(draft).__name__} raised {type(exc).__name__}: {exc}") from exc
-    try:
-        proposal = [int(t) for t in np.asarray(out).reshape(-1)[:room]]
-    except (TypeError, ValueError) as exc:
-        raise CallbackError(f"draft_model {type(draft).__name__} returned {type(out).__name__}, "
-                            "not an array of token ids") from exc
-    model.check_tokens(proposal, "draft token")
-    return proposal
 
 
 def speculative_loop(decoder: SpeculativeDecoder, pick: Pick, max_tokens: int) -> Iterator[TokenRow]:
@@ -348,4 +280,4 @@ def completion_chunks(model: LlamaModel, tokens: Iterable[TokenRow], *, n_prompt
 
 
 __all__ = ["LogprobEntry", "TextStream", "TokenRow", "TokenStep", "char_len", "completion_chunks", "decode_loop",
-           "draft_loop", "held_suffix", "speculative_loop", "utf8_complete_len"]
+           "held_suffix", "speculative_loop", "utf8_complete_len"]

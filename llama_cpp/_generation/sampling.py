@@ -17,10 +17,11 @@ import ctypes
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .._compat.hooks import TokenHooks
 from .._core.context import LlamaContext
 from .._core.model import LlamaModel
 from .._core.sampler import LlamaSampler, TokenCandidates
@@ -28,9 +29,6 @@ from .._errors import CallbackError, GrammarError, LlamaError, ParameterError, T
 from .._safety import checks as _checks
 from ..llama_cpp import LLAMA_DEFAULT_SEED
 from ..llama_grammar import LlamaGrammar
-
-if TYPE_CHECKING:
-    from .._compat.hooks import TokenHooks
 
 #: ``pick(context, output_index) -> (token, logits row or None)``; the token is accepted.
 Pick = Callable[[LlamaContext, int], tuple[int, Any]]

@@ -1,5 +1,5 @@
 """``Llama``'s token sources: the prompt evaluated, then ``(token, logits_row_or_None)`` rows from
-plain decoding, a ``draft_model``'s verify loop or the speculative (MTP / n-gram) decoder.
+plain decoding or the speculative decoder (``speculative=`` types and upstream's ``draft_model``).
 
 Functions take the ``Llama`` and call its methods (``_prepare``, ``_running_spec``), so a subclass or
 a test that replaces those is still followed.
@@ -34,18 +34,20 @@ def token_stream(llama: Any, prompt_tokens: Sequence[int], max_tokens: int, chai
         llama._prepare(prompt_tokens, reuse_prefix)
         if prime:
             _sampling.prime_penalties(chain, prompt_tokens, llama.last_n_tokens_size, llama.sampling_convention)
-        if llama.draft_model is not None and not (llama._is_recurrent or llama._is_hybrid):
-            source = draft_token_stream(llama, pick, max_tokens)
-        else:
-            source = plain_token_stream(llama, pick, max_tokens)
+        source = plain_token_stream(llama, pick, max_tokens)
     return HookedSource(source, hooks) if hooks is not None else source  # type: ignore[return-value]
 
 
 def plain_token_stream(llama: Any, pick: _sampling.Pick, max_tokens: int) -> Iterator[_gen.TokenRow]:
     """One decode per token."""
+    ids = llama._input_ids
+
+    def decoded(tok: int) -> None:
+        ids.append(tok)
+        llama._n_outputs = 1  # the last batch is this token's: one logits row (``scores``)
+
     try:
-        yield from _gen.decode_loop(llama._model, llama._step, pick, len(llama._input_ids), max_tokens,
-                                    llama._input_ids.append)
+        yield from _gen.decode_loop(llama._model, llama._step, pick, len(ids), max_tokens, decoded)
     except GeneratorExit:
         raise
     except BaseException:
@@ -53,19 +55,9 @@ def plain_token_stream(llama: Any, pick: _sampling.Pick, max_tokens: int) -> Ite
         raise
 
 
-def draft_token_stream(llama: Any, pick: _sampling.Pick, max_tokens: int) -> Iterator[_gen.TokenRow]:
-    """``token_stream`` with ``draft_model``: the same tokens, drafted tokens verified in batches."""
-    try:
-        yield from _gen.draft_loop(llama._model, llama._ctx, llama._batch, pick, llama.draft_model,
-                                   list(llama._input_ids), len(llama._input_ids), max_tokens,
-                                   llama._input_ids.append)
-    finally:
-        llama._fresh = False  # the last batch's logits may be a rejected draft's
-
-
 def spec_token_stream(llama: Any, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
                       pick: _sampling.Pick, reuse_prefix: bool, prime: bool = True) -> Iterator[_gen.TokenRow]:
-    """``token_stream`` through the MTP decoder: the same tokens, several per target decode."""
+    """``token_stream`` through the speculative decoder: the same tokens, several per target decode."""
     dec = llama._spec
     assert dec is not None
     if not reuse_prefix:
@@ -85,4 +77,4 @@ def spec_token_stream(llama: Any, prompt_tokens: Sequence[int], max_tokens: int,
             st, drafted_at=list(st.drafted_at), accepted_at=list(st.accepted_at))
 
 
-__all__ = ["draft_token_stream", "plain_token_stream", "spec_token_stream", "token_stream"]
+__all__ = ["plain_token_stream", "spec_token_stream", "token_stream"]

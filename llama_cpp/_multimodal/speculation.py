@@ -458,10 +458,11 @@ class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
     """
 
     def __init__(self, model: LlamaModel, ctx_params: dict[str, Any] | None, config: SpecConfig, *,
-                 target: LlamaContext | None = None, prompt_lookup: Any = None) -> None:
+                 target: LlamaContext | None = None, prompt_lookup: Any = None, draft_model: Any = None) -> None:
         self._mbatch: LlamaBatchExtNative | None = None
         target, drafters, owns = draft_decoder_parts(model, config, target=target, ctx_params=ctx_params,
-                                                     prompt_lookup=prompt_lookup, wrap=media_drafter)
+                                                     prompt_lookup=prompt_lookup, wrap=media_drafter,
+                                                     draft_model=draft_model)
         super().__init__(model, target, config, drafters, owns_target=owns)
         try:
             self._mbatch = LlamaBatchExtNative(target)
@@ -515,14 +516,16 @@ def check_media_types(config: SpecConfig) -> None:
 
 def make_media_decoder(model: LlamaModel, config: SpecConfig, *, target: LlamaContext | None = None,
                        ctx_params: dict[str, Any] | None = None,
-                       prompt_lookup: Any = None) -> MultimodalMTPDecoder | MultimodalDraftDecoder:
+                       prompt_lookup: Any = None, draft_model: Any = None) -> MultimodalMTPDecoder | MultimodalDraftDecoder:
     """:func:`~llama_cpp.speculative.make_decoder` for prompts that may hold media: a
     :class:`MultimodalMTPDecoder` when ``config`` includes ``draft-mtp``, else a
     :class:`MultimodalDraftDecoder`; over ``target`` (borrowed) or a context made from ``ctx_params``."""
     check_media_types(config)
     if config.needs_nextn:
-        return MultimodalMTPDecoder(model, ctx_params, config, target=target, prompt_lookup=prompt_lookup)
-    return MultimodalDraftDecoder(model, ctx_params, config, target=target, prompt_lookup=prompt_lookup)
+        return MultimodalMTPDecoder(model, ctx_params, config, target=target, prompt_lookup=prompt_lookup,
+                                    draft_model=draft_model)
+    return MultimodalDraftDecoder(model, ctx_params, config, target=target, prompt_lookup=prompt_lookup,
+                                  draft_model=draft_model)
 
 
 # the public module's path, as before the split (reprs, pickles): llama_cpp.mtmd_chat re-exports them

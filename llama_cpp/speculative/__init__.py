@@ -21,6 +21,9 @@ Types (llama.cpp's ``common_speculative_type`` names, :class:`SpeculativeType`):
   longest matching n-gram (``max_ngram_size`` down to 1); ``ngram-simple`` after the *latest*
   occurrence of exactly ``size_n`` tokens. ``Llama(draft_model=LlamaPromptLookupDecoding(...))``
   adds it, drafting with that very object.
+- ``llama-draft-model`` (this package's name): any other upstream ``LlamaDraftModel`` given as
+  ``Llama(draft_model=...)``, a drafter of the same engine (:mod:`llama_cpp.speculative.upstream`)
+  asked first; each draft is what the object returns for the sequence so far.
 - Several types at once (``SpecConfig(spec_type=[...])``, llama.cpp's ``--spec-type a,b``):
   each step verifies the first non-empty draft in llama.cpp's priority order (prompt-lookup, ngram-simple,
   ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, draft-simple, draft-eagle3, draft-mtp,
@@ -80,7 +83,7 @@ from .config import (
     SpeculativeType,
 )
 from .decoder import SpeculativeDecoder
-from .drafters import build_drafters, prompt_lookup_drafter, with_prompt_lookup
+from .drafters import build_drafters, draft_model_kwargs, prompt_lookup_drafter, with_draft_model, with_prompt_lookup
 from .engine import (
     GREEDY_ROWS_MIN_VOCAB,
     DraftDecoder,
@@ -126,5 +129,6 @@ __all__ = [
     "load_mtp_model",
     "make_decoder",
     "target_context_params",
+    "with_draft_model",
     "with_prompt_lookup",
 ]

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from .._core.context import LlamaBatch
+from .._core.sampler import LlamaSampler
 from .._errors import DecodeError, LlamaError, SpeculativeError
 
 _FLOAT_P = ctypes.POINTER(ctypes.c_float)
@@ -231,7 +233,6 @@ class RawBatch:
     """
 
     def __init__(self, ctx: Any, seq: int = 0) -> None:
-        from .._core.context import LlamaBatch
 
         self.bindings = ctx.bindings
         self.n_batch = ctx.n_batch()
@@ -335,7 +336,6 @@ def check_snapshot_ubatch(model: Any, ctx: Any, what: str) -> None:
 def greedy_chain(sampler: Any) -> bool:
     """Whether ``sampler`` is a :class:`~llama_cpp._internals.LlamaSampler` chain of llama.cpp's
     greedy sampler alone: its token for a row is the row's first largest logit."""
-    from .._core.sampler import LlamaSampler
 
     if not isinstance(sampler, LlamaSampler):
         return False

@@ -38,7 +38,10 @@ import numpy as np
 
 from .._core.ownership import float_view
 from .._errors import SpeculativeError
+from ..llama_batch import LlamaBatchExt
 from .batch import RawExtBatch
+from .draft import check_draft_vocab
+from .engine import warm_up
 from .features import (
     FeatureDraftParts,
     TargetLayers,
@@ -117,8 +120,6 @@ class DFlashDrafter(FeatureDraftParts):
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0, seq: int = 0,
                  draft_model: Any = None,
                  dspark: bool = False) -> None:
-        from ..llama_batch import LlamaBatchExt
-        from .draft import check_draft_vocab
 
         self.model = self.ctx = self._batch = self._tl = None
         C = target_model.bindings
@@ -159,7 +160,6 @@ class DFlashDrafter(FeatureDraftParts):
                 C.llama_set_embeddings_nextn(self.ctx.ptr, True, True)  # the confidence of every row
             elif self._top_k:
                 C.llama_set_embeddings_nextn(self.ctx.ptr, True, False)  # the DFlash2 lattice, one row per entry
-            from .engine import warm_up
 
             warm_up(self.model, self.ctx, lambda toks: self._raw.decode(toks, 0, "last"))
         except BaseException:

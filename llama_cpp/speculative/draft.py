@@ -23,10 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import SpeculativeError
+from .._core.context import LlamaContext
+from .._core.model import LlamaModel
+from .._errors import ModelLoadError, SpeculativeError
+from .._safety.gguf_guard import read_vocab
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import RawBatch, SeqCheckpoint, check_snapshot_ubatch, common_prefix, top_k_share
 from .drafter import DrafterBase
+from .engine import warm_up
 
 log = logging.getLogger("llama_cpp.speculative")
 
@@ -83,7 +87,6 @@ _headers: dict[tuple[str, int, int], Any] = {}
 
 def _vocab_header(path: str) -> Any:
     """:func:`~llama_cpp._safety.gguf_guard.read_vocab` of ``path``, remembered while the file is unchanged."""
-    from .._safety.gguf_guard import read_vocab
 
     st = os.stat(path)
     key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
@@ -148,7 +151,6 @@ def check_vocab_files(target_path: str | os.PathLike[str], draft_path: str | os.
     native call: raise :class:`SpeculativeError` when they differ; True when they agree; False when
     the headers cannot decide (a BOS/EOS default that depends on the pre-tokenizer, an unknown
     tokenizer model, an unreadable header): then only the loaded vocabularies can tell."""
-    from .._errors import ModelLoadError
 
     dp = os.fspath(draft_path)
     try:
@@ -191,7 +193,6 @@ def check_vocab_files(target_path: str | os.PathLike[str], draft_path: str | os.
 def check_draft_vocab(target: Any, path: str | os.PathLike[str]) -> None:
     """Refuse a draft for ``target`` (a loaded LlamaModel) whose vocabulary llama.cpp would refuse:
     on the GGUF headers, or on a vocab-only load of the draft when the headers cannot decide."""
-    from .._core.model import LlamaModel
 
     p = os.fspath(path)
     tp = getattr(target, "path_model", None)
@@ -205,7 +206,6 @@ def check_draft_vocab(target: Any, path: str | os.PathLike[str]) -> None:
 
 def load_draft_model(target: Any, path: str | os.PathLike[str], **model_kwargs: Any) -> Any:
     """Load ``path`` as a draft for ``target`` once its vocabulary is known to fit (:func:`check_draft_vocab`)."""
-    from .._core.model import LlamaModel
 
     p = os.fspath(path)
     if not os.path.isfile(p):
@@ -222,8 +222,6 @@ class DraftModel(DrafterBase):
 
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0) -> None:
-        from .._core.context import LlamaContext
-        from .engine import warm_up
 
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
         self.model = self.ctx = self._batch = None

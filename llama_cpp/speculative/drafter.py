@@ -1,6 +1,6 @@
 """What a token drafter is (:class:`Drafter`): the interface the verify loop
 (:class:`~llama_cpp.speculative.decoder.SpeculativeDecoder`), the server's slots and the media decoders
-call. The n-gram types, prompt lookup, ``draft-simple``, ``draft-eagle3``, ``draft-dflash`` and
+call. The n-gram types, prompt lookup, upstream's ``LlamaDraftModel`` objects, ``draft-simple``, ``draft-eagle3``, ``draft-dflash`` and
 ``draft-dspark`` are drafters; ``draft-mtp``'s NextN head drafts inside its decoder, over the target's
 NextN rows.
 """
@@ -47,6 +47,11 @@ class Drafter(Protocol):
     def close(self) -> None: ...
 
 
+#: the ``n_max`` of a drafter that proposes as many tokens as its object returns (``llama-draft-model``):
+#: the decoder's verify batch (``n_ubatch - 1`` tokens) bounds it
+UNBOUNDED_DRAFT = 1 << 30
+
+
 class DrafterBase:
     """The defaults of :class:`Drafter`: no step budget, no target features, nothing to keep on a
     rewind beyond what ``begin`` is told next, nothing to free."""
@@ -64,4 +69,4 @@ class DrafterBase:
         """Free native resources."""
 
 
-__all__ = ["Drafter", "DrafterBase"]
+__all__ = ["UNBOUNDED_DRAFT", "Drafter", "DrafterBase"]

@@ -35,7 +35,10 @@ import numpy as np
 
 from .._core.ownership import float_view
 from .._errors import SpeculativeError
+from ..llama_batch import LlamaBatchExt
 from .batch import RawExtBatch, common_prefix, top_k_share
+from .draft import check_draft_vocab
+from .engine import warm_up
 from .features import (
     LAYER_INPUT_ARCHS,
     FeatureDraftParts,
@@ -141,8 +144,6 @@ class Eagle3Drafter(FeatureDraftParts):
     def __init__(self, target_model: Any, target_ctx: Any, path: str | os.PathLike[str], *, n_max: int,
                  n_min: int, p_min: float, ctx_params: Mapping[str, Any], n_gpu_layers: int = 0, seq: int = 0,
                  draft_model: Any = None) -> None:
-        from ..llama_batch import LlamaBatchExt
-        from .draft import check_draft_vocab
 
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
         self.model = self.ctx = self._batch = self._tl = None
@@ -176,7 +177,6 @@ class Eagle3Drafter(FeatureDraftParts):
     def _warm_up(self) -> None:
         """Warm the draft context up (:func:`~llama_cpp.speculative.engine.warm_up`): the encoder on one
         row of features, then the decoder."""
-        from .engine import warm_up
 
         def decode(toks: list[int]) -> None:
             self._raw.rows(np.zeros((1, self._tl.width), dtype=np.float32), 0, encode=True)

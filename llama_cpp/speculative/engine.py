@@ -3,7 +3,7 @@ and what every decoder shares with it: telling drafters the history, asking them
 (:func:`propose`), warming contexts up, sharing threadpools.
 
 :class:`DraftDecoder` runs the n-gram types, ``draft-simple``, ``draft-eagle3``, ``draft-dflash``,
-``draft-dspark`` and prompt lookup (and any list of them, as llama.cpp's ``common_speculative``
+``draft-dspark``, prompt lookup and upstream's ``LlamaDraftModel`` objects (and any list of them, as llama.cpp's ``common_speculative``
 does: the drafters are asked in llama.cpp's priority order and the first non-empty draft is
 verified) through the one verify loop of :class:`~llama_cpp.speculative.decoder.SpeculativeDecoder`.
 """
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._errors import ContextOverflowError, SpeculativeError
+from .._errors import ClosedError, ContextOverflowError, SpeculativeError
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import RawBatch, SeqCheckpoint, common_prefix
 from .decoder import GREEDY_ROWS_MIN_VOCAB, SpeculativeDecoder, verify_draft
@@ -199,7 +199,6 @@ class DraftDecoder(SpeculativeDecoder):
 
     def _live(self) -> Any:
         if self._target is None:
-            from .._errors import ClosedError
 
             raise ClosedError("this speculative decoder is closed; create a new one")
         return self._target

@@ -18,8 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from .._core.context import LlamaContext
+from .._core.model import LlamaModel
 from .._core.ownership import float_view
-from .._errors import OptionalSymbolMissing, SpeculativeError
+from .._errors import ModelLoadError, OptionalSymbolMissing, SpeculativeError
+from .._safety.gguf_guard import read_header
+from .batch import RawBatch
 from .drafter import DrafterBase
 
 #: Target architectures whose llama.cpp graph exports per-layer inputs (``t_layer_inp``): for
@@ -35,8 +39,6 @@ _SYMBOLS = ("llama_set_embeddings_layer_inp", "llama_get_embeddings_layer_inp", 
 def draft_header(path: str | os.PathLike[str], arch: str, kind: str) -> tuple[dict[str, Any], set[str]]:
     """(metadata, tensor names) of the ``arch`` draft at ``path`` for spec_type ``kind``; SpeculativeError
     if it is not one."""
-    from .._errors import ModelLoadError
-    from .._safety.gguf_guard import read_header
 
     p = os.fspath(path)
     if not os.path.isfile(p):
@@ -95,8 +97,6 @@ def open_draft(C: Any, path: str, layers: Sequence[int], target_ctx: Any, ctx_pa
     share), one sequence without snapshots, and reads the target's embeddings (``ctx_other``).
     ``model``: the draft already loaded (the server slots' drafters of one type share it; closing it
     is deferred while a context uses it)."""
-    from .._core.context import LlamaContext
-    from .._core.model import LlamaModel
 
     owned = model is None
     if owned:
@@ -186,7 +186,6 @@ class TargetLayers:
         """Decode ``hist[first:end]`` of the sequence on the target again (its memory keeps the same
         tokens), so that ``observe`` sees their rows; a sequence that cannot drop that suffix is
         rebuilt from 0."""
-        from .batch import RawBatch
 
         tgt = self._target
         if not tgt.seq_rm(self.seq, first, -1):

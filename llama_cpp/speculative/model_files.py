@@ -8,8 +8,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .._core.model import LlamaModel
 from .._errors import ModelLoadError, SpeculativeError
+from .._safety.gguf_guard import read_header
 from .config import CHAINED_NEXTN_ARCHS, SpecConfig, SpeculativeType
+from .draft import check_vocab_files, overrides_tokenizer
 from .gguf_nextn import gguf_nextn_layers
 from .registry import NEEDS_DRAFT_MODEL, find, rows_of, table
 
@@ -50,7 +53,6 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig,
         n_embd = meta.get(f"{arch}.embedding_length")
         row.check_draft(config.draft_model_path, target_arch=arch,
                         target_n_embd=n_embd if isinstance(n_embd, int) else None, target_n_layer=n_layer)
-    from .draft import check_vocab_files, overrides_tokenizer
 
     if any(NEEDS_DRAFT_MODEL in r.needs for r in rows_of(config)) and not overrides_tokenizer(kv_overrides):
         # llama.cpp's vocabulary rule on both headers (a draft it would refuse loads nothing)
@@ -64,7 +66,6 @@ def check_model_file(path: str | os.PathLike[str], config: SpecConfig,
 
 def _gguf_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A GGUF file's metadata (empty if unreadable: llama.cpp's load reports that itself)."""
-    from .._safety.gguf_guard import read_header
 
     try:
         return read_header(path).metadata
@@ -125,7 +126,6 @@ def load_mtp_model(path: str | os.PathLike[str], **model_kwargs: Any) -> Any:
     The file's metadata is checked first (no NextN layers: :class:`SpeculativeError`, nothing
     loaded). ``model_kwargs`` go to ``LlamaModel`` (``n_gpu_layers``, ``use_mmap``, ...).
     """
-    from .._core.model import LlamaModel
 
     check_model_file(path, SpecConfig(spec_type=SpeculativeType.DRAFT_MTP))
     model_kwargs.pop("load_mtp", None)

@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ContextOverflowError, OptionalSymbolMissing, SpeculativeError
+from .._core.context import LlamaContext
+from .._errors import ClosedError, ContextOverflowError, OptionalSymbolMissing, SpeculativeError
+from ..llama_batch import LlamaBatchExt
 from ..llama_cpp import LLAMA_CONTEXT_TYPE_MTP, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import RawExtBatch, SeqCheckpoint, check_snapshot_ubatch, common_prefix
 from .chain import chain_draft, chain_pairs
@@ -60,9 +62,7 @@ class MTPDecoder(SpeculativeDecoder):
 
     def __init__(self, model: Any, ctx_params: Mapping[str, Any] | None, config: SpecConfig, *,
                  target: Any = None, prompt_lookup: Any = None,
-                 wrap: Callable[[TypeSpec, Any, Any], Any] | None = None) -> None:
-        from .._core.context import LlamaContext
-        from ..llama_batch import LlamaBatchExt
+                 wrap: Callable[[TypeSpec, Any, Any], Any] | None = None, draft_model: Any = None) -> None:
 
         self._target = self._draft = None
         self._drafters: list[Any] = []
@@ -144,7 +144,7 @@ class MTPDecoder(SpeculativeDecoder):
             self._ckpt = SeqCheckpoint(target, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
             self._draw = RawExtBatch(self._dbatch, self._draft, n_embd)
             # the other types of a combined configuration, asked before the MTP head (llama.cpp's order)
-            self._drafters = build_drafters(model, config, target, prompt_lookup, wrap)
+            self._drafters = build_drafters(model, config, target, prompt_lookup, wrap, draft_model)
         except BaseException:
             self.close()
             raise
@@ -200,7 +200,6 @@ class MTPDecoder(SpeculativeDecoder):
 
     def _live(self) -> tuple[Any, Any]:
         if self._target is None or self._draft is None:
-            from .._errors import ClosedError
 
             raise ClosedError("this MTPDecoder is closed; create a new one")
         return self._target, self._draft

@@ -14,6 +14,17 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..llama_speculative import LlamaPromptLookupDecoding
+from . import dflash as _dflash_mod
+from . import eagle3 as _eagle3_mod
+from .dflash import DFlashDrafter
+from .draft import DraftModel
+from .drafter import UNBOUNDED_DRAFT
+from .eagle3 import Eagle3Drafter
+from .ngram import NgramCache, NgramMap, NgramMod, NgramSimple, PromptLookup, load_ngram_cache
+from .slot_drafts import BatchedDraftModel, BatchedMTP, ChainedSlotsMTP
+from .upstream import LlamaDraftModelDrafter
+
 
 class SpeculativeType(str, enum.Enum):
     """Kinds of speculative decoding (values are llama.cpp's ``--spec-type`` names)."""
@@ -32,6 +43,9 @@ class SpeculativeType(str, enum.Enum):
     #: upstream llama-cpp-python's LlamaPromptLookupDecoding (not a llama.cpp type): the continuation
     #: of the earliest earlier match of the longest n-gram (``max_ngram_size`` down to 1)
     PROMPT_LOOKUP = "prompt-lookup"
+    #: any other upstream ``LlamaDraftModel`` object (``Llama(draft_model=...)``, not a llama.cpp type):
+    #: what the object's ``__call__`` returns for the history
+    LLAMA_DRAFT_MODEL = "llama-draft-model"
 
 
 class CustomType(str):
@@ -80,6 +94,8 @@ class DrafterArgs:
     #: the slots start: ``ngram-cache``'s files), or a dict its first drafter fills (a PER_SEQUENCE
     #: row's loaded draft model); None outside the slots
     shared: dict[str, Any] | None = None
+    #: the ``llama-draft-model`` row's object (a ``LlamaDraftModel`` other than prompt lookup)
+    draft_model: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,15 +131,13 @@ class TypeSpec:
         return int(self.n_max(config)) if self.n_max is not None else int(config.draft_n_max)
 
 
-# -- constructors (their modules are imported when a type is used) -----------------------------------
+# -- constructors -------------------------------------------------------------------------------------
 def prompt_lookup_drafter(params: Any, fn: Any = None) -> Any:
     """The ``prompt-lookup`` drafter: ``fn`` (a ``LlamaPromptLookupDecoding`` or its call signature),
     by default upstream's lookup with ``params`` (a ``PromptLookupParams``), cut to
     ``params.num_pred_tokens`` tokens."""
-    from .ngram import PromptLookup
 
     if fn is None:
-        from ..llama_speculative import LlamaPromptLookupDecoding
 
         fn = LlamaPromptLookupDecoding(params.max_ngram_size, params.num_pred_tokens)
     return PromptLookup(fn, params.num_pred_tokens)
@@ -133,15 +147,18 @@ def _prompt_lookup(a: DrafterArgs) -> Any:
     return prompt_lookup_drafter(a.config.prompt_lookup, a.prompt_lookup)
 
 
+def _llama_draft_model(a: DrafterArgs) -> Any:
+
+    return LlamaDraftModelDrafter(a.model, a.draft_model)
+
+
 def _ngram_simple(a: DrafterArgs) -> Any:
-    from .ngram import NgramSimple
 
     return NgramSimple(a.config.ngram_simple.size_n, a.config.ngram_simple.size_m)
 
 
 def _ngram_map(key_only: bool) -> Callable[[DrafterArgs], Any]:
     def build(a: DrafterArgs) -> Any:
-        from .ngram import NgramMap
 
         p = a.config.ngram_map_k if key_only else a.config.ngram_map_k4v
         return NgramMap(p.size_n, p.size_m, p.min_hits, key_only=key_only)
@@ -149,7 +166,6 @@ def _ngram_map(key_only: bool) -> Callable[[DrafterArgs], Any]:
 
 
 def _ngram_mod(a: DrafterArgs) -> Any:
-    from .ngram import NgramMod
 
     q = a.config.ngram_mod
     return NgramMod(q.n_match, q.n_max, q.n_min)
@@ -157,7 +173,6 @@ def _ngram_mod(a: DrafterArgs) -> Any:
 
 def _ngram_cache_files(config: Any) -> dict[str, Any]:
     """``ngram-cache``'s static and dynamic cache files, loaded (None where not given)."""
-    from .ngram import load_ngram_cache
 
     c = config.ngram_cache
     return {"static": load_ngram_cache(c.lookup_cache_static) if c.lookup_cache_static is not None else None,
@@ -165,7 +180,6 @@ def _ngram_cache_files(config: Any) -> dict[str, Any]:
 
 
 def _ngram_cache(a: DrafterArgs) -> Any:
-    from .ngram import NgramCache
 
     files = a.shared if a.shared is not None else _ngram_cache_files(a.config)  # the slots load them once
     return NgramCache(a.config.ngram_cache.n_draft, static=files["static"], dynamic=files["dynamic"])
@@ -189,20 +203,17 @@ def _sharing(a: DrafterArgs, drafter: Any) -> Any:
 
 
 def _draft_simple(a: DrafterArgs) -> Any:
-    from .draft import DraftModel
 
     return DraftModel(a.model, a.target, a.config.draft_model_path, **_draft_kwargs(a))
 
 
 def _eagle3(a: DrafterArgs) -> Any:
-    from .eagle3 import Eagle3Drafter
 
     return _sharing(a, Eagle3Drafter(a.model, a.target, a.config.draft_model_path, **_feature_kwargs(a)))
 
 
 def _dflash(dspark: bool) -> Callable[[DrafterArgs], Any]:
     def build(a: DrafterArgs) -> Any:
-        from .dflash import DFlashDrafter
 
         return _sharing(a, DFlashDrafter(a.model, a.target, a.config.draft_model_path, dspark=dspark,
                                          **_feature_kwargs(a)))
@@ -210,7 +221,6 @@ def _dflash(dspark: bool) -> Callable[[DrafterArgs], Any]:
 
 
 def _draft_simple_slots(a: DrafterArgs, n_slots: int) -> Any:
-    from .slot_drafts import BatchedDraftModel
 
     c = a.config
     return BatchedDraftModel(a.model, a.target, c.draft_model_path, n_slots, n_max=c.draft_n_max, n_min=c.draft_n_min,
@@ -218,7 +228,6 @@ def _draft_simple_slots(a: DrafterArgs, n_slots: int) -> Any:
 
 
 def _mtp_slots(a: DrafterArgs, n_slots: int) -> Any:
-    from .slot_drafts import BatchedMTP, ChainedSlotsMTP
 
     c = a.config
     cls = ChainedSlotsMTP if a.model.n_layer_nextn() > 1 else BatchedMTP  # several heads: chained per slot
@@ -226,16 +235,14 @@ def _mtp_slots(a: DrafterArgs, n_slots: int) -> Any:
 
 
 def _check_eagle3(path: Any, **target: Any) -> Any:
-    from .eagle3 import check_draft_header
 
-    return check_draft_header(path, **target)
+    return _eagle3_mod.check_draft_header(path, **target)
 
 
 def _check_dflash(dspark: bool) -> Callable[..., Any]:
     def check(path: Any, **target: Any) -> Any:
-        from .dflash import check_draft_header
 
-        return check_draft_header(path, dspark=dspark, **target)
+        return _dflash_mod.check_draft_header(path, dspark=dspark, **target)
     return check
 
 
@@ -243,9 +250,12 @@ _T = SpeculativeType
 _DRAFT = frozenset((NEEDS_DRAFT_MODEL,))
 _FEAT = frozenset((NEEDS_DRAFT_MODEL, NEEDS_FEATURES))
 
-#: Every type, in llama.cpp's priority order (upstream's prompt lookup first, as the server's slots
-#: ask it): each step verifies the first non-empty draft.
+#: Every type, in llama.cpp's priority order (upstream's ``draft_model`` objects first, as the server's
+#: slots ask prompt lookup first): each step verifies the first non-empty draft.
 TYPES: tuple[TypeSpec, ...] = (
+    TypeSpec(_T.LLAMA_DRAFT_MODEL, _llama_draft_model, n_max=lambda c: UNBOUNDED_DRAFT,
+             not_in_slots="it drafts with a Python object given to one Llama (Llama(draft_model=...)); the "
+                          "server's slots name their types in spec_type"),
     TypeSpec(_T.PROMPT_LOOKUP, _prompt_lookup, n_max=lambda c: c.prompt_lookup.num_pred_tokens),
     TypeSpec(_T.NGRAM_SIMPLE, _ngram_simple, n_max=lambda c: c.ngram_simple.size_m),
     TypeSpec(_T.NGRAM_MAP_K, _ngram_map(True), n_max=lambda c: c.ngram_map_k.size_m),
@@ -308,5 +318,5 @@ def unregister(name: str) -> None:
 
 
 __all__ = ["BATCHED", "MEDIA_FEATURES", "MEDIA_MIRROR", "MEDIA_OWN", "MEDIA_TEXT", "NEEDS_DRAFT_MODEL",
-           "NEEDS_FEATURES", "NEEDS_NEXTN", "PER_SEQUENCE", "PER_SLOT", "TYPES", "CustomType", "DrafterArgs", "SpeculativeType",
+           "NEEDS_FEATURES", "NEEDS_NEXTN", "PER_SEQUENCE", "PER_SLOT", "TYPES", "UNBOUNDED_DRAFT", "CustomType", "DrafterArgs", "SpeculativeType",
            "TypeSpec", "find", "prompt_lookup_drafter", "register", "rows_of", "spec_of", "table", "unregister"]

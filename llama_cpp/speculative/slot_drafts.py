@@ -17,10 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from .._core.context import LlamaBatch, LlamaContext
 from .._errors import DecodeError, SpeculativeError
+from ..llama_batch import LlamaBatchExt
+from ..llama_cpp import LLAMA_CONTEXT_TYPE_MTP
 from .batch import RawExtBatch, common_prefix, top_k_share
 from .chain import chain_draft, chain_pairs
-from .engine import share_threadpools
+from .draft import load_draft_model
+from .engine import share_threadpools, warm_up
 from .gguf_nextn import CHAINED_NEXTN_ARCHS, NEXTN_H_ALL_ROWS_ARCHS, NEXTN_H_OUTPUT_ROWS_ARCHS
 
 _TOP_K = 10  # llama.cpp's top-k draft sampler (draft_p_min compares the top token's share of these)
@@ -42,8 +46,6 @@ class BatchedDraftModel:
 
     def __init__(self, target_model: Any, target_ctx: Any, path: Any, n_slots: int, *, n_max: int, n_min: int,
                  p_min: float, n_gpu_layers: int = 0) -> None:
-        from .._core.context import LlamaBatch, LlamaContext
-        from .draft import load_draft_model
 
         self.n_max, self.n_min, self.p_min = int(n_max), int(n_min), float(p_min)
         self.model = self.ctx = self._batch = None
@@ -210,9 +212,6 @@ class BatchedMTP:
     reads_nextn = True  # the slot engine hands it the target's NextN rows (commit_rows, reuse, restart)
 
     def __init__(self, model: Any, target_ctx: Any, n_slots: int, *, n_max: int, n_min: int, p_min: float) -> None:
-        from .._core.context import LlamaBatch, LlamaContext
-        from ..llama_cpp import LLAMA_CONTEXT_TYPE_MTP
-        from .engine import warm_up
 
         if getattr(model, "load_mtp", None) is not True or model.n_layer_nextn() <= 0:
             raise SpeculativeError("draft-mtp in slots needs the model loaded with its NextN (MTP) layers: "
@@ -439,10 +438,6 @@ class ChainedSlotsMTP(BatchedMTP):
     """
 
     def __init__(self, model: Any, target_ctx: Any, n_slots: int, *, n_max: int, n_min: int, p_min: float) -> None:
-        from .._core.context import LlamaContext
-        from ..llama_batch import LlamaBatchExt
-        from ..llama_cpp import LLAMA_CONTEXT_TYPE_MTP
-        from .engine import warm_up
 
         self._ctxs: list[Any] = []
         self._bexts: list[Any] = []

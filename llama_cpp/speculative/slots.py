@@ -43,7 +43,9 @@ import numpy as np
 from .._errors import DecodeError, SpeculativeError
 from ..llama_cpp import LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from .batch import SeqCheckpoint
+from .config import INHERITED_PARAMS
 from .decoder import verify_draft
+from .drafters import with_prompt_lookup
 from .engine import close_drafters, propose, share_threadpools
 from .ngram import PromptLookup
 from .registry import BATCHED, PER_SEQUENCE, PER_SLOT, DrafterArgs, rows_of
@@ -95,8 +97,6 @@ class SlotSpeculation:
 
     def __init__(self, model: Any, target_ctx: Any, n_slots: int, config: Any = None,
                  prompt_lookup: Any = None) -> None:
-        from .config import INHERITED_PARAMS
-        from .drafters import with_prompt_lookup
 
         if config is None and prompt_lookup is None:
             raise SpeculativeError("SlotSpeculation needs a SpecConfig or a prompt_lookup draft callable")
@@ -169,9 +169,10 @@ class SlotSpeculation:
         return any(d.observes for ds in self.seq_drafters for d in ds)
 
     def observe(self, sd: SlotDrafts, tokens: Sequence[int], pos0: int, first: int) -> None:
-        """The target decoded ``tokens`` of ``sd``'s slot at ``pos0..``, batch entries ``first..``."""
+        """The target decoded ``tokens`` of ``sd``'s slot at ``pos0..``, batch entries ``first..``
+        (:class:`DrafterFailed` names a drafter that raises: the engine ends that request)."""
         for d in sd.observers:
-            d.observe(tokens, pos0, first)
+            _call(d, d.observe, tokens, pos0, first)
 
     def _slot_drafters(self, seq: int) -> list[Any]:
         """One request's drafters: every per-slot row (built now) and per-sequence row (``seq``'s, kept),
@@ -188,35 +189,58 @@ class SlotSpeculation:
         return out
 
     def start(self, prompt: Sequence[int], seq: int = 0) -> SlotDrafts:
-        """A new request's drafters on sequence ``seq``, told its prompt."""
+        """A new request's drafters on sequence ``seq``, told its prompt (:class:`DrafterFailed` names one
+        that raises)."""
         sd = SlotDrafts(self._slot_drafters(seq))
         for d in sd.drafters:
-            d.begin(prompt)
+            _call(d, d.begin, prompt)
         return sd
 
-    def propose(self, items: list[tuple[SlotDrafts, int, list[int], int, int]]) -> list[tuple[list[int], Any]]:
+    def propose(self, items: list[tuple[SlotDrafts, int, list[int], int, int]]
+                ) -> list[tuple[list[int], Any] | DrafterFailed]:
         """``(draft, source)`` for each ``(drafts, seq, history, id_last, k_max)``: the first drafter (in
         llama.cpp's priority order) with a non-empty draft; the batched objects last, each for all the
-        slots still without a draft at once."""
-        out: list[tuple[list[int], Any]] = []
+        slots still without a draft at once. A drafter that raises fails only the requests it drafts
+        for: their entry is a :class:`DrafterFailed` naming it (the engine ends those requests with
+        it), and the other slots draft on."""
+        out: list[tuple[list[int], Any] | DrafterFailed] = []
         for sd, _seq, kv, id_last, k_max in items:
-            out.append(propose(sd.drafters, kv, id_last, k_max, self.n_vocab) if k_max > 0 else ([], None))
+            out.append(self._first_draft(sd.drafters, kv, id_last, k_max) if k_max > 0 else ([], None))
         for b in self.batched:
-            need = [i for i, it in enumerate(items) if not out[i][0] and it[4] > 0]
+            need = [i for i, it in enumerate(items) if _undrafted(out[i]) and it[4] > 0]
             if not need:
                 break
-            drafts = b.draft([(items[i][1], items[i][2], items[i][3], items[i][4]) for i in need])
+            try:
+                drafts = b.draft([(items[i][1], items[i][2], items[i][3], items[i][4]) for i in need])
+            except Exception as exc:  # the batched object drafted for these slots: they alone end
+                failed = DrafterFailed(_kind_of(b), exc)
+                for i in need:
+                    out[i] = failed
+                continue
             for i, d in zip(need, drafts):
                 if d:
                     out[i] = (d, b)
         return out
+
+    def _first_draft(self, drafters: Sequence[Any], kv: list[int], id_last: int,
+                     k_max: int) -> tuple[list[int], Any] | DrafterFailed:
+        """:func:`~llama_cpp.speculative.engine.propose` over one request's drafters, a drafter's exception
+        returned as a :class:`DrafterFailed` naming it."""
+        for d in drafters:
+            try:
+                draft, src = _call(d, propose, (d,), kv, id_last, k_max, self.n_vocab)
+            except DrafterFailed as failed:
+                return failed
+            if draft:
+                return draft, src
+        return [], None
 
     def accepted(self, sd: SlotDrafts, src: Any, n_drafted: int, n_accepted: int, n_out: int,
                  rollback: str | None = None, replayed: int = 0) -> None:
         """One verify of slot drafts ``sd``: ``n_accepted`` of ``n_drafted`` kept, ``n_out`` tokens emitted;
         ``rollback`` is ``"partial"`` (rows removed) or ``"checkpoint"`` (``replayed`` tokens to decode again)."""
         if src is not None and src not in self.batched:
-            src.accept(n_accepted)
+            _call(src, src.accept, n_accepted)
         kind = getattr(src, "kind", None)
         for st in (sd.stats, self.stats):
             st.steps += 1
@@ -229,6 +253,32 @@ class SlotSpeculation:
             elif rollback == "checkpoint":
                 st.rollbacks_checkpoint += 1
                 st.replayed_tokens += replayed
+
+
+class DrafterFailed(SpeculativeError):
+    """A slot's drafter raised (in ``begin``, ``draft``, ``accept`` or ``observe``): the request(s) it
+    drafts for end with this error; the other slots go on."""
+
+    def __init__(self, kind: str, exc: BaseException) -> None:
+        super().__init__(f"the {kind} drafter failed: {type(exc).__name__}: {exc}")
+        self.kind = kind
+        self.__cause__ = exc
+
+
+def _kind_of(drafter: Any) -> str:
+    return str(getattr(drafter, "kind", type(drafter).__name__))
+
+
+def _call(drafter: Any, method: Callable[..., Any], *args: Any) -> Any:
+    """``method(*args)`` of ``drafter``, its exception raised as a :class:`DrafterFailed` naming it."""
+    try:
+        return method(*args)
+    except Exception as exc:
+        raise DrafterFailed(_kind_of(drafter), exc) from exc
+
+
+def _undrafted(entry: tuple[list[int], Any] | DrafterFailed) -> bool:
+    return not isinstance(entry, DrafterFailed) and not entry[0]
 
 
 def verify_rows(pick: Callable[[Any, int], tuple[int, Any]], ctx: Any, first: int, draft: Sequence[int],
@@ -254,5 +304,5 @@ def remove_rejected(ctx: Any, seq: int, pos: int) -> None:
                           f"position {pos}")
 
 
-__all__ = ["BatchedDraftModel", "BatchedMTP", "PromptLookup", "SlotDrafts", "SlotSpeculation", "remove_rejected",
+__all__ = ["BatchedDraftModel", "BatchedMTP", "DrafterFailed", "PromptLookup", "SlotDrafts", "SlotSpeculation", "remove_rejected",
            "slot_unsupported", "verify_rows"]

@@ -217,3 +217,6 @@ def test_logits_all_keeps_every_row(spm_model):
         assert m.scores.shape == (len(toks), m.n_vocab())
         assert len(m.eval_logits) == len(toks)
         assert m.sample(temp=0, idx=0) == int(np.argmax(m.scores[0]))
+        # generation decodes one token a batch: the last batch's one row
+        m.create_completion("one two three", max_tokens=3, temperature=0)
+        assert m.scores.shape == (1, m.n_vocab()) and len(m.eval_logits) == 1

@@ -127,13 +127,38 @@ def test_prompt_lookup_runs_on_recurrent_memory(request, fixture):
 
 
 @pytest.mark.parametrize("fixture", ["hybrid_model", "recurrent_model"])
-def test_recurrent_memory_ignores_a_custom_draft_with_a_warning(request, fixture):
+def test_custom_draft_runs_on_recurrent_memory(request, fixture):
+    """A custom draft model drafts through the same engine as prompt lookup, which rolls recurrent
+    state back: plain greedy output, the object's drafts verified and counted under its type."""
+    import warnings
+
     path = request.getfixturevalue(fixture)
     with make(path) as m:
         prompt = m.tokenize(PROMPT.encode())
-        expected = m(PROMPT, max_tokens=12, temperature=0)["choices"][0]["text"]
-    with pytest.warns(UserWarning, match="draft_model is not used"):
-        m = make(path, draft_model=Oracle(prompt, 4))
+        gen = m.generate(prompt, temp=0)
+        cont = [next(gen) for _ in range(12)]
+        gen.close()
+    for wrong in (False, True):
+        draft = Oracle(prompt + cont, 4, wrong=wrong)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            m = make(path, draft_model=draft)
+        with m:
+            gen = m.generate(prompt, temp=0)
+            assert [next(gen) for _ in range(12)] == cont
+            gen.close()
+            st = m.last_speculative_stats
+            assert draft.calls > 0 and st is not None and st.drafted_by == {"llama-draft-model": st.drafted}
+            assert st.drafted > 0 and (st.accepted == 0 if wrong else st.accepted > 0)
+
+
+def test_embedding_context_decodes_without_the_draft(spm_model):
+    """``embedding=True`` cannot run the speculative engine: the draft is not used (a warning says so)."""
+    expected = plain_completion(spm_model, 8)["choices"][0]["text"]
+    with make(spm_model) as m:
+        prompt = m.tokenize(PROMPT.encode())
+    with pytest.warns(UserWarning, match="draft_model is not used with embedding=True"):
+        m = make(spm_model, draft_model=Oracle(prompt, 4), embedding=True)
     with m:
-        assert m(PROMPT, max_tokens=12, temperature=0)["choices"][0]["text"] == expected
-        assert m.draft_model.calls == 0
+        assert m(PROMPT, max_tokens=8, temperature=0)["choices"][0]["text"] == expected
+        assert m.draft_model.calls == 0 and m.last_speculative_stats is None

@@ -2,7 +2,8 @@
 
 ``Llama(draft_model=LlamaPromptLookupDecoding(...))`` drafts what the object itself proposes, through
 :class:`~llama_cpp.speculative.engine.DraftDecoder`: the output is plain decoding's on attention and hybrid
-targets, stats are reported, and it combines with ``speculative=``. Other draft models keep their loop.
+targets, stats are reported, and it combines with ``speculative=``. Any other ``LlamaDraftModel`` drafts as the type
+``llama-draft-model`` through the same verify loop.
 """
 
 from __future__ import annotations
@@ -140,14 +141,55 @@ def test_combined_with_speculative_and_named_by_specconfig():
         assert stats[0] == stats[1] and stats[0][0]
 
 
-def test_custom_draft_models_keep_their_loop():
-    class Nothing(LlamaDraftModel):
-        def __call__(self, input_ids, /, **kwargs):
-            return np.array([], dtype=np.intc)
+class Lookup(LlamaDraftModel):
+    """A custom draft model (not upstream's prompt-lookup class): upstream's lookup, called through."""
 
-    with Llama(_path("bpe"), draft_model=Nothing(), **KW) as m:
-        m.create_completion(PROMPT, max_tokens=4, temperature=0)
-        assert m.last_speculative_stats is None
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, input_ids, /, **kwargs):
+        self.calls += 1
+        return LlamaPromptLookupDecoding.find_candidate_pred_tokens(input_ids, 2, 8)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_custom_draft_models_run_the_one_verify_loop(target):
+    """A user's ``LlamaDraftModel`` is a drafter of the speculative decoder: greedy output is plain
+    greedy's, its drafts are counted under ``llama-draft-model``, on attention and hybrid targets."""
+    from llama_cpp.speculative import DraftDecoder
+    from llama_cpp.speculative.upstream import LlamaDraftModelDrafter
+
+    draft = Lookup()
+    with Llama(_path(target), **KW) as plain, Llama(_path(target), draft_model=draft, **KW) as m:
+        assert isinstance(m._spec, DraftDecoder)
+        assert [type(d) for d in m._spec.drafters] == [LlamaDraftModelDrafter]
+        for p in (PROMPT, "Once upon a time"):
+            ref = plain.create_completion(p, max_tokens=32, temperature=0)
+            got = m.create_completion(p, max_tokens=32, temperature=0)
+            assert _text(got) == _text(ref) and got["usage"] == ref["usage"]
+            st = m.last_speculative_stats
+            assert st.generated == got["usage"]["completion_tokens"]
+            assert set(st.drafted_by) <= {"llama-draft-model"}
+        m.create_completion(PROMPT, max_tokens=32, temperature=0)
+        st = m.last_speculative_stats
+        assert draft.calls > 0 and st.drafted_by == {"llama-draft-model": st.drafted} and st.drafted > 0
+    # combined with speculative=: both rows in one decoder, the object asked first
+    with Llama(_path(target), draft_model=Lookup(), speculative=SpecConfig("ngram-simple", **SMALL), **KW) as m:
+        assert [d.kind for d in m._spec.drafters] == ["llama-draft-model", "ngram-simple"]
+        assert _text(m.create_completion(PROMPT, max_tokens=32, temperature=0)) == _text(
+            plain_completion(target, PROMPT, 32))
+
+
+def plain_completion(target, prompt, n):
+    with Llama(_path(target), **KW) as plain:
+        return plain.create_completion(prompt, max_tokens=n, temperature=0)
+
+
+def test_the_draft_model_type_needs_its_object():
+    from llama_cpp._internals import LlamaModel
+
+    with LlamaModel(str(_path("bpe"))) as model, pytest.raises(SpeculativeError, match="Llama\\(draft_model="):
+        make_decoder(model, SpecConfig("llama-draft-model"), ctx_params=dict(CTX))
 
 
 def test_prompt_lookup_config_errors():
@@ -158,16 +200,37 @@ def test_prompt_lookup_config_errors():
     assert cfg.types[0] is SpeculativeType.PROMPT_LOOKUP and cfg.n_max == max(10, cfg.ngram_simple.size_m, 3)
 
 
-def test_replacing_the_draft_model_after_construction():
-    """Upstream reads ``draft_model`` at each generation: None turns drafting off, a custom model
-    runs its own loop; the output stays plain decoding's."""
-    with Llama(_path("bpe"), **KW) as plain, Llama(_path("bpe"), draft_model=LlamaPromptLookupDecoding(), **KW) as m:
+@pytest.mark.parametrize("target", TARGETS)
+def test_replacing_the_draft_model_after_construction(target):
+    """Upstream reads ``draft_model`` at each generation: assigning one rebuilds the decoder, which then
+    drafts with the new object (a custom one, a lookup, one added to a Llama made without); None turns
+    drafting off. The output stays plain decoding's throughout."""
+    with Llama(_path(target), **KW) as plain, Llama(_path(target), draft_model=LlamaPromptLookupDecoding(), **KW) as m:
         ref = _text(plain.create_completion(PROMPT, max_tokens=20, temperature=0))
         assert _text(m.create_completion(PROMPT, max_tokens=20, temperature=0)) == ref
+        assert set(m.last_speculative_stats.drafted_by) <= {"prompt-lookup"}
+        custom = Lookup()
+        m.draft_model = custom
+        assert m.draft_model is custom and m.__getstate__()["draft_model"] is custom  # pickled as it is now
+        assert _text(m.create_completion(PROMPT, max_tokens=20, temperature=0)) == ref
+        st = m.last_speculative_stats
+        assert custom.calls > 0 and st.drafted_by == {"llama-draft-model": st.drafted} and st.drafted > 0
+        lookup = Recording(2, 6)
+        m.draft_model = lookup
+        assert _text(m.create_completion(PROMPT, max_tokens=20, temperature=0)) == ref
+        assert lookup.calls and set(m.last_speculative_stats.drafted_by) <= {"prompt-lookup"}
         m.draft_model = None
         m.last_speculative_stats = None
+        assert m._running_spec() is None
         assert _text(m.create_completion(PROMPT, max_tokens=20, temperature=0)) == ref
         assert m.last_speculative_stats is None
+        with pytest.raises(TypeError, match="draft_model"):
+            m.draft_model = 42
+    with Llama(_path(target), **KW) as m:  # made without a draft model
+        custom = Lookup()
+        m.draft_model = custom
+        assert _text(m.create_completion(PROMPT, max_tokens=20, temperature=0)) == ref
+        assert custom.calls > 0 and m.last_speculative_stats.drafted > 0
 
 
 def test_slots_run_a_named_prompt_lookup(targets):

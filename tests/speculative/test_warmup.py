@@ -52,8 +52,8 @@ def _config(spec_type: str):
 @pytest.fixture
 def warmed(monkeypatch):
     """The ``ctx.ptr`` of every context :func:`warm_up` is called on (the real warm-up still runs)."""
+    from llama_cpp.speculative import dflash, draft, eagle3, mtp, slot_drafts
     from llama_cpp.speculative import engine as _spec_engine
-    from llama_cpp.speculative import mtp
 
     seen: list[int] = []
     real = _spec_engine.warm_up
@@ -62,8 +62,8 @@ def warmed(monkeypatch):
         seen.append(ctx.ptr)
         real(model, ctx, decode)
 
-    monkeypatch.setattr(_spec_engine, "warm_up", record)
-    monkeypatch.setattr(mtp, "warm_up", record)  # MTPDecoder's
+    for module in (_spec_engine, mtp, draft, eagle3, dflash, slot_drafts):  # each module that calls it
+        monkeypatch.setattr(module, "warm_up", record)
     return seen
 
 

@@ -4,10 +4,13 @@ decoders), with the rollback of rejected rows, partial or from a checkpoint."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from ...speculative.slots import remove_rejected, verify_rows
+from ...speculative.slots import DrafterFailed, remove_rejected, verify_rows
 from .state import Slot
+
+log = logging.getLogger("llama_cpp.server")
 
 
 class SlotSpeculating:
@@ -22,7 +25,12 @@ class SlotSpeculating:
     n_ctx_slot: int
     _h: Any
 
+    _out: Any
+
     def _accept(self, s: Slot, tok: int, row: Any) -> None:
+        raise NotImplementedError
+
+    def _release(self, s: Slot, active: bool = True, keep_cache: bool = False) -> None:
         raise NotImplementedError
 
     def _eog(self, tok: int) -> bool:
@@ -38,7 +46,8 @@ class SlotSpeculating:
 
     def _drafts(self, active: list[Slot]) -> dict[int, tuple[list[int], Any]]:
         """Each generating slot of ``active`` (this step's)'s draft (by sequence), within the context and
-        the batch."""
+        the batch. A slot whose drafter failed (:class:`~llama_cpp.speculative.slots.DrafterFailed`) ends
+        with that error and leaves ``active``; the others go on."""
         # a slot replaying rolled-back tokens drafts again once they are in the memory (a checkpoint is taken
         # before a step's rows, so drafting now would grow the replay with every rejection)
         gen = [s for s in active if s.next_tok is not None and s.spec is not None and not s.replay]
@@ -51,7 +60,17 @@ class SlotSpeculating:
             # the last draft row stays inside the slot's context and within max_tokens, as plain decoding stops
             k_max = min(self.spec.n_max, share, self.n_ctx_slot - 1 - s.pos, s.req.max_tokens - s.produced - 1)
             items.append((s.spec, s.seq, s.kv, s.next_tok, max(0, k_max)))
-        return {s.seq: d for s, d in zip(gen, self.spec.propose(items))}
+        out: dict[int, tuple[list[int], Any]] = {}
+        for s, d in zip(gen, self.spec.propose(items)):
+            if isinstance(d, DrafterFailed):
+                log.warning("request in slot %d failed: %s", s.seq, d)
+                self._out.put(s.job, "error", d)
+                self._release(s)
+                if s in active:  # (active may be the engine's own list, which _release left already)
+                    active.remove(s)
+            else:
+                out[s.seq] = d
+        return out
 
     def _verify(self, s: Slot, first: int, draft: list[int], src: Any, start: int) -> None:
         """Slot ``s``'s verify rows (from position ``start``: its replayed tokens, its pending token, its
