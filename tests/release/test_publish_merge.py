@@ -312,7 +312,8 @@ def test_an_edited_linked_entry_is_refused(two_releases, linked, tmp_path):
     merge_refused(r"SHA256SUMS-.*published .*edited after it was published")
     page.write_text(page.read_text().replace(w1[0].sha256, forged))  # the page alone
     merge_refused("index.html was edited")
-    renamed = w1[0].filename.replace("-cp", "-xx", 1)  # a link to another name than the entry's file
+    renamed = w1[0].filename.replace("-none-", "-abi3-", 1)  # a link to another name than the entry's file
+    assert renamed != w1[0].filename
     for p in (page, manifest):
         p.write_text(p.read_text().replace(f"/download/v1/{w1[0].filename}", f"/download/v1/{renamed}"))
     merge_refused(f"links to '{renamed}', not to '{w1[0].filename}'")
