@@ -335,3 +335,35 @@ def test_a_linked_entry_is_never_relinked(two_releases, linked, tmp_path):
     assert not index.new
     names = {p.name for p in publish.release_assets(index, tmp_path / "rerun-assets")}
     assert names == {w.filename for w in w2} | {f"SHA256SUMS-{config.variant}"}
+
+
+def test_the_release_workflows_command_links_uploads_and_checks(two_releases, tmp_path, monkeypatch, caplog):
+    """``build_tools publish --link-base URL --assets DIR --github-release TAG``, as release.yml runs it
+    (``gh`` a stand-in keeping the release in a JSON file): the pages hold no file, every file is an
+    asset under its own name at the linked URL, and assets under another tag fail the command."""
+    from build_tools import cli
+
+    from ..unit.build_tools.test_release_assets import FAKE_GH
+
+    config, (v1, d1, w1, sd), (v2, d2, w2) = two_releases
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(f"#!{sys.executable}\n" + FAKE_GH)
+    (bin_dir / "gh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GH_STATE", str(tmp_path / "release.json"))
+    monkeypatch.setenv("FAKE_GH_LOG", str(tmp_path / "gh.log"))
+    base = "https://github.com/owner/llama-cpp-python/releases/download/v1/"
+    argv = ["publish", config.name, "--dist", str(d1.parent), "--out", str(tmp_path / "index"), "--link-base", base,
+            "--assets", str(tmp_path / "assets"), "--github-release", "v1"]
+    assert cli.main(argv) == 0
+    assert _pages_only(tmp_path / "index") == {"index.html", "SHA256SUMS", "release-manifest.json"}
+    release = json.loads((tmp_path / "release.json").read_text())
+    assert set(release) == {w.filename for w in w1} | {sd.filename, f"SHA256SUMS-{config.variant}"}
+    assert all(a["url"] == base + name for name, a in release.items())
+    monkeypatch.setenv("FAKE_GH_STATE", str(tmp_path / "renamed.json"))
+    monkeypatch.setenv("FAKE_GH_TAG", "v0")  # the assets land under another tag than the links name
+    argv[argv.index(str(tmp_path / "index"))] = str(tmp_path / "index2")
+    argv[argv.index(str(tmp_path / "assets"))] = str(tmp_path / "assets2")
+    assert cli.main(argv) != 0
+    assert "another repository or tag" in caplog.text and "do not deploy the index" in caplog.text
