@@ -100,12 +100,12 @@ def parse_sums(text: str, where: str) -> dict[str, str]:
     return sums
 
 
-def page_links(text: str) -> dict[str, tuple[str, str | None]]:
-    """A PEP 503 project page's links: (href without fragment, sha256 or None) by link text."""
-    links: dict[str, tuple[str, str | None]] = {}
+def page_links(text: str) -> list[tuple[str, str, str | None]]:
+    """A PEP 503 project page's links, in order: (link text, href without fragment, sha256 or None)."""
+    links = []
     for href, label in _LINK.findall(text):
         href, _, frag = html.unescape(href).partition("#")
-        links[html.unescape(label).strip()] = (href, frag[len("sha256="):] if frag.startswith("sha256=") else None)
+        links.append((html.unescape(label).strip(), href, frag[len("sha256="):] if frag.startswith("sha256=") else None))
     return links
 
 

@@ -203,9 +203,13 @@ def verify_variant(variant: str, vdir: Path, release_sums: ReleaseSums | None = 
             raise PublishError(f"the existing index lacks {page_path} (or it is a link): its links cannot be "
                                "checked; restore it from the last release")
         page = page_links(page_path.read_text(encoding="utf-8"))
-        links = {n: (urllib.parse.unquote(h), d) for n, (h, d) in page.items()}
+        links = {n: (urllib.parse.unquote(h), d) for n, h, d in page}
         want = {f.filename: (urllib.parse.unquote(f.href), f.sha256) for f in files}
         edited = sorted(n for n in set(links) | set(want) if links.get(n) != want.get(n))
+        twice = sorted({n for n, _h, _d in page if [m for m, _h2, _d2 in page].count(n) > 1})
+        if twice:
+            raise PublishError(f"the existing index's {page_path} was edited: it links {twice[0]} more than once; "
+                               "restore the page from the release that published it")
         if edited:
             n = edited[0]
             raise PublishError(f"the existing index's {page_path} was edited: it links {n} as {links.get(n)}, but "

@@ -312,6 +312,9 @@ def test_an_edited_linked_entry_is_refused(two_releases, linked, tmp_path):
     merge_refused(r"SHA256SUMS-.*published .*edited after it was published")
     page.write_text(page.read_text().replace(w1[0].sha256, forged))  # the page alone
     merge_refused("index.html was edited")
+    first = next(line for line in page.read_text().splitlines() if w1[0].filename in line)
+    page.write_text(page.read_text().replace(first, first.replace(w1[0].sha256, forged) + "\n" + first))
+    merge_refused("more than once")  # a second link of the same name before the published one
     renamed = w1[0].filename.replace("-none-", "-abi3-", 1)  # a link to another name than the entry's file
     assert renamed != w1[0].filename
     for p in (page, manifest):

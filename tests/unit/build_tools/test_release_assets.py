@@ -150,6 +150,6 @@ def test_link_base_and_page_links():
     assert "ending in '/'" in hosted.link_base_problem(BASE.rstrip("/"))
     assert hosted.file_url(BASE, CU) == BASE + "llama_cpp_python-0.4.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl"
     page = f'<a href="{hosted.file_url(BASE, CU)}#sha256={"a" * 64}" data-requires-python="&gt;=3.10">{CU}</a><br/>'
-    assert hosted.page_links(page) == {CU: (hosted.file_url(BASE, CU), "a" * 64)}
+    assert hosted.page_links(page) == [(CU, hosted.file_url(BASE, CU), "a" * 64)]
     with pytest.raises(PublishError, match="line 2"):
         hosted.parse_sums(f"{'a' * 64}  {CU}\nnot a line\n", "SHA256SUMS")
