@@ -421,8 +421,13 @@ def release_assets(index: PublishedIndex, folder: Path) -> list[Path]:
         if seen.sha256 != f.sha256:
             raise PublishError(f"two release assets would be named {f.filename} ({seen.variant}: {seen.sha256[:16]}, "
                                f"{f.variant}: {f.sha256[:16]}); give the variants' files distinct names")
+    # the sums list every entry linked into this release, also one an earlier run of it published
+    # and this run was not given (a configuration left out of a re-run): the asset is replaced whole
+    ours = {(f.variant, f.filename): f for f in index.files
+            if index.link_base is not None and f.url is not None and f.url == file_url(index.link_base, f.filename)}
+    ours.update({(f.variant, f.filename): f for f in index.given})
     sums: dict[str, list[PublishedFile]] = {}
-    for f in index.given:
+    for f in ours.values():
         sums.setdefault(RELEASE_SUMS.format(variant=f.variant), []).append(f)
     clash = sorted(set(by_name) & set(sums))
     if clash:
@@ -466,7 +471,7 @@ def _asset_problem(asset: dict[str, Any] | None, path: Path, digest: str, link: 
         return "no asset has that name"
     if asset.get("size") != path.stat().st_size:
         return f"the asset of that name has {asset.get('size')} bytes, the file {path.stat().st_size}"
-    if asset.get("digest") and asset["digest"] != f"sha256:{digest}":  # gh >= 2.76 reports it
+    if asset.get("digest") and asset["digest"] != f"sha256:{digest}":  # where gh reports one
         return f"the asset of that name has digest {asset['digest']}, the file sha256:{digest}"
     if link is not None and asset.get("url") and \
             urllib.parse.unquote(asset["url"]) != urllib.parse.unquote(link):
@@ -480,8 +485,8 @@ def upload_github(files: Sequence[Path], tag: str, link_base: str | None = None)
     links): an asset GitHub renamed must never be linked.
 
     A file the release already holds (same name, size and digest: a re-run) is not uploaded again;
-    another of a published name is replaced (``--clobber``): publish refused beforehand any name the
-    hosted index links with other bytes, so only a file no index links yet can be replaced.
+    any other is uploaded with ``--clobber``: publish refused beforehand a name the hosted index
+    already links with other bytes, so an asset replaced here is one no deployed page links yet.
     """
     gh = shutil.which("gh")
     if gh is None:

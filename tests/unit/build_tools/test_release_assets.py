@@ -153,3 +153,18 @@ def test_link_base_and_page_links():
     assert hosted.page_links(page) == [(CU, hosted.file_url(BASE, CU), "a" * 64)]
     with pytest.raises(PublishError, match="line 2"):
         hosted.parse_sums(f"{'a' * 64}  {CU}\nnot a line\n", "SHA256SUMS")
+
+
+def test_a_rerun_given_fewer_files_keeps_the_releases_whole_list(tmp_path):
+    """A re-run of the tag without one configuration: the entries the first run linked into this
+    release stay in its SHA256SUMS-<variant> (the asset is replaced whole), though not re-uploaded."""
+    cu = _file(tmp_path, "cu130", CU, b"cuda wheel")
+    cp313 = CU.replace("cp312", "cp313")
+    earlier = publish.PublishedFile("cu130", cp313, "a" * 64, ">=3.10", None, hosted.file_url(BASE, cp313))
+    elsewhere = publish.PublishedFile("cu130", "llama_cpp_python-0.3.9+cu130-py3-none-any.whl", "b" * 64, None, None,
+                                      "https://github.com/owner/llama-cpp-python/releases/download/v0.3.9/x.whl")
+    index = publish.PublishedIndex(tmp_path / "whl", BASE, files=[cu, earlier, elsewhere], given=[cu], new=[cu])
+    assets = {p.name: p for p in publish.release_assets(index, tmp_path / "assets")}
+    assert set(assets) == {CU, "SHA256SUMS-cu130"}
+    assert hosted.parse_sums(assets["SHA256SUMS-cu130"].read_text(), "x") == {CU: cu.sha256,
+                                                                              earlier.filename: earlier.sha256}
