@@ -160,6 +160,9 @@ def test_earlier_files_are_carried_over(cleared, tmp_path):
     manifest = vdir.parent / "release-manifest.json"
     _edit_json(manifest, lambda m: m["files"].append({"filename": old, "sha256": ws[0].sha256,
                                                       "requires_python": ">=3.10"}))
+    page = vdir / "index.html"
+    page.write_text(page.read_text().replace("  </body>", f'    <a href="{old}#sha256={ws[0].sha256}">{old}</a><br/>\n'
+                                                           "  </body>"))
     publish.run([dist.DistDir(d)], out)
     assert old in (vdir / "index.html").read_text() and (vdir / old).is_file()
     (vdir / old).write_bytes(b"damaged")

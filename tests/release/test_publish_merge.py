@@ -189,7 +189,8 @@ def test_the_hosted_index_is_fetched_verified_then_merged(two_releases, tmp_path
     assert hosted.fetch(url, tmp_path / "empty-site-first") == len(w1) + 1
     work = tmp_path / "work"
     hosted.fetch(url, work)
-    assert _tree(work) == {k: v for k, v in _tree(hosted_root).items() if not k.endswith("index.html")}
+    assert _tree(work) == {k: v for k, v in _tree(hosted_root).items()  # the project pages, not the roots
+                           if not k.endswith("index.html") or k.endswith("llama-cpp-python/index.html")}
     publish.run([dist.DistDir(d2)], work)
     assert {w.filename for w in [*w1, *w2]} <= {p.name for p in (work / "whl" / config.variant / "llama-cpp-python").iterdir()}
     assert hosted.fetch(served(tmp_path / "nothing-here"), tmp_path / "first") == 0
@@ -217,3 +218,155 @@ def test_the_local_loop_replaces_a_rebuilt_file_without_writing_through(two_rele
     assert keep.read_bytes() == sd.path.read_bytes()  # the old file's bytes were not written through
     assert f"{digest}  {sd.filename}" in (vdir / "SHA256SUMS").read_text()
     assert publish.verify_variant(config.variant, vdir)[0]  # the index verifies after the replacement
+
+
+def _pages_only(root: Path) -> set[str]:
+    """The names of the files a Pages site holds."""
+    return {p.name for p in root.rglob("*") if p.is_file()}
+
+
+def _release_linked(dist_dir: Path, pages: Path, pages_url: str | None, assets: Path, assets_url: str, tag: str,
+                    work: Path, sdist: publish.ClearedSdist | None = None) -> publish.PublishedIndex:
+    """What release.yml does for one tag: fetch the published site (if any), merge this release with
+    links to its assets, lay the assets out on the "GitHub release" host, deploy the pages."""
+    if pages_url is not None:
+        assert hosted.fetch(pages_url, work) == 0  # linked entries: no wheel is downloaded
+    index = publish.run([dist.DistDir(dist_dir)], work, sdist=sdist, link_base=f"{assets_url}/download/{tag}/")
+    publish.release_assets(index, assets / "download" / tag)
+    shutil.rmtree(pages / "whl", ignore_errors=True)
+    shutil.copytree(work / "whl", pages / "whl")
+    return index
+
+
+@pytest.fixture
+def linked(two_releases, tmp_path, served):
+    """Release 1 and then release 2 published into one Pages site whose links point at a second host."""
+    config, (v1, d1, w1, sd), (v2, d2, w2) = two_releases
+    pages, assets = tmp_path / "pages", tmp_path / "assets"
+    pages.mkdir()
+    assets.mkdir()
+    pages_url, assets_url = served(pages), served(assets)
+    _release_linked(d1, pages, None, assets, assets_url, "v1", tmp_path / "work1",
+                    publish.cleared_sdist(sd.path.parent))
+    _release_linked(d2, pages, pages_url, assets, assets_url, "v2", tmp_path / "work2")
+    return pages, pages_url, assets, assets_url
+
+
+def _pip_download(url: str, spec: str, dest: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "LLAMA_CPP_"))}
+    return subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                           "--only-binary", ":all:", "--index-url", url, "-d", str(dest), spec],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+
+
+def test_linked_releases_resolve_across_hosts_with_hash_checks(two_releases, linked, tmp_path):
+    """The Pages site holds pages and lists only; pip follows its links to the release host, for
+    both versions, and checks each download against the page's sha256."""
+    config, (v1, d1, w1, sd), (v2, d2, w2) = two_releases
+    pages, pages_url, assets, assets_url = linked
+    assert _pages_only(pages) == {"index.html", "SHA256SUMS", "release-manifest.json"}
+    vdir = pages / "whl" / config.variant
+    page = (vdir / "llama-cpp-python" / "index.html").read_text()
+    for tag, ws in (("v1", w1), ("v2", w2)):
+        for w in ws:
+            assert f'href="{assets_url}/download/{tag}/{w.filename}#sha256={w.sha256}"' in page
+        assert hosted.parse_sums((assets / "download" / tag / f"SHA256SUMS-{config.variant}").read_text(), "x") == \
+            {w.filename: w.sha256 for w in ws} | ({sd.filename: sd.sha256} if tag == "v1" else {})
+    assert f'href="{assets_url}/download/v1/{sd.filename}#sha256={sd.sha256}"' in page
+    manifest = json.loads((vdir / "release-manifest.json").read_text())
+    assert sorted(r["version"] for r in manifest["releases"]) == sorted([v1, v2])
+    url = f"{pages_url}/whl/{config.variant}/"
+    for version, want in ((v1, w1[0]), (v2, w2[0]), (None, w2[0])):
+        dl = tmp_path / f"dl-{version}"
+        done = _pip_download(url, f"llama-cpp-python=={version}" if version else "llama-cpp-python", dl)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert [p.name for p in dl.iterdir()] == [want.filename]
+        assert hashlib.sha256((dl / want.filename).read_bytes()).hexdigest() == want.sha256
+    # an asset replaced on the release host: pip refuses it by the page's hash
+    _overwrite(assets / "download" / "v1" / w1[0].filename, b"not the published wheel")
+    done = _pip_download(url, f"llama-cpp-python=={v1}", tmp_path / "dl-tampered")
+    assert done.returncode != 0 and "hash" in (done.stdout + done.stderr).lower()
+
+
+def test_an_edited_linked_entry_is_refused(two_releases, linked, tmp_path):
+    """Editing the site, however consistently, is caught by the release's own SHA256SUMS-<variant>;
+    a page that disagrees with the lists, or a link to another file name, is refused too."""
+    config, (v1, d1, w1, sd), (v2, d2, w2) = two_releases
+    pages, pages_url, assets, assets_url = linked
+    vdir = pages / "whl" / config.variant
+    page, sums, manifest = (vdir / "llama-cpp-python" / "index.html", vdir / "SHA256SUMS",
+                            vdir / "release-manifest.json")
+    saved = {p: p.read_text() for p in (page, sums, manifest)}
+    forged = hashlib.sha256(b"another wheel").hexdigest()
+
+    def merge_refused(match: str) -> None:
+        work = tmp_path / f"work-{len(list(tmp_path.iterdir()))}"
+        with pytest.raises(publish.PublishError, match=match):
+            hosted.fetch(pages_url, work)
+            publish.run([dist.DistDir(d2)], work, link_base=f"{assets_url}/download/v3/")
+        for p, text in saved.items():
+            p.write_text(text)
+
+    for p in (page, sums, manifest):  # one old entry's sha256 changed in all three, consistently
+        p.write_text(p.read_text().replace(w1[0].sha256, forged))
+    merge_refused(r"SHA256SUMS-.*published .*edited after it was published")
+    page.write_text(page.read_text().replace(w1[0].sha256, forged))  # the page alone
+    merge_refused("index.html was edited")
+    first = next(line for line in page.read_text().splitlines() if w1[0].filename in line)
+    page.write_text(page.read_text().replace(first, first.replace(w1[0].sha256, forged) + "\n" + first))
+    merge_refused("more than once")  # a second link of the same name before the published one
+    renamed = w1[0].filename.replace("-none-", "-abi3-", 1)  # a link to another name than the entry's file
+    assert renamed != w1[0].filename
+    for p in (page, manifest):
+        p.write_text(p.read_text().replace(f"/download/v1/{w1[0].filename}", f"/download/v1/{renamed}"))
+    merge_refused(f"links to '{renamed}', not to '{w1[0].filename}'")
+    _overwrite(assets / "download" / "v1" / f"SHA256SUMS-{config.variant}", b"")
+    merge_refused("does not list")
+    (assets / "download" / "v1" / f"SHA256SUMS-{config.variant}").unlink()
+    merge_refused("missing .404.")
+
+
+def test_a_linked_entry_is_never_relinked(two_releases, linked, tmp_path):
+    """Release 2 published again under another tag: its files already have links, which stay."""
+    config, (v1, d1, w1, sd), (v2, d2, w2) = two_releases
+    pages, pages_url, assets, assets_url = linked
+    hosted.fetch(pages_url, tmp_path / "again")
+    with pytest.raises(publish.PublishError, match="already links it to .*/download/v2/.*never rewritten"):
+        publish.run([dist.DistDir(d2)], tmp_path / "again", link_base=f"{assets_url}/download/v3/")
+    # the same tag again (a re-run): nothing new, every file of the release still laid out as its asset
+    index = publish.run([dist.DistDir(d2)], tmp_path / "again", link_base=f"{assets_url}/download/v2/")
+    assert not index.new
+    names = {p.name for p in publish.release_assets(index, tmp_path / "rerun-assets")}
+    assert names == {w.filename for w in w2} | {f"SHA256SUMS-{config.variant}"}
+
+
+def test_the_release_workflows_command_links_uploads_and_checks(two_releases, tmp_path, monkeypatch, caplog):
+    """``build_tools publish --link-base URL --assets DIR --github-release TAG``, as release.yml runs it
+    (``gh`` a stand-in keeping the release in a JSON file): the pages hold no file, every file is an
+    asset under its own name at the linked URL, and assets under another tag fail the command."""
+    from build_tools import cli
+
+    from ..unit.build_tools.test_release_assets import FAKE_GH
+
+    config, (v1, d1, w1, sd), (v2, d2, w2) = two_releases
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(f"#!{sys.executable}\n" + FAKE_GH)
+    (bin_dir / "gh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GH_STATE", str(tmp_path / "release.json"))
+    monkeypatch.setenv("FAKE_GH_LOG", str(tmp_path / "gh.log"))
+    base = "https://github.com/owner/llama-cpp-python/releases/download/v1/"
+    argv = ["publish", config.name, "--dist", str(d1.parent), "--out", str(tmp_path / "index"), "--link-base", base,
+            "--assets", str(tmp_path / "assets"), "--github-release", "v1"]
+    assert cli.main(argv) == 0
+    assert _pages_only(tmp_path / "index") == {"index.html", "SHA256SUMS", "release-manifest.json"}
+    release = json.loads((tmp_path / "release.json").read_text())
+    assert set(release) == {w.filename for w in w1} | {sd.filename, f"SHA256SUMS-{config.variant}"}
+    assert all(a["url"] == base + name for name, a in release.items())
+    monkeypatch.setenv("FAKE_GH_STATE", str(tmp_path / "renamed.json"))
+    monkeypatch.setenv("FAKE_GH_TAG", "v0")  # the assets land under another tag than the links name
+    argv[argv.index(str(tmp_path / "index"))] = str(tmp_path / "index2")
+    argv[argv.index(str(tmp_path / "assets"))] = str(tmp_path / "assets2")
+    assert cli.main(argv) != 0
+    assert "another repository or tag" in caplog.text and "do not deploy the index" in caplog.text

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -301,7 +300,7 @@ def test_windows_steps_set_up_msvc_and_cuda_only_on_windows():
 
 def test_the_publish_gate_covers_every_platform():
     """The gate loops over ``names`` (every release configuration, Windows and macOS too) and needs
-    every smoke cell; PyPI gets the cpu index, where Windows and macOS wheels are."""
+    every smoke cell; PyPI gets the wheels without a local version (the cpu variant: Windows and macOS too)."""
     names = ci_matrices()["names"].split()
     for name in ("cpu-windows-msvc", "metal"):
         assert name in names
@@ -311,7 +310,7 @@ def test_the_publish_gate_covers_every_platform():
     m = load_matrix()
     assert {m.get(n).variant for n in ("cpu-windows-msvc", "metal")} == {"cpu"}
     pypi = next(s for s in jobs["publish"]["steps"] if "pypi/" in s.get("run", ""))
-    assert "whl/cpu/" in pypi["run"]
+    assert 'release-assets/llama_cpp_python-"$version"-*.whl' in pypi["run"]  # no local version: not +cu130
 
 
 def test_vulkan_glslc_comes_from_pinned_sources_in_the_manylinux_image():
@@ -329,46 +328,13 @@ def test_vulkan_glslc_comes_from_pinned_sources_in_the_manylinux_image():
     assert steps.index(glslc) < names.index("Content key")
 
 
-def _release_upload(tmp_path: Path, files: dict[str, str]) -> tuple[int, list[str], str]:
-    """Run the publish job's "GitHub release" step with ``gh`` recording its upload arguments."""
-    step = next(s for s in _load("release.yml")["jobs"]["publish"]["steps"] if s.get("name") == "GitHub release")
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "gh").write_text('#!/bin/bash\nif [ "$2" = upload ]; then shift 4; printf "%s\\n" "$@" > uploaded; fi\n')
-    (bin_dir / "gh").chmod(0o755)
-    done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GITHUB_REF_NAME": "v0.4.0"},
-                          timeout=60, check=False)
-    uploaded = (tmp_path / "uploaded").read_text().split() if (tmp_path / "uploaded").is_file() else []
-    return done.returncode, uploaded, done.stdout + done.stderr
-
-
-def test_each_variants_sha256sums_is_uploaded_under_its_own_name(tmp_path):
-    whl = "dist/index/whl/{}/llama-cpp-python/llama_cpp_python-0.4.0{}-cp312-cp312-manylinux_2_28_x86_64.whl"
-    files = {"dist/index/whl/cpu/SHA256SUMS": "cpu sums\n", "dist/index/whl/cu130/SHA256SUMS": "cu130 sums\n",
-             whl.format("cpu", ""): "w", whl.format("cu130", "+cu130"): "w"}
-    rc, uploaded, out = _release_upload(tmp_path, files)
-    assert rc == 0, out
-    names = [Path(u).name for u in uploaded]
-    assert len(names) == len(set(names)) == 4
-    assert {"SHA256SUMS-cpu", "SHA256SUMS-cu130"} <= set(names)
-    by_name = {Path(u).name: tmp_path / u for u in uploaded}
-    assert by_name["SHA256SUMS-cu130"].read_text() == "cu130 sums\n"  # each variant's own sums
-
-
-def test_two_assets_of_one_name_are_refused(tmp_path):
-    whl = "dist/index/whl/{}/llama-cpp-python/llama_cpp_python-0.4.0-cp312-cp312-manylinux_2_28_x86_64.whl"
-    files = {"dist/index/whl/cpu/SHA256SUMS": "a\n", "dist/index/whl/other/SHA256SUMS": "b\n",
-             whl.format("cpu"): "w", whl.format("other"): "w"}
-    rc, uploaded, out = _release_upload(tmp_path, files)
-    assert rc != 0 and "same name" in out and not uploaded
+def _publish_step() -> dict:
+    steps = _load("release.yml")["jobs"]["publish"]["steps"]
+    return next(s for s in steps if "build_tools publish" in s.get("run", ""))
 
 
 def test_the_hosted_index_is_merged_then_deployed():
-    """Each release fetches what Pages serves, merges into it (never rewriting a file) and deploys the
+    """Each release fetches what Pages serves, merges into it (never rewriting an entry) and deploys the
     result; the sdist goes to PyPI beside the cpu wheels."""
     jobs = _load("release.yml")["jobs"]
     publish = " ".join(s.get("run", "") for s in jobs["publish"]["steps"])
@@ -379,6 +345,48 @@ def test_the_hosted_index_is_merged_then_deployed():
     pages = jobs["pages"]
     assert pages["permissions"] == {"pages": "write", "id-token": "write"}
     assert [s["uses"].split("@")[0] for s in pages["steps"]] == ["actions/deploy-pages"]
+
+
+def test_new_entries_link_to_this_tags_release_assets_uploaded_and_checked_before_pages():
+    """The links and the upload name one tag and one repository; publish uploads and checks the
+    assets (names, URLs) in the step that writes the index, before the Pages artifact exists."""
+    step = _publish_step()
+    env, run = step["env"], step["run"]
+    assert env["TAG"] == "${{ github.ref_name }}"
+    assert env["ASSETS_URL"] == "https://github.com/${{ github.repository }}/releases/download/${{ github.ref_name }}/"
+    assert env["GH_TOKEN"] == "${{ github.token }}"
+    for flag in ('--link-base "$ASSETS_URL"', '--github-release "$TAG"', "--assets release-assets",
+                 '--merge-from "$INDEX_URL"'):
+        assert flag in run
+    steps = _load("release.yml")["jobs"]["publish"]["steps"]
+    pages = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/upload-pages-artifact@"))
+    assert steps.index(step) < pages
+    assert not any("gh release" in s.get("run", "") for s in steps)  # one upload, the checked one
+    attest = next(s for s in steps if s.get("uses", "").startswith("actions/attest-build-provenance@"))
+    assert attest["with"]["subject-path"] == "release-assets/*.whl"
+
+
+def _run_step(name: str, tmp_path: Path, files: dict[str, str]) -> subprocess.CompletedProcess:
+    step = next(s for s in _load("release.yml")["jobs"]["publish"]["steps"] if s.get("name") == name)
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+PAGES_ONLY = "The Pages site holds the index pages only (its links point at the release assets)"
+
+
+def test_the_pages_artifact_refuses_anything_but_the_index_pages(tmp_path):
+    pages = {"dist/index/whl/index.html": "", "dist/index/whl/cu130/index.html": "",
+             "dist/index/whl/cu130/llama-cpp-python/index.html": "", "dist/index/whl/cu130/SHA256SUMS": "",
+             "dist/index/whl/cu130/release-manifest.json": ""}
+    done = _run_step(PAGES_ONLY, tmp_path / "ok", pages)
+    assert done.returncode == 0, done.stdout + done.stderr
+    wheel = "dist/index/whl/cu130/llama-cpp-python/llama_cpp_python-0.4.0+cu130-cp312-cp312-linux_x86_64.whl"
+    done = _run_step(PAGES_ONLY, tmp_path / "stray", {**pages, wheel: "w"})
+    assert done.returncode != 0 and "llama_cpp_python-0.4.0+cu130" in done.stdout
 
 
 def test_plugin_wheels_are_built_beside_the_wheels_and_checked_before_publishing():
