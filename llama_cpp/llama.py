@@ -233,17 +233,11 @@ class Llama:
                           "one generation sequence (the output is the same without it)", UserWarning, stacklevel=2)
         spec_cfg = self._spec_config()
         spec_on = spec_cfg is not None
-        if spec_on:
-            # everything checkable without loading: the file's NextN layers, the batch sizes
-            _spec.check_model_file(model_path, spec_cfg, kv_overrides)
-            _spec.check_context_params(spec_cfg, {
-                "n_ctx": int(n_ctx), "n_batch": int(n_batch), "n_ubatch": int(n_ubatch),
-                "n_seq_max": 1 if n_seq_max is None else int(n_seq_max), "embeddings": bool(embedding)})
-        # load_mtp alone: the NextN tensors for a caller that drafts with them itself (the server's slots)
-        want_mtp = (spec_on and spec_cfg.needs_nextn) or (bool(load_mtp) and not vocab_only)
-        if want_mtp and not spec_on:
-            _spec.check_model_file(model_path, _spec.SpecConfig(spec_type=_spec.SpeculativeType.DRAFT_MTP),
-                                   kv_overrides)
+        # everything checkable without loading: the file's NextN layers, the batch sizes
+        want_mtp = _spec.check_before_load(model_path, spec_cfg, kv_overrides, {
+            "n_ctx": int(n_ctx), "n_batch": int(n_batch), "n_ubatch": int(n_ubatch),
+            "n_seq_max": 1 if n_seq_max is None else int(n_seq_max), "embeddings": bool(embedding)},
+            bool(load_mtp) and not vocab_only)
         _boundary.verify_load(self.model_path, isolate_load, kv_overrides, want_mtp, embedding, vocab_only)
         placed = _place(self._init_args)  # checked and resolved before loading; fit=True may choose n_ctx
         n_ctx = placed.n_ctx

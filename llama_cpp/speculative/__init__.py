@@ -98,6 +98,7 @@ from .engine import (
 )
 from .factory import draft_decoder_parts, make_decoder
 from .model_files import (
+    check_before_load,
     check_context_params,
     check_model_file,
     gguf_nextn_layers,
@@ -122,6 +123,7 @@ __all__ = [
     "SpeculativeStats",
     "SpeculativeType",
     "build_drafters",
+    "check_before_load",
     "check_context_params",
     "check_model_file",
     "draft_decoder_parts",

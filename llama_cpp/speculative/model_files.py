@@ -78,6 +78,21 @@ def _gguf_arch(path: str | os.PathLike[str]) -> str | None:
     return arch if isinstance(arch, str) else None
 
 
+def check_before_load(path: str | os.PathLike[str], config: SpecConfig | None, kv_overrides: Mapping[str, Any] | None,
+                      ctx_params: Mapping[str, Any], load_mtp: bool) -> bool:
+    """Everything about a model file and its context sizes checkable before loading, for ``config``
+    (None: no speculation) and ``load_mtp`` (a caller that drafts with the NextN heads itself, the
+    server's slots); True when the NextN tensors are to be loaded."""
+    spec_on = config is not None and config.enabled
+    if spec_on:
+        check_model_file(path, config, kv_overrides)
+        check_context_params(config, ctx_params)
+    want_mtp = (spec_on and config.needs_nextn) or load_mtp
+    if want_mtp and not spec_on:
+        check_model_file(path, SpecConfig(spec_type=SpeculativeType.DRAFT_MTP), kv_overrides)
+    return want_mtp
+
+
 def check_context_params(config: SpecConfig, ctx_params: Mapping[str, Any]) -> None:
     """Reject types not implemented and context sizes that cannot hold one verify batch, before
     any native call."""
