@@ -397,7 +397,7 @@ class MultimodalChatEngine:
                     constraint.close()
         return gen()
 
-    def _chat_layer_for(self, tools: Any, response_format: Any, opts: dict[str, Any]) -> NativeChatHandler | None:
+    def chat_layer_for(self, tools: Any, response_format: Any, opts: dict[str, Any]) -> NativeChatHandler | None:
         """llama.cpp's chat layer where ``Llama.create_chat_completion`` would take it: chat options or a
         ``response_format``, or tools that the model's template knows; None for the template path."""
         if not (tools or response_format or opts):
@@ -439,7 +439,7 @@ class MultimodalChatEngine:
                         typical_p=typical_p, repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                         presence_penalty=presence_penalty, seed=seed, model=model, logits_processor=logits_processor,
                         stopping_criteria=stopping_criteria)
-        layer = self._chat_layer_for(tools or functions, response_format, opts)
+        layer = self.chat_layer_for(tools or functions, response_format, opts)
         if layer is not None:
             msgs, media = flatten_messages(messages, self.mtmd.marker, self.media_policy)
             out = layer(llama=MediaChatTarget(self, media), messages=msgs, functions=functions,
@@ -649,7 +649,7 @@ class MTMDChatHandler:
         dec = llama._running_spec()
         return {"decoder": dec} if isinstance(dec, MediaHistory) else {"context": llama.native_context()}
 
-    def _engine(self, llama: Any) -> MultimodalChatEngine:
+    def engine_for(self, llama: Any) -> MultimodalChatEngine:
         """The engine one request runs on: the Llama's model, context (or speculative decoder) and
         chat template (the vision presets in :mod:`llama_cpp._multimodal.vision_handlers` give their own template)."""
         own = llama.chat_format is None and bool(llama.native_model().chat_template())
@@ -665,7 +665,7 @@ class MTMDChatHandler:
         bad = sorted(k for k, v in options.items() if k not in _HANDLER_OPTIONS and v not in (None, False, [], {}))
         if bad:
             raise MultimodalError(f"the multimodal chat handler does not support {', '.join(bad)}")
-        engine = self._engine(llama)
+        engine = self.engine_for(llama)
         llama.reset()
         result = engine.create_chat_completion(
             messages, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,

@@ -181,7 +181,7 @@ class Llava15ChatHandler(MTMDChatHandler):
         super().__init__(clip_model_path, verbose, use_gpu, n_threads=n_threads, media_marker=media_marker,
                          media_dirs=media_dirs)
 
-    def _engine(self, llama: Any) -> MultimodalChatEngine:
+    def engine_for(self, llama: Any) -> MultimodalChatEngine:
         model = llama.native_model()
         bos = model.token_text(model.token_bos()) if model.token_bos() >= 0 else ""
         eos = model.token_text(model.token_eos()) if model.token_eos() >= 0 else ""

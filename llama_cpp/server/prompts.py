@@ -241,7 +241,7 @@ def media_chat_prompt(llama: Llama, body: Any, n_ctx: int) -> ChatPrompt:
 
     handler = llama.chat_handler
     with ENCODE_LOCK:  # the handler makes its mtmd context on first use; mtmd is used by one thread at a time
-        engine = handler._engine(llama)
+        engine = handler.engine_for(llama)
     try:
         check_tools(body.tools)
         check_tools(body.functions, "functions")
@@ -263,7 +263,7 @@ def media_chat_prompt(llama: Llama, body: Any, n_ctx: int) -> ChatPrompt:
         finally:
             chunks.close()
 
-    layer = engine._chat_layer_for(tools, body.response_format, opts)
+    layer = engine.chat_layer_for(tools, body.response_format, opts)
     if layer is not None:
         msgs, media = flatten_messages(body.messages, engine.mtmd.marker, engine.media_policy)
 

@@ -56,7 +56,7 @@ def test_preset_prompt_is_upstreams(paths, name):
     cls = getattr(lcf, name)
     handler = cls(clip_model_path=str(mmproj), verbose=False, n_threads=1)
     with Llama(str(model), n_ctx=512, n_batch=64, n_threads=1, chat_handler=handler, verbose=False) as llm:
-        engine = handler._engine(llm)
+        engine = handler.engine_for(llm)
         msgs = _messages(png)
         prompt, media, stops, has_bos = engine.render(msgs)
         assert len(media) == 1 and stops == [] and has_bos is False
