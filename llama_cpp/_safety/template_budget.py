@@ -37,7 +37,9 @@ DEFAULT_LIMITS = RenderLimits()
 _MAX_POW_BITS = 1 << 16
 
 
-class _Spend:
+class Spend:
+    """What one render has spent: loop iterations against its limits, and its deadline."""
+
     def __init__(self, limits: RenderLimits) -> None:
         self.limits = limits
         self.iterations = 0
@@ -52,11 +54,13 @@ class _Spend:
             raise TemplateError(f"the chat template exceeded its time budget ({self.limits.seconds} s per render)")
 
 
-_current: contextvars.ContextVar[_Spend | None] = contextvars.ContextVar("template_spend", default=None)
+#: the render in progress on this thread or task (None outside a budgeted render)
+current_spend: contextvars.ContextVar[Spend | None] = contextvars.ContextVar("template_spend", default=None)
 
 
-def _too_long(n: int, what: str) -> None:
-    spend = _current.get()
+def check_length(n: int, what: str) -> None:
+    """Refuse (``TemplateError``) building ``what`` of ``n`` items over the render's string limit."""
+    spend = current_spend.get()
     limit = (spend.limits if spend else DEFAULT_LIMITS).string_chars
     if n > limit:
         raise TemplateError(f"the chat template tried to build {what} of {n} items; "
@@ -68,15 +72,15 @@ def _sized(value: Any) -> bool:
 
 
 def _checked_center(value: str, width: int = 80) -> str:
-    _too_long(int(width), "a centered string")
+    check_length(int(width), "a centered string")
     return do_center(value, width)
 
 
 def _checked_indent(s: str, width: int | str = 4, first: bool = False, blank: bool = False) -> str:
     if isinstance(width, int):
-        _too_long(width * (str(s).count("\n") + 1), "an indented string")
+        check_length(width * (str(s).count("\n") + 1), "an indented string")
     else:
-        _too_long(len(width) * (str(s).count("\n") + 1), "an indented string")
+        check_length(len(width) * (str(s).count("\n") + 1), "an indented string")
     return do_indent(s, width, first, blank)
 
 
@@ -85,9 +89,9 @@ class _BudgetHook:
 
     @staticmethod
     def iterate(iterable: Iterable[Any]) -> Iterator[Any]:
-        spend = _current.get()
+        spend = current_spend.get()
         if spend is None:
-            spend = _Spend(DEFAULT_LIMITS)
+            spend = Spend(DEFAULT_LIMITS)
         for item in iterable:
             spend.iteration()
             yield item
@@ -115,9 +119,9 @@ class BudgetedSandbox(ImmutableSandboxedEnvironment):
         if operator == "*":
             seq, n = (left, right) if _sized(left) else (right, left)
             if _sized(seq) and isinstance(n, int):
-                _too_long(len(seq) * n, "a repeated string or list")
+                check_length(len(seq) * n, "a repeated string or list")
         elif operator == "+" and _sized(left) and _sized(right):
-            _too_long(len(left) + len(right), "a concatenated string or list")
+            check_length(len(left) + len(right), "a concatenated string or list")
         elif operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
             if right * math.log2(abs(left)) > _MAX_POW_BITS:
                 raise TemplateError(f"the chat template computed {left} ** {right}, "
@@ -126,7 +130,7 @@ class BudgetedSandbox(ImmutableSandboxedEnvironment):
 
     def render_bounded(self, template: Any, limits: RenderLimits, **variables: Any) -> str:
         """Render ``template`` under ``limits``; raises TemplateError naming the budget exceeded."""
-        token = _current.set(_Spend(limits))
+        token = current_spend.set(Spend(limits))
         try:
             parts: list[str] = []
             size = 0
@@ -141,4 +145,4 @@ class BudgetedSandbox(ImmutableSandboxedEnvironment):
             raise TemplateError("the chat template ran out of memory; its string budget did not catch "
                                 "the construct that did it") from exc
         finally:
-            _current.reset(token)
+            current_spend.reset(token)

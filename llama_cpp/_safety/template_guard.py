@@ -26,7 +26,7 @@ from jinja2.utils import generate_lorem_ipsum
 from jinja2.visitor import NodeTransformer
 
 from .._errors import TemplateError
-from .template_budget import DEFAULT_LIMITS, BudgetedSandbox, _current, _Spend, _too_long
+from .template_budget import DEFAULT_LIMITS, BudgetedSandbox, current_spend, Spend, check_length
 
 #: a chat template's source length (real ones are a few KB; the largest known about 60 KB)
 MAX_TEMPLATE_CHARS = 1 << 20
@@ -43,7 +43,7 @@ _NESTED_FIELD = re.compile(r"\{[^{}]*\{")
 
 
 def _deadline() -> None:
-    spend = _current.get()
+    spend = current_spend.get()
     if spend is not None and time.monotonic() > spend.deadline:
         raise TemplateError(f"the chat template exceeded its time budget ({spend.limits.seconds} s per render)")
 
@@ -98,17 +98,17 @@ def _size_str_method(name: str, s: str, args: tuple[Any, ...], kwargs: dict[str,
     """Check the result size of ``s.<name>(*args)`` before it runs; returns a materialized
     iterable for ``join`` (so a generator is consumed once)."""
     if name in ("ljust", "rjust", "center", "zfill") and args and isinstance(args[0], int):
-        _too_long(args[0], f"a str.{name} result")
+        check_length(args[0], f"a str.{name} result")
     elif name == "expandtabs":
         size = args[0] if args else kwargs.get("tabsize", 8)
         if isinstance(size, int):
-            _too_long(len(s) + s.count("\t") * max(size, 0), "a str.expandtabs result")
+            check_length(len(s) + s.count("\t") * max(size, 0), "a str.expandtabs result")
     elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
         n = (len(s) + 1) if not args[0] else s.count(args[0])
-        _too_long(len(s) + n * max(len(args[1]) - len(args[0]), 0), "a str.replace result")
+        check_length(len(s) + n * max(len(args[1]) - len(args[0]), 0), "a str.replace result")
     elif name == "join" and args:
         items = list(args[0])
-        _too_long(sum(_text_len(i) for i in items) + len(s) * max(len(items) - 1, 0), "a joined string")
+        check_length(sum(_text_len(i) for i in items) + len(s) * max(len(items) - 1, 0), "a joined string")
         return items
     return None
 
@@ -118,7 +118,7 @@ class _GuardHook:
 
     @staticmethod
     def iterate(iterable: Iterable[Any]) -> Iterator[Any]:
-        spend = _current.get() or _Spend(DEFAULT_LIMITS)
+        spend = current_spend.get() or Spend(DEFAULT_LIMITS)
         for item in iterable:
             spend.iteration()
             yield item
@@ -126,7 +126,7 @@ class _GuardHook:
     @staticmethod
     def concat(*parts: Any) -> Any:
         _deadline()
-        _too_long(sum(_text_len(p) for p in parts), "a ~ concatenation")
+        check_length(sum(_text_len(p) for p in parts), "a ~ concatenation")
         return markup_join(parts)
 
 
@@ -138,7 +138,7 @@ class _ConcatToCall(NodeTransformer):
 
 
 def _checked_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002
-    _too_long(int(n) * int(max) * 16, "lipsum text")
+    check_length(int(n) * int(max) * 16, "lipsum text")
     return generate_lorem_ipsum(n=n, html=html, min=min, max=max)
 
 
@@ -147,7 +147,7 @@ def _checked_join(env: Any) -> Any:
 
     def join(eval_ctx: Any, value: Any, d: str = "", attribute: Any = None) -> str:
         items = list(value)
-        _too_long(sum(_text_len(i) for i in items) + len(str(d)) * max(len(items) - 1, 0), "a joined string")
+        check_length(sum(_text_len(i) for i in items) + len(str(d)) * max(len(items) - 1, 0), "a joined string")
         return base(eval_ctx, items, d, attribute)
 
     join.jinja_pass_arg = base.jinja_pass_arg  # type: ignore[attr-defined]
@@ -169,7 +169,7 @@ def _checked_format(env: Any) -> Any:
     base = env.filters["format"]
 
     def format_(value: str, *args: Any, **kwargs: Any) -> str:
-        _too_long(_format_estimate(str(value), _format_values(args, kwargs)), "a formatted string")
+        check_length(_format_estimate(str(value), _format_values(args, kwargs)), "a formatted string")
         return base(value, *args, **kwargs)
 
     return format_
@@ -226,7 +226,7 @@ class GuardedSandbox(BudgetedSandbox):
         _deadline()
         if operator == "%" and isinstance(left, str):
             values = _format_values(right if isinstance(right, tuple) else (right,), {})
-            _too_long(_format_estimate(left, values), "a %-formatted string")
+            check_length(_format_estimate(left, values), "a %-formatted string")
         return super().call_binop(context, operator, left, right)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
@@ -250,7 +250,7 @@ class GuardedSandbox(BudgetedSandbox):
 
         def checked(*args: Any, **kwargs: Any) -> str:
             _deadline()
-            _too_long(_format_estimate(fmt, _format_values(args, kwargs)), "a str.format result")
+            check_length(_format_estimate(fmt, _format_values(args, kwargs)), "a str.format result")
             return wrapped(*args, **kwargs)
 
         return checked

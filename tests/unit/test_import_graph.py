@@ -254,6 +254,42 @@ def test_no_string_imports() -> None:
     assert not found, "string imports hide edges from the graph: " + ", ".join(found)
 
 
+def private_name_imports(root: Path, package: str) -> list[str]:
+    """``from module import _name`` of a private name that is not a submodule: another module's
+    internals (what a module needs from another is a public, documented name)."""
+    modules = _modules(root, package)
+    found = []
+    for module, path in modules.items():
+        rel = path.relative_to(root).as_posix()
+        base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), rel)):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            parts = (base[:len(base) - node.level + 1] if node.level else []) + (node.module or "").split(".")
+            source = ".".join(p for p in parts if p)
+            if not source.startswith(package):
+                continue
+            for alias in node.names:
+                name = alias.name
+                if name.startswith("_") and not name.startswith("__") and f"{source}.{name}" not in modules:
+                    found.append(f"{rel}:{node.lineno}: {name} from {source}")
+    return found
+
+
+def test_no_private_names_imported_across_modules() -> None:
+    found = private_name_imports(REPO, "llama_cpp")
+    assert not found, "private names imported from another module:\n" + "\n".join(found)
+
+
+def test_private_name_checker(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "_sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from . import _sub\n")
+    (pkg / "_sub" / "__init__.py").write_text("from .a import _hidden, shown\n")
+    (pkg / "_sub" / "a.py").write_text("_hidden = 1\nshown = 2\n")
+    assert private_name_imports(tmp_path, "pkg") == ["pkg/_sub/__init__.py:1: _hidden from pkg._sub.a"]
+
+
 def test_build_tools_and_package_never_import_tests() -> None:
     g, external = graph(REPO, PACKAGES)
     bad = {f"{where}: {module} imports {name}" for module, name, where in external
