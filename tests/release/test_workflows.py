@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -344,7 +345,50 @@ def test_the_hosted_index_is_merged_then_deployed():
     assert upload["with"]["path"] == "dist/index/"
     pages = jobs["pages"]
     assert pages["permissions"] == {"pages": "write", "id-token": "write"}
-    assert [s["uses"].split("@")[0] for s in pages["steps"]] == ["actions/deploy-pages"]
+    assert [s.get("uses", "").split("@")[0] for s in pages["steps"]][:2] == ["actions/deploy-pages",
+                                                                             "actions/download-artifact"]
+    assert pages["steps"][1]["with"] == {"name": "index", "path": "merged"}
+
+
+def test_tag_runs_share_one_concurrency_group():
+    """Two releases at once would both merge into the same published index, and the later deploy would
+    drop the other's entries: tag runs queue behind each other; pull requests keep a group each."""
+    group = _load("release.yml")["concurrency"]["group"]
+    assert "startsWith(github.ref, 'refs/tags/') && 'tags'" in group and "|| github.ref" in group
+
+
+SERVED = "The site serves this release's merge (every variant's lists as merged; retried while the CDN catches up)"
+
+
+def test_the_pages_job_checks_the_deployed_site_serves_the_merge(tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    step = next(s for s in _load("release.yml")["jobs"]["pages"]["steps"] if s.get("name") == SERVED)
+    merged = {"whl/cpu/release-manifest.json": '{"files": [1, 2]}', "whl/cpu/SHA256SUMS": "ab  x.whl\n",
+              "whl/cu130/release-manifest.json": '{"files": [3]}', "whl/cu130/SHA256SUMS": "cd  y.whl\n"}
+    for rel, text in merged.items():
+        for top in ("work/merged", "site"):
+            (tmp_path / top / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / top / rel).write_text(text)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "site"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {**os.environ, **step["env"], "PAGE_URL": f"http://127.0.0.1:{server.server_address[1]}/",
+           "TRIES": "2", "WAIT_S": "0"}
+    try:
+        run = functools.partial(subprocess.run, ["bash", "-e", "-c", step["run"]], cwd=tmp_path / "work", env=env,
+                                capture_output=True, text=True, timeout=60, check=False)
+        done = run()
+        assert done.returncode == 0, done.stdout + done.stderr
+        # another release deployed over this one: an entry of ours is missing from what is served
+        (tmp_path / "site/whl/cpu/release-manifest.json").write_text('{"files": [1]}')
+        done = run()
+        assert done.returncode != 0 and "whl/cpu/release-manifest.json" in done.stdout
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_new_entries_link_to_this_tags_release_assets_uploaded_and_checked_before_pages():
