@@ -67,5 +67,8 @@ def run(args: argparse.Namespace) -> int:
             tag = path.name.rsplit("-", 1)[1].removesuffix(".whl")
             report = plugins.check(path, args.core or _core_wheel(args.dist, tag))
             print(report.render())
+            code = plugins.device_code(path)
+            if code:
+                print(f"  device code per target, as stored: {code}")
             failed += not report.ok
     return 1 if failed else 0
