@@ -147,6 +147,13 @@ def test_pip_installs_the_extra_and_the_loader_names_the_plugin(native_build, bu
     assert mine and mine[0][1] == "libggml-vulkan.so" and mine[0][2] is True, got
     assert [s[4] for s in got if s[4] is None and s[0] == "CPU"]  # the core's CPU backends come first
     assert got.index(mine[0]) > max(i for i, s in enumerate(got) if s[4] is None)
+    cli = subprocess.run([str(with_plugin), "-I", "-m", "llama_cpp", "backends", "--json"], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=tmp_path, check=False)
+    assert cli.returncode == 0, cli.stderr
+    assert [b["plugin"] for b in json.loads(cli.stdout)["backends"]] == [s[4] for s in got]
+    table = subprocess.run([str(with_plugin), "-I", "-m", "llama_cpp", "backends"], capture_output=True, text=True,
+                           timeout=120, env=env, cwd=tmp_path, check=False)
+    assert re.search(r"libggml-vulkan\.so \(llama-cpp-python-vulkan\) +loaded", table.stdout), table.stdout
 
     plain = venv("plain", "llama-cpp-python")
     assert not [s for s in statuses(plain) if s[4] or "vulkan" in (s[1] or "")]
