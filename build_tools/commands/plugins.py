@@ -61,11 +61,14 @@ def run(args: argparse.Namespace) -> int:
                 tag = default_platform_tag()
             built = [plugins.build(config, nb.manifest, nb.root, dist.path / "plugins", platform_tag=tag).path]
         for path in built:
+            code = plugins.device_code(path)
             if args.no_check:
                 print(f"{path}  {path.stat().st_size / 1e6:.1f} MB (not checked)")
-                continue
-            tag = path.name.rsplit("-", 1)[1].removesuffix(".whl")
-            report = plugins.check(path, args.core or _core_wheel(args.dist, tag))
-            print(report.render())
-            failed += not report.ok
+            else:
+                tag = path.name.rsplit("-", 1)[1].removesuffix(".whl")
+                report = plugins.check(path, args.core or _core_wheel(args.dist, tag))
+                print(report.render())
+                failed += not report.ok
+            if code:
+                print(f"  device code per target, as stored: {code}")
     return 1 if failed else 0

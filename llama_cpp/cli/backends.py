@@ -25,8 +25,8 @@ def run(args: argparse.Namespace) -> int:
         doc = {
             "lib_dir": str(_loader.lib_dir()),
             "backends": [
-                {"name": s.name, "path": str(s.path) if s.path else None, "loaded": s.loaded, "reason": s.reason,
-                 "devices": [d.__dict__ for d in s.devices]}
+                {"name": s.name, "path": str(s.path) if s.path else None, "plugin": s.plugin, "loaded": s.loaded,
+                 "reason": s.reason, "devices": [d.__dict__ for d in s.devices]}
                 for s in statuses
             ],
         }
@@ -39,7 +39,10 @@ def run(args: argparse.Namespace) -> int:
             f"{d.name} ({d.type}, {d.description}, {_gib(d.memory_free)} free / {_gib(d.memory_total)})"
             for d in s.devices) or ("remote devices come with rpc_servers= (python -m llama_cpp rpc-server serves "
                                     "them)" if s.name == "RPC" else "no devices")
-        path = s.path.name if s.path else ("(remote)" if s.name.startswith("RPC[") else "(built in)")
+        if s.plugin:  # a plugin wheel's module, or a plugin that could not be used: named by its wheel
+            path = f"{s.path.name} ({s.plugin})" if s.path else f"({s.plugin})"
+        else:
+            path = s.path.name if s.path else ("(remote)" if s.name.startswith("RPC[") else "(built in)")
         rows.append((s.name, path, "loaded" if s.loaded else "not loaded", detail))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:

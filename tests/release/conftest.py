@@ -18,6 +18,7 @@ from build_tools.stages.native.manifest import LibraryRecord, NativeManifest
 from build_tools.stages.wheels import build as wheels
 
 from ..native_fakes import snapshot_sources
+from .plugin_index import sdist_file, serve_index  # noqa: F401 - the plugin tests' local index
 
 
 @pytest.fixture(scope="session")

@@ -11,23 +11,17 @@ functions and runs the Vulkan smoke's GPU stages on lavapipe in the venv pip mad
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import http.server
 import json
-import os
 import re
 import shutil
 import subprocess
-import threading
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from build_tools.inputs.configs import load_matrix
-from build_tools.inputs.lock import load_lock
-from build_tools.stages import plugins, sdist
+from build_tools.stages import plugins
 from build_tools.stages.plugins.build import BASE_LIBRARY
 from build_tools.stages.smoke import runner
 from build_tools.stages.smoke.models import fixture_models
@@ -36,6 +30,7 @@ from build_tools.stages.wheels import build as wheels
 
 from ..native_fakes import fake_native_build
 from ..vulkan.builds import lavapipe_env, vulkan_build
+from .plugin_index import ENV, pip_venv
 
 
 def _cpu_module(native_build) -> str:
@@ -63,58 +58,6 @@ def _stand_in(native_build, root: Path, *, edit_base: bool = False):
 @pytest.fixture(scope="module")
 def core_wheel(built):
     return next(w for w in built.wheels if w.python_tag.startswith("cp"))
-
-
-@pytest.fixture(scope="module")
-def sdist_file(repo, tmp_path_factory) -> Path:
-    """The sdist of the same sources, which the local index serves beside the wheels."""
-    from build_tools.common.paths import VENDOR_DIR
-
-    return sdist.build(load_lock(), tmp_path_factory.mktemp("sdist"), repo=repo, tree=VENDOR_DIR).path
-
-
-@pytest.fixture
-def serve_index(tmp_path):
-    """serve_index({project: [files]}): a PEP 503 "PyPI" on 127.0.0.1 serving them; returns its /simple/ URL."""
-    servers = []
-
-    def serve(files: dict[str, list[Path]]) -> str:
-        root = tmp_path / f"pypi{len(servers)}"
-        for project, paths in files.items():
-            (root / "simple" / project).mkdir(parents=True)
-            links = []
-            for f in paths:
-                shutil.copyfile(f, root / "simple" / project / f.name)
-                digest = hashlib.sha256(f.read_bytes()).hexdigest()
-                links.append(f'<a href="{f.name}#sha256={digest}">{f.name}</a>')
-            (root / "simple" / project / "index.html").write_text("\n".join(links) + "\n")
-        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        servers.append(httpd)
-        return f"http://127.0.0.1:{httpd.server_address[1]}/simple/"
-
-    yield serve
-    for httpd in servers:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-# pip and the programs run in the venv see none of this process's package or library settings
-_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_CPP_", "PIP_", "PYTHON", "VK_", "GGML_VK"))}
-
-
-def pip_venv(interp, index_url: str, spec: str, venv: Path, core_wheel: Path) -> Path:
-    """A fresh venv of ``interp`` with ``spec`` installed from ``index_url`` (the core's dependencies
-    from the smoke's wheelhouse); its python."""
-    subprocess.run([str(interp.path), "-m", "venv", str(venv)], check=True, timeout=180, env=_ENV)
-    py = venv / "bin" / "python"
-    deps = runner.dependency_wheelhouse(py, interp, runner.requires_dist(core_wheel), timeout=300)
-    done = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           "--index-url", index_url, "--find-links", str(deps), spec],
-                          capture_output=True, text=True, timeout=300, env=_ENV, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return py
 
 
 def _plugin(native_build, core_wheel, root: Path, repo: Path, **kw):
@@ -186,7 +129,7 @@ def test_pip_installs_the_extra_and_the_loader_names_the_plugin(native_build, bu
     p = _plugin(native_build, core_wheel, tmp_path, repo)
     probe = ("import json, llama_cpp; print(json.dumps([[s.name, s.path and s.path.name, s.loaded, s.reason, "
              "s.plugin] for s in llama_cpp.backends()]))")
-    env = _ENV
+    env = ENV
     index_url = serve_index({"llama-cpp-python": [wheel.path, sdist_file], "llama-cpp-python-vulkan": [p.path]})
 
     def venv(name: str, spec: str) -> Path:
@@ -204,6 +147,13 @@ def test_pip_installs_the_extra_and_the_loader_names_the_plugin(native_build, bu
     assert mine and mine[0][1] == "libggml-vulkan.so" and mine[0][2] is True, got
     assert [s[4] for s in got if s[4] is None and s[0] == "CPU"]  # the core's CPU backends come first
     assert got.index(mine[0]) > max(i for i, s in enumerate(got) if s[4] is None)
+    cli = subprocess.run([str(with_plugin), "-I", "-m", "llama_cpp", "backends", "--json"], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=tmp_path, check=False)
+    assert cli.returncode == 0, cli.stderr
+    assert [b["plugin"] for b in json.loads(cli.stdout)["backends"]] == [s[4] for s in got]
+    table = subprocess.run([str(with_plugin), "-I", "-m", "llama_cpp", "backends"], capture_output=True, text=True,
+                           timeout=120, env=env, cwd=tmp_path, check=False)
+    assert re.search(r"libggml-vulkan\.so \(llama-cpp-python-vulkan\) +loaded", table.stdout), table.stdout
 
     plain = venv("plain", "llama-cpp-python")
     assert not [s for s in statuses(plain) if s[4] or "vulkan" in (s[1] or "")]
@@ -236,7 +186,7 @@ def test_the_real_vulkan_plugin_from_a_local_index_offloads_every_layer_on_lavap
     in that venv the Vulkan smoke's GPU stages pass on lavapipe: every layer offloaded to the plugin's
     module, greedy tokens, logits and embeddings equal to a CPU-only process's."""
     vk = vulkan_build()
-    env = {**_ENV, **lavapipe_env()}
+    env = {**ENV, **lavapipe_env()}
     models = fixture_models()
     if models.reason:
         pytest.skip(models.reason)

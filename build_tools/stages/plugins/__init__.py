@@ -19,7 +19,7 @@ from .build import (
     plugin_name,
     plugin_package,
 )
-from .check import PYPI_FILE_LIMIT_MB, PluginReport, check
+from .check import PYPI_FILE_LIMIT_MB, PluginReport, check, device_code
 
 __all__ = ["ENTRY_POINT_GROUP", "PLUGIN_RECORD", "PYPI_FILE_LIMIT_MB", "BuiltPlugin", "PluginReport",
-           "backend_family", "build", "check", "plugin_key", "plugin_name", "plugin_package"]
+           "backend_family", "build", "check", "device_code", "plugin_key", "plugin_name", "plugin_package"]

@@ -14,10 +14,12 @@ Checks, by name:
 
 from __future__ import annotations
 
+import contextlib
 import email.parser
 import hashlib
 import json
 import re
+import struct
 import zipfile
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from ...common.file_report import PYPI_FILE_LIMIT_MB, FileReport
+from . import fatbin
 from .build import ENTRY_POINT_GROUP, PLUGIN_RECORD, REQUIRED_BASE
 
 CORE = "llama-cpp-python"
@@ -44,14 +47,30 @@ def _core_libraries(core: Path) -> tuple[str, dict[str, str]]:
     return version, libs
 
 
+def device_code(plugin: Path) -> str:
+    """What each GPU target adds to a CUDA plugin's modules ("sm_90 28.1 MB, ..."; "" for any other plugin)."""
+    found: list[fatbin.DeviceImage] = []
+    try:
+        with zipfile.ZipFile(plugin) as zf:
+            for n in zf.namelist():
+                if "/lib/" in n and "cuda" in n.rsplit("/", 1)[-1]:
+                    with contextlib.suppress(ValueError, struct.error):
+                        found += fatbin.images(fatbin.elf_section(zf.read(n), fatbin.SECTION))
+    except (OSError, zipfile.BadZipFile):
+        return ""
+    return fatbin.describe(fatbin.by_target(found))
+
+
 def check(plugin: Path, core: Path) -> PluginReport:
     """Check ``plugin`` against ``core``, the core wheel of the same release for its platform."""
     from ..validate import _DRIVER  # one list of what no wheel may carry
 
     rep = PluginReport(plugin.name, plugin.stat().st_size)
     if rep.size > PYPI_FILE_LIMIT_MB * 1e6:
-        rep.fail("size", f"{rep.size / 1e6:.1f} MB is over PyPI's {PYPI_FILE_LIMIT_MB} MB per-file limit: split the "
-                 "plugin (e.g. by GPU generation) or request a larger limit for the project")
+        code = device_code(plugin)
+        rep.fail("size", f"{rep.size / 1e6:.1f} MB is over PyPI's {PYPI_FILE_LIMIT_MB} MB per-file limit"
+                 f"{f' (device code per target, as stored: {code})' if code else ''}: split the plugin (e.g. by GPU "
+                 "generation) or request a larger limit for the project")
     core_version, core_libs = _core_libraries(core)
     core_version = core_version.split("+", 1)[0]
     try:
