@@ -116,6 +116,43 @@ def test_validate_refuses_a_driver_or_extra_file(native_build, core_wheel, repo,
     assert {c for c, _m in report.failures} == {"driver-library", "module"}, report.render()
 
 
+def test_a_plugin_over_the_file_limit_is_withheld_and_nothing_else_is(native_build, core_wheel, repo, tmp_path,
+                                                                      monkeypatch, capsys):
+    """The release gate: a plugin refused only for PyPI's per-file limit leaves the PyPI set (moved to
+    dist/<config>/withheld/) without failing the release; any other refusal still fails it."""
+    import argparse
+    import sys
+
+    from build_tools.commands import plugins as command
+
+    check_module = sys.modules["build_tools.stages.plugins.check"]  # the package re-exports its check()
+
+    dist = tmp_path / "dist"
+    good = _plugin(native_build, core_wheel, tmp_path / "a", repo)
+    (dist / "vulkan-dev" / "plugins").mkdir(parents=True)
+    shutil.copy2(good.path, dist / "vulkan-dev" / "plugins" / good.filename)
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args(["vulkan-dev", "--dist", str(dist), "--core", str(core_wheel.path), "--check-only",
+                              "--withhold-oversize"])
+    assert command.run(args) == 0  # under the limit: checked and kept
+    assert (dist / "vulkan-dev" / "plugins" / good.filename).is_file()
+    monkeypatch.setattr(check_module, "PYPI_FILE_LIMIT_MB", good.path.stat().st_size / 2e6)
+    assert command.run(args) == 0
+    assert not list((dist / "vulkan-dev" / "plugins").glob("*.whl"))
+    assert (dist / "vulkan-dev" / "withheld" / good.filename).is_file()
+    assert "WITHHELD from PyPI" in capsys.readouterr().out
+    # over the limit and with other base libraries: still a failure, and the wheel stays where it was
+    bad = _plugin(native_build, core_wheel, tmp_path / "b", repo, edit_base=True)
+    shutil.copy2(bad.path, dist / "vulkan-dev" / "plugins" / bad.filename)
+    assert command.run(args) == 1
+    assert (dist / "vulkan-dev" / "plugins" / bad.filename).is_file()
+    # without the flag the size alone fails the run
+    strict = parser.parse_args(["vulkan-dev", "--dist", str(dist), "--core", str(core_wheel.path), "--check-only"])
+    shutil.move(dist / "vulkan-dev" / "withheld" / good.filename, dist / "vulkan-dev" / "plugins" / bad.filename)
+    assert command.run(strict) == 1
+
+
 @pytest.mark.slow
 def test_pip_installs_the_extra_and_the_loader_names_the_plugin(native_build, built, core_wheel, repo, tmp_path,
                                                                  smoke_interpreter, sdist_file, serve_index):
