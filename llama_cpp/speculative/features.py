@@ -167,7 +167,7 @@ class RowStore:
             self.rows, self.tok = grown, tok
         self.tok[self.n:start] = -1  # a gap: positions never seen
         self.rows[start:end] = rows
-        self.tok[start:end] = np.asarray(tokens, dtype=np.int64)
+        self.tok[start:end] = tokens
         self.n = end
 
     def first_miss(self, hist: Sequence[int], lo: int, hi: int) -> int | None:
@@ -176,6 +176,9 @@ class RowStore:
             return None
         if lo < self.base:
             return lo
+        if hi - lo <= 16 and hi <= self.base + self.n:  # a step's few positions: a list compare costs less
+            if self.tok[lo - self.base:hi - self.base].tolist() == list(hist[lo:hi]):
+                return None
         have = self.tok[lo - self.base:min(hi, self.base + self.n) - self.base]
         bad = np.flatnonzero(have != np.asarray(hist[lo:lo + have.shape[0]], dtype=np.int64))
         if bad.size:

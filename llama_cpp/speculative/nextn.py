@@ -313,7 +313,7 @@ class NextNDrafter(DrafterBase):
             if base == keep:
                 self._n_dft = P + 1  # the pairs and the seed (id_last stays in the history)
             logits = ctx.logits_ith(last)
-            best = int(np.argmax(logits))
+            best = int(logits.argmax())
             if not self._confident(logits, best):
                 break
             out.append(best)
