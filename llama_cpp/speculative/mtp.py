@@ -119,7 +119,8 @@ class MTPDecoder(DraftDecoder):
         self.model.check_tokens(list(state.kv_tokens), "state token")
         kv = list(state.kv_tokens)
         old = self.history
-        tell_drafters(self._drafters, old, kv)
+        # the NextN drafter takes the state's draft memory instead (load below)
+        tell_drafters([d for d in self._drafters if getattr(d, "inner", d) is not self._nextn], old, kv)
         self._nextn.load(kv, state.draft, state.pending_h, state.n_draft_past, state.heads)
         tgt.memory_clear(True)
         self._reset_state()

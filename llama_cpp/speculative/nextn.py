@@ -178,7 +178,14 @@ class NextNDrafter(DrafterBase):
         self._rows.clear()
 
     def begin(self, prompt: Sequence[int]) -> None:
-        pass
+        """A prefill ended: the prompt's pairs go into the draft memory now (part of the prefill, as
+        llama.cpp's tools do), not in the first draft's batch."""
+        if self.ctx is not None:
+            try:
+                self.catch_up(prompt)
+            except BaseException:
+                self.reset()
+                raise
 
     def accept(self, n_accepted: int) -> None:
         pass
@@ -265,10 +272,11 @@ class NextNDrafter(DrafterBase):
         """Make the draft memory hold the pairs of every position of ``history`` (the target's memory)."""
         P = len(history)
         self._trim(min(self._n_dft, P))
-        lo = self._n_dft
-        if lo < P:
-            self._ensure_rows(history, max(lo - 1, 0), P)
-            self._decode_pairs(list(history[lo:P]), self._h(lo, P), lo)
+        if self._n_dft < P:
+            self._ensure_rows(history, max(self._n_dft - 1, 0), P)
+            lo = self._n_dft  # (a re-decode of the target may have caught part of it up)
+            if lo < P:
+                self._decode_pairs(list(history[lo:P]), self._h(lo, P), lo)
 
     def draft(self, prompt: list[int], id_last: int, n_max: int | None = None) -> list[int]:
         k_max = self.n_max if n_max is None else min(self.n_max, int(n_max))
@@ -284,7 +292,8 @@ class NextNDrafter(DrafterBase):
     def _draft(self, prompt: list[int], id_last: int, k_max: int) -> list[int]:
         P = len(prompt)
         self._trim(min(self._n_dft, P))
-        keep = self._n_dft
+        self._ensure_rows(prompt, max(self._n_dft - 1, 0), P)
+        keep = self._n_dft  # (after any re-decode of the target, which may catch part of it up)
         n_pend = P - keep
         # the catch-up pairs open the first draft batch (each head's, when chained) unless the batch
         # would not fit one micro-batch, or a draft of several tokens reads the hidden row of that
@@ -293,8 +302,6 @@ class NextNDrafter(DrafterBase):
         if n_pend and (over or (k_max > 1 and not self._h_last_exact)):
             self.catch_up(prompt)
             keep, n_pend = P, 0
-        else:
-            self._ensure_rows(prompt, max(keep - 1, 0), P)
         toks = prompt[keep:] + [id_last]
         rows = self._h(keep, P + 1)
         if self._chain:

@@ -84,8 +84,7 @@ def _run(model, prompt, draft_n_max: int, *, separate: bool, n: int = N_GEN, cou
             return d
 
         nextn.draft = recorded
-        dec.prefill(prompt)
-        nextn.catch_up(dec.kv_tokens)  # the prompt's pairs (else the first draft's batch takes them)
+        dec.prefill(prompt)  # the prompt's pairs are in the draft memory after it
         ptr = nextn.ctx.ptr
         before = (counts or {}).get(ptr, 0)
         toks = list(dec.generate(greedy_sampler(), n))
@@ -115,8 +114,7 @@ def test_same_drafts_as_a_separate_catch_up(models, name, draft_decodes):
 
 
 def test_full_acceptance_decodes_one_batch_per_drafted_token(models, draft_decodes):
-    """One head at 100 % acceptance: ``k`` draft decodes a step (the catch-up inside the first; the
-    prompt's pairs go alone, before the first draft, when they do not fit one micro-batch)."""
+    """One head at 100 % acceptance: ``k`` draft decodes a step (the catch-up inside the first)."""
     m = models("qwen35-echo")
     prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
     got, st, n = _run(m, prompt, 4, separate=False, counts=draft_decodes)
@@ -330,3 +328,35 @@ def test_a_batch_led_by_pairs_gives_its_last_entrys_hidden_row(fixture, form):
         alone_h, alone_logits = row(0), ctx.logits_ith(0).copy()
         assert np.allclose(batch_logits, alone_logits, atol=1e-4)
         assert np.allclose(batch_h, alone_h, atol=1e-4), float(np.abs(batch_h - alone_h).max())
+
+
+@pytest.mark.parametrize("name", ("qwen35-random", "qwen35-noisy", "step35-noisy"))
+def test_cut_histories_and_states_draft_as_a_fresh_decoder(models, name):
+    """A history longer than a micro-batch, then prompts that cut it back (within the kept hidden rows and
+    to a shorter prefix) and a state restored over another history: the same tokens and the same
+    acceptance as a fresh decoder given each prompt (the draft memory keeps only what still holds)."""
+    from llama_cpp.speculative import MTPDecoder, SpecConfig
+
+    m = models(name)
+    base = m.tokenize(b"Once upon a time there was a little cat who lived in a house by the sea. " * 12,
+                      add_special=True)
+    other = base[:150] + m.tokenize(b" and then a dog came along and said hello to everyone there", add_special=False)
+    ctx = dict(CTX, n_ctx=1024, n_batch=64, n_ubatch=64)
+    cfg = SpecConfig("draft-mtp", draft_n_max=3)
+    with MTPDecoder(m, ctx, cfg) as dec, MTPDecoder(m, ctx, cfg) as fresh:
+        for p in (base, other, base[:100], base):
+            dec.prefill(p)
+            dec.stats.reset()
+            got = list(dec.generate(greedy_sampler(), 24))
+            fresh.reset()
+            fresh.prefill(p)
+            fresh.stats.reset()
+            assert got == list(fresh.generate(greedy_sampler(), 24)) == plain_generate(m, p, 24), len(p)
+            assert (dec.stats.drafted_at, dec.stats.accepted_at) == (fresh.stats.drafted_at,
+                                                                    fresh.stats.accepted_at), len(p)
+        state = dec.save_state()
+        a = list(dec.generate(greedy_sampler(), 10))
+        dec.prefill(other)
+        list(dec.generate(greedy_sampler(), 5))
+        dec.load_state(state)
+        assert list(dec.generate(greedy_sampler(), 10)) == a
