@@ -24,9 +24,9 @@ budget, and the output comes back parsed (``message.tool_calls``, ``reasoning_co
 With ``speculative=SpecConfig(...)`` the prompt goes through a speculative decoder that takes
 media chunks. ``draft-mtp``: :class:`MultimodalMTPDecoder` extends the text MTP engine
 (:class:`~llama_cpp.speculative.MTPDecoder`) with media spans: the image rows are decoded on the
-target at their mtmd positions, and the MTP draft context is caught up over the same positions
-with the target's hidden states shifted by one (``h_{p-1}`` at position ``p``), so drafting
-continues right after the image. The n-gram types and ``draft-simple``:
+target at their mtmd positions, and the NextN drafter's draft context is caught up over the same
+positions with the target's hidden states shifted by one (``h_{p-1}`` at position ``p``,
+:class:`MediaNextNDrafter`), so drafting continues right after the image. The n-gram types and ``draft-simple``:
 :class:`MultimodalDraftDecoder` extends the token-drafter engine
 (:class:`~llama_cpp.speculative.engine.DraftDecoder`) the same way, as llama.cpp's server speculates on
 media prompts: the n-gram drafters are told the text tokens only, a draft model mirrors the
@@ -83,6 +83,7 @@ from ._multimodal.speculation import (
     MediaDraftModel,
     MediaFeatureDrafter,
     MediaHistory,
+    MediaNextNDrafter,
     MediaSpan,
     MediaSpeculationError,
     MultimodalDraftDecoder,

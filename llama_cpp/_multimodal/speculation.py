@@ -21,7 +21,7 @@ from ..mtmd import Chunk, Chunks, MTMDContext
 from ..speculative import MTPDecoder, SpecConfig, draft_decoder_parts
 from ..speculative.drafter import DrafterBase
 from ..speculative.engine import DraftDecoder, close_drafters, tell_drafters
-from ..speculative.registry import MEDIA_FEATURES, MEDIA_MIRROR, TypeSpec, find, rows_of, table
+from ..speculative.registry import MEDIA_FEATURES, MEDIA_MIRROR, MEDIA_OWN, TypeSpec, find, rows_of, table
 from .decode import decode_media
 
 # --------------------------------------------------------------------------------------------
@@ -287,8 +287,46 @@ class MediaFeatureDrafter(DrafterBase):
         self.inner.close()
 
 
+class MediaNextNDrafter(MediaFeatureDrafter):
+    """``draft-mtp`` over a media prompt: the target's NextN rows of a media chunk go into the draft
+    memory shifted by one position, at the chunk's mtmd positions (as for text, each position
+    pairs with the row one position before; a media position has no token)."""
+
+    def __init__(self, inner: Any, target: LlamaContext) -> None:
+        self.inner = inner
+        self.kind = inner.kind
+        self.takes_limit = True
+        self.observes = True
+        self._media_rows: list[np.ndarray] = []
+        self._fresh = False  # the draft memory was rebuilt for a media prompt since the last begin()
+
+    def observe_media(self, positions: np.ndarray) -> None:
+        self._media_rows.append(self.inner.target_rows(positions.shape[0]).copy())
+
+    def end_media(self, span: MediaSpan) -> None:
+        h, self._media_rows = np.concatenate(self._media_rows), []
+        self.inner.add_media(span.p0, span.n_pos, span.positions, h)
+        self._fresh = True
+
+    def rewind(self, n_keep: int) -> None:
+        # a media prompt rebuilt the draft memory from a cleared one: the old history says nothing of it
+        if not self._fresh:
+            self.inner.rewind(n_keep)
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self._fresh = False
+        self.inner.begin(prompt)
+
+    def reset(self) -> None:
+        self._fresh = False
+        self._media_rows = []
+        self.inner.reset()
+
+
 def media_drafter(row: TypeSpec, drafter: Any, target: LlamaContext) -> Any:
     """``drafter`` (of type ``row``) as a view of a history with media positions (``row.media``)."""
+    if row.media == MEDIA_OWN:
+        return MediaNextNDrafter(drafter, target)
     if row.media == MEDIA_MIRROR:
         return MediaDraftModel(drafter, target)
     if row.media == MEDIA_FEATURES:
@@ -329,6 +367,7 @@ class MediaHistory:
     drafters that must be told about them."""
 
     MEDIA_TOKEN = MEDIA_TOKEN
+    _mbatch: LlamaBatchExtNative | None = None
     _n_cells = 0
     _excess = 0
     _spans: tuple[MediaSpan, ...] = ()
@@ -394,84 +433,16 @@ class MediaHistory:
         self.stats.prefill_tokens += n_new  # type: ignore[attr-defined]
         self.stats.t_prefill += time.perf_counter() - t0  # type: ignore[attr-defined]
 
-    def _tell_media(self, drafters: Sequence[Any], old: Sequence[int], history: list[int]) -> None:
-        for d in drafters:
-            if isinstance(d, MediaDraftModel):
-                d.set_media(self._spans, history)
-        tell_drafters(drafters, old, history)
-
-    def save_state(self) -> Any:
-        if self._spans:
-            raise SpeculativeError("the state of a prompt with media is not saved (its media rows are not in "
-                                   "kv_tokens): prefill it again instead")
-        return super().save_state()  # type: ignore[misc]
-
-
-class MultimodalMTPDecoder(MediaHistory, MTPDecoder):
-    """:class:`~llama_cpp.speculative.MTPDecoder` that also takes media chunks in its prompt (and
-    the n-gram types or ``draft-simple`` alongside, told about the media as
-    :class:`MultimodalDraftDecoder` tells them)."""
-
-    def __init__(self, model: LlamaModel, ctx_params: dict[str, Any] | None, config: SpecConfig,
-                 **kwargs: Any) -> None:
-        super().__init__(model, ctx_params, config, wrap=media_drafter, **kwargs)
-
-    def _add_text(self, tokens: list[int]) -> None:
-        self._extend(tokens)
-
-    def _add_media(self, mctx: MTMDContext, ch: Chunk) -> MediaSpan:
-        """Decode one media chunk on the target and mirror it (shifted h rows) into the draft."""
-        tgt, dft = self._live()
-        rows = mctx.encode(ch)
-        P = len(self._kv)
-        pos = mctx.positions(ch, P)
-        decode_media(tgt, self._tbatch, rows, pos, mctx.use_non_causal(ch), output_last=False)
-        h = self._target_rows(rows.shape[0])
-        shifted = [self._pending_h] + [h[j] for j in range(rows.shape[0] - 1)]
-        b = self._dbatch
-        width = b.n_embd
-        if width != h.shape[1]:
-            raise SpeculativeError(f"draft rows are {width} wide but the target's hidden states are {h.shape[1]}")
-        n = rows.shape[0]
-        for s in range(0, n, self.n_batch):
-            b.clear()
-            for j in range(s, min(n, s + self.n_batch)):
-                p = int(pos[j, 0]) if pos.shape[1] == 1 else [int(v) for v in pos[j]]
-                b.add_embd(np.ascontiguousarray(shifted[j], dtype=np.float32), 0, p, output=False)
-            dft.process(b)
-        self._pending_h = h[-1].copy()
-        self._kv.extend([MEDIA_TOKEN] * ch.n_pos)
-        self._n_dft = P + ch.n_pos
-        return MediaSpan(P, ch.n_pos, rows, pos)
-
-
-class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
-    """:class:`~llama_cpp.speculative.engine.DraftDecoder` (the n-gram types, ``draft-simple``, and lists
-    of them) whose prompt may hold media chunks, as llama.cpp's server speculates on them.
-
-    Media rows are decoded on the target at their mtmd positions (M-RoPE sections and causal
-    attention as :func:`eval_chunks` decodes them); the history holds :data:`MEDIA_TOKEN` at each
-    media position, so the verify loop's positions, rollbacks and room stay the target's. The
-    n-gram drafters are told the text tokens only (:class:`TextHistoryDrafter`), the draft model
-    mirrors the target's memory media included (:class:`MediaDraftModel`). The target context is
-    created from ``ctx_params`` and owned, or borrowed as ``target`` (a ``Llama``'s context).
-    """
-
-    def __init__(self, model: LlamaModel, ctx_params: dict[str, Any] | None, config: SpecConfig, *,
-                 target: LlamaContext | None = None, prompt_lookup: Any = None, draft_model: Any = None) -> None:
-        self._mbatch: LlamaBatchExtNative | None = None
-        target, drafters, owns = draft_decoder_parts(model, config, target=target, ctx_params=ctx_params,
-                                                     prompt_lookup=prompt_lookup, wrap=media_drafter,
-                                                     draft_model=draft_model)
-        super().__init__(model, target, config, drafters, owns_target=owns)
+    def _open_media(self) -> None:
+        """A constructor's last step: the batch media chunks are decoded through."""
         try:
-            self._mbatch = LlamaBatchExtNative(target)
+            self._mbatch = LlamaBatchExtNative(self._target)  # type: ignore[attr-defined]
         except BaseException:
             self.close()
             raise
 
     def close(self) -> None:
-        """Free the drafters and the target context (if this decoder created it)."""
+        """Free the media batch, the drafters and the target context (if the decoder created it)."""
         if self._mbatch is not None:  # before the context it points into
             self._mbatch.close()
             self._mbatch = None
@@ -488,7 +459,7 @@ class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
             raise ClosedError("this speculative decoder is closed; create a new one")
         rows = mctx.encode(ch)
         pos = mctx.positions(ch, len(kv))
-        feature = [d for d in self._drafters if isinstance(d, MediaFeatureDrafter)]
+        feature = [d for d in self._drafters if isinstance(d, MediaFeatureDrafter)]  # NextN included
 
         def after(chunk: np.ndarray) -> None:
             for d in feature:
@@ -501,6 +472,51 @@ class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
         for d in feature:
             d.end_media(span)
         return span
+
+    def _tell_media(self, drafters: Sequence[Any], old: Sequence[int], history: list[int]) -> None:
+        for d in drafters:
+            if isinstance(d, MediaDraftModel):
+                d.set_media(self._spans, history)
+        tell_drafters(drafters, old, history)
+
+    def save_state(self) -> Any:
+        if self._spans:
+            raise SpeculativeError("the state of a prompt with media is not saved (its media rows are not in "
+                                   "kv_tokens): prefill it again instead")
+        return super().save_state()  # type: ignore[misc]
+
+
+class MultimodalMTPDecoder(MediaHistory, MTPDecoder):
+    """:class:`~llama_cpp.speculative.MTPDecoder` that also takes media chunks in its prompt (and
+    the n-gram types or ``draft-simple`` alongside, told about the media as
+    :class:`MultimodalDraftDecoder` tells them): the NextN drafter mirrors each media chunk's
+    shifted rows into its draft memory (:class:`MediaNextNDrafter`)."""
+
+    def __init__(self, model: LlamaModel, ctx_params: dict[str, Any] | None, config: SpecConfig,
+                 **kwargs: Any) -> None:
+        super().__init__(model, ctx_params, config, wrap=media_drafter, **kwargs)
+        self._open_media()
+
+
+class MultimodalDraftDecoder(MediaHistory, DraftDecoder):
+    """:class:`~llama_cpp.speculative.engine.DraftDecoder` (the n-gram types, ``draft-simple``, and lists
+    of them) whose prompt may hold media chunks, as llama.cpp's server speculates on them.
+
+    Media rows are decoded on the target at their mtmd positions (M-RoPE sections and causal
+    attention as :func:`eval_chunks` decodes them); the history holds :data:`MEDIA_TOKEN` at each
+    media position, so the verify loop's positions, rollbacks and room stay the target's. The
+    n-gram drafters are told the text tokens only (:class:`TextHistoryDrafter`), the draft model
+    mirrors the target's memory media included (:class:`MediaDraftModel`). The target context is
+    created from ``ctx_params`` and owned, or borrowed as ``target`` (a ``Llama``'s context).
+    """
+
+    def __init__(self, model: LlamaModel, ctx_params: dict[str, Any] | None, config: SpecConfig, *,
+                 target: LlamaContext | None = None, prompt_lookup: Any = None, draft_model: Any = None) -> None:
+        target, drafters, owns = draft_decoder_parts(model, config, target=target, ctx_params=ctx_params,
+                                                     prompt_lookup=prompt_lookup, wrap=media_drafter,
+                                                     draft_model=draft_model)
+        super().__init__(model, target, config, drafters, owns_target=owns)
+        self._open_media()
 
 
 def check_media_types(config: SpecConfig) -> None:
@@ -529,5 +545,6 @@ def make_media_decoder(model: LlamaModel, config: SpecConfig, *, target: LlamaCo
 
 
 # the public module's path, as before the split (reprs, pickles): llama_cpp.mtmd_chat re-exports them
-for _cls in (MediaSpeculationError, MediaSpan, TextHistoryDrafter, MediaDraftModel, MediaFeatureDrafter, MediaHistory, MultimodalMTPDecoder, MultimodalDraftDecoder):
+for _cls in (MediaSpeculationError, MediaSpan, TextHistoryDrafter, MediaDraftModel, MediaFeatureDrafter, MediaNextNDrafter,
+             MediaHistory, MultimodalMTPDecoder, MultimodalDraftDecoder):
     _cls.__module__ = "llama_cpp.mtmd_chat"

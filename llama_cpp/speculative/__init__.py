@@ -2,7 +2,8 @@
 
 Types (llama.cpp's ``common_speculative_type`` names, :class:`SpeculativeType`):
 
-- ``draft-mtp``: :class:`MTPDecoder` below, the model's own NextN head(s). With several heads
+- ``draft-mtp``: the model's own NextN head(s), a drafter (:class:`~llama_cpp.speculative.nextn.NextNDrafter`)
+  of :class:`MTPDecoder` below. With several heads
   (step35, hy-v3, mimo2: the architectures whose MTP graph takes ``llama_set_nextn_layer_offset``
   and allows more than one block) they are chained as llama.cpp chains them: draft step ``i``
   runs head ``i``, so a draft is at most as long as there are heads (``draft_n_max`` is capped,
@@ -48,8 +49,8 @@ trunk in one batch, the way llama.cpp's ``common_speculative_impl_draft_mtp`` an
 - one step: draft ``d_0..d_{k-1}`` from ``(id_last, h_{n_past-1})``, verify
   ``[id_last, d_0..d_{k-1}]`` on the target as one atomic decode with every row an output,
   accept the longest prefix the target sampler agrees with plus one target token, remove the
-  rejected positions from both contexts (``llama_memory_seq_rm``), and catch the draft context
-  up on the accepted tokens;
+  rejected positions from the target (``llama_memory_seq_rm``); the next draft drops the draft
+  context's unconfirmed positions and decodes the accepted pairs in front of its seed;
 - when the target memory cannot remove that many positions (recurrent state with fewer
   snapshots than the rejected suffix, ``n_rs_seq`` smaller than the draft), a sequence-state
   checkpoint taken before the verify is restored and the accepted tokens are replayed.

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._errors import SpeculativeError
 from .gguf_nextn import CHAINED_NEXTN_ARCHS, NEXTN_H_ALL_ROWS_ARCHS, NEXTN_H_OUTPUT_ROWS_ARCHS  # noqa: F401 (here too)
+from .nextn import DRAFT_TOP_K, NEXTN_SYMBOLS  # noqa: F401 (here too)
 from .registry import NEEDS_DRAFT_MODEL, NEEDS_NEXTN, SpeculativeType, find, rows_of, spec_of
 
 log = logging.getLogger("llama_cpp.speculative")
@@ -23,10 +24,8 @@ log = logging.getLogger("llama_cpp.speculative")
 #: batch costs more than a draft can plausibly win back).
 DRAFT_N_MAX_LIMIT = 64
 
-NEXTN_SYMBOLS = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn", "llama_get_embeddings_nextn_ith")
 INHERITED_PARAMS = ("n_threads", "n_threads_batch", "flash_attn_type", "type_k", "type_v", "offload_kqv",
                      "op_offload", "kv_unified", "no_perf")
-DRAFT_TOP_K = 10  # the draft's confidence is its top token's share of the top 10, as in llama.cpp
 
 
 _NGRAM_SIZE_LIMIT = 1024  # llama.cpp's bound on --spec-ngram-* sizes

@@ -1,11 +1,11 @@
 """The one verify loop: :class:`SpeculativeDecoder`, which every decoder over one target sequence runs
-(:class:`~llama_cpp.speculative.engine.DraftDecoder`, :class:`~llama_cpp.speculative.MTPDecoder` and their
-media subclasses).
+(:class:`~llama_cpp.speculative.engine.DraftDecoder`, its :class:`~llama_cpp.speculative.MTPDecoder` and
+their media subclasses).
 
 One step, like ``llama-speculative-simple``:
 
 - ask for up to ``k`` tokens after the history and the pending token ``id_last``
-  (:meth:`SpeculativeDecoder._draft_step`: the token drafters in priority order, then the MTP head);
+  (:meth:`SpeculativeDecoder._draft_step`: the drafters in priority order, the MTP head among them);
 - decode ``[id_last, d_0..d_{k-1}]`` on the target as one batch, every row an output;
 - draw each emitted token with the caller's target sampler from its row and accept draft token
   ``j`` iff it equals the token drawn at row ``j`` (:func:`verify_draft`, *sample and match*: the
@@ -13,7 +13,7 @@ One step, like ``llama-speculative-simple``:
 - remove the rejected positions from the target's memory, or, where it cannot (recurrent state
   with fewer ``n_rs_seq`` snapshots than the rejected suffix), restore the sequence checkpoint
   taken before the verify and replay the kept tokens;
-- :meth:`SpeculativeDecoder._advance` the history (the MTP decoder also catches its draft context up).
+- :meth:`SpeculativeDecoder._advance` the history.
 """
 
 from __future__ import annotations
@@ -85,8 +85,6 @@ class SpeculativeDecoder:
     _ckpt: SeqCheckpoint
     _k_cap: int
     _eog: dict[int, bool]
-    #: where :meth:`_advance`'s time goes: ``t_catchup`` when it decodes (MTP), else ``t_rollback``
-    _advance_is_catchup = False
 
     def _ready(self, warm: bool) -> None:
         """A constructor's last step: fresh stats and history, then (``warm``) :meth:`_warm_up`,
@@ -158,7 +156,7 @@ class SpeculativeDecoder:
 
     @property
     def drafters(self) -> list[Any]:
-        """The token drafters asked before the decoder's own (MTP) head, in priority order."""
+        """The drafters, in priority order."""
         return list(self._drafters)
 
     @property
@@ -272,13 +270,8 @@ class SpeculativeDecoder:
                             "was taken (n_rs_seq too small for this model)")
                 if src is not None:
                     src.accept(n_acc)
-                t3 = clock()
                 self._advance(P, id_last, out)
-                if self._advance_is_catchup:
-                    st.t_rollback += t3 - t2
-                    st.t_catchup += clock() - t3
-                else:
-                    st.t_rollback += clock() - t2
+                st.t_rollback += clock() - t2
 
                 produced += len(out)
                 st.generated += len(out)

@@ -1,8 +1,8 @@
 """What a token drafter is (:class:`Drafter`): the interface the verify loop
 (:class:`~llama_cpp.speculative.decoder.SpeculativeDecoder`), the server's slots and the media decoders
-call. The n-gram types, prompt lookup, upstream's ``LlamaDraftModel`` objects, ``draft-simple``, ``draft-eagle3``, ``draft-dflash`` and
-``draft-dspark`` are drafters; ``draft-mtp``'s NextN head drafts inside its decoder, over the target's
-NextN rows.
+call. The n-gram types, prompt lookup, upstream's ``LlamaDraftModel`` objects, ``draft-simple``, ``draft-eagle3``,
+``draft-mtp`` (:class:`~llama_cpp.speculative.nextn.NextNDrafter`), ``draft-dflash`` and ``draft-dspark``
+are drafters (the server's slots run ``draft-simple`` and ``draft-mtp`` through their batched objects).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def build_drafters(model: Any, config: SpecConfig, target: Any, prompt_lookup: A
     try:
         for row in rows_of(config):
             if row.build is None:
-                continue  # the decoder's own head (draft-mtp)
+                continue  # a type for the server's slots only
             out.append(row.build(args))
             ctx = getattr(out[-1], "ctx", None)
             if ctx is not None:

@@ -42,6 +42,7 @@ from .engine import warm_up
 from .features import (
     LAYER_INPUT_ARCHS,
     FeatureDraftParts,
+    RowStore,
     TargetLayers,
     check_target_layers,
     draft_header,
@@ -74,64 +75,6 @@ def check_draft_header(path: str | os.PathLike[str], *, target_arch: str | None 
         raise SpeculativeError(f"{p} was trained on a target of hidden size {hidden} (eagle3.target_hidden_size); "
                                f"this target's n_embd is {target_n_embd}: use the EAGLE3 draft made for this model")
     return check_target_layers(p, layers, target_arch=None, target_n_layer=target_n_layer, arch="eagle3")
-
-
-class _RowStore:
-    """``g`` rows by position (``base .. base + n - 1``), each with the target token it was made for.
-
-    Storing at ``pos0`` drops every row from ``pos0`` on (the target dropped those positions too).
-    Rows more than ``margin`` positions behind the paired boundary are let go: a rewind deeper
-    than that decodes the target again for them."""
-
-    def __init__(self, width: int, margin: int) -> None:
-        self.margin = int(margin)
-        self.base = self.n = 0
-        self.rows = np.zeros((64, width), dtype=np.float32)
-        self.tok = np.full(64, -1, dtype=np.int64)
-
-    def clear(self) -> None:
-        self.base = self.n = 0
-
-    def put(self, pos0: int, rows: np.ndarray, tokens: Sequence[int]) -> None:
-        if pos0 < self.base:
-            self.base, self.n = pos0, 0
-        start, end = pos0 - self.base, pos0 - self.base + len(tokens)
-        if end > self.tok.shape[0]:
-            cap = max(end, 2 * self.tok.shape[0])
-            grown = np.zeros((cap, self.rows.shape[1]), dtype=np.float32)
-            grown[:self.n] = self.rows[:self.n]
-            tok = np.full(cap, -1, dtype=np.int64)
-            tok[:self.n] = self.tok[:self.n]
-            self.rows, self.tok = grown, tok
-        self.tok[self.n:start] = -1  # a gap: positions never seen
-        self.rows[start:end] = rows
-        self.tok[start:end] = np.asarray(tokens, dtype=np.int64)
-        self.n = end
-
-    def first_miss(self, hist: Sequence[int], lo: int, hi: int) -> int | None:
-        """The first position in ``lo..hi-1`` without a row made for ``hist``'s token there."""
-        if lo >= hi:
-            return None
-        if lo < self.base:
-            return lo
-        have = self.tok[lo - self.base:min(hi, self.base + self.n) - self.base]
-        bad = np.flatnonzero(have != np.asarray(hist[lo:lo + have.shape[0]], dtype=np.int64))
-        if bad.size:
-            return lo + int(bad[0])
-        return None if lo + have.shape[0] >= hi else lo + have.shape[0]
-
-    def get(self, lo: int, hi: int) -> np.ndarray:
-        return self.rows[lo - self.base:hi - self.base]
-
-    def forget(self, paired: int) -> None:
-        """Positions below ``paired - margin`` are no longer kept."""
-        d = paired - self.margin - self.base
-        if d > 0 and d >= self.n // 2:  # shift rarely: amortized over the rows kept
-            d = min(d, self.n)
-            self.rows[:self.n - d] = self.rows[d:self.n]
-            self.tok[:self.n - d] = self.tok[d:self.n]
-            self.base += d
-            self.n -= d
 
 
 class Eagle3Drafter(FeatureDraftParts):
@@ -171,7 +114,7 @@ class Eagle3Drafter(FeatureDraftParts):
         self._n_ctx = target_ctx.n_ctx()
         self._n_ubatch = self.ctx.n_ubatch()
         self._n_batch = self.ctx.n_batch()
-        self._rows = _RowStore(self.n_dec, max(_ROW_MARGIN, self._n_batch))  # g_p, the encoder's output
+        self._rows = RowStore(self.n_dec, max(_ROW_MARGIN, self._n_batch))  # g_p, the encoder's output
         self.reset()
 
     def _warm_up(self) -> None:

@@ -3,7 +3,8 @@ and what every decoder shares with it: telling drafters the history, asking them
 (:func:`propose`), warming contexts up, sharing threadpools.
 
 :class:`DraftDecoder` runs the n-gram types, ``draft-simple``, ``draft-eagle3``, ``draft-dflash``,
-``draft-dspark``, prompt lookup and upstream's ``LlamaDraftModel`` objects (and any list of them, as llama.cpp's ``common_speculative``
+``draft-dspark``, ``draft-mtp`` (in its :class:`~llama_cpp.speculative.MTPDecoder` subclass), prompt lookup and
+upstream's ``LlamaDraftModel`` objects (and any list of them, as llama.cpp's ``common_speculative``
 does: the drafters are asked in llama.cpp's priority order and the first non-empty draft is
 verified) through the one verify loop of :class:`~llama_cpp.speculative.decoder.SpeculativeDecoder`.
 """

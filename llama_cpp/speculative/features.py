@@ -3,6 +3,8 @@
 - :func:`draft_header`: a draft file's GGUF metadata and tensor names, read without loading it.
 - :func:`check_target_layers`: the draft's ``<arch>.target_layers`` against the target (range,
   an architecture whose llama.cpp graph exports layer inputs).
+- :class:`RowStore`: rows a drafter derived from the target, by position, with the token each was
+  made for (what a rewind within its margin re-pairs without the target).
 - :class:`TargetLayers`: turns a target context's layer-input outputs on (and off again on
   close), reads the concatenated rows of its last decode, and decodes a span of the history
   again when a drafter needs rows it never saw (a restored state).
@@ -135,6 +137,72 @@ class FeatureDraftParts(DrafterBase):
                 setattr(self, name, None)
 
 
+class RowStore:
+    """Rows a drafter derived from the target by position (``base .. base + n - 1``; EAGLE3's ``g``, the
+    NextN hidden states), each with the target token it was made for.
+
+    Storing at ``pos0`` drops every row from ``pos0`` on (the target dropped those positions too).
+    Rows more than ``margin`` positions behind the paired boundary are let go: a rewind deeper
+    than that decodes the target again for them."""
+
+    def __init__(self, width: int, margin: int) -> None:
+        self.margin = int(margin)
+        self.base = self.n = 0
+        self.rows = np.zeros((64, width), dtype=np.float32)
+        self.tok = np.full(64, -1, dtype=np.int64)
+
+    def clear(self) -> None:
+        self.base = self.n = 0
+
+    def put(self, pos0: int, rows: np.ndarray, tokens: Sequence[int]) -> None:
+        if pos0 < self.base:
+            self.base, self.n = pos0, 0
+        start, end = pos0 - self.base, pos0 - self.base + len(tokens)
+        if end > self.tok.shape[0]:
+            cap = max(end, 2 * self.tok.shape[0])
+            grown = np.zeros((cap, self.rows.shape[1]), dtype=np.float32)
+            grown[:self.n] = self.rows[:self.n]
+            tok = np.full(cap, -1, dtype=np.int64)
+            tok[:self.n] = self.tok[:self.n]
+            self.rows, self.tok = grown, tok
+        self.tok[self.n:start] = -1  # a gap: positions never seen
+        self.rows[start:end] = rows
+        self.tok[start:end] = tokens
+        self.n = end
+
+    def first_miss(self, hist: Sequence[int], lo: int, hi: int) -> int | None:
+        """The first position in ``lo..hi-1`` without a row made for ``hist``'s token there."""
+        if lo >= hi:
+            return None
+        if lo < self.base:
+            return lo
+        if hi - lo <= 16 and hi <= self.base + self.n:  # a step's few positions: a list compare costs less
+            if self.tok[lo - self.base:hi - self.base].tolist() == list(hist[lo:hi]):
+                return None
+        have = self.tok[lo - self.base:min(hi, self.base + self.n) - self.base]
+        bad = np.flatnonzero(have != np.asarray(hist[lo:lo + have.shape[0]], dtype=np.int64))
+        if bad.size:
+            return lo + int(bad[0])
+        return None if lo + have.shape[0] >= hi else lo + have.shape[0]
+
+    def get(self, lo: int, hi: int) -> np.ndarray:
+        return self.rows[lo - self.base:hi - self.base]
+
+    def tokens(self, lo: int, hi: int) -> list[int]:
+        """The tokens the rows at ``lo..hi-1`` were made for."""
+        return [int(t) for t in self.tok[lo - self.base:hi - self.base]]
+
+    def forget(self, paired: int) -> None:
+        """Positions below ``paired - margin`` are no longer kept."""
+        d = paired - self.margin - self.base
+        if d > 0 and d >= self.n // 2:  # shift rarely: amortized over the rows kept
+            d = min(d, self.n)
+            self.rows[:self.n - d] = self.rows[d:self.n]
+            self.tok[:self.n - d] = self.tok[d:self.n]
+            self.base += d
+            self.n -= d
+
+
 class TargetLayers:
     """The inputs of ``layers`` of one target context, for every token of its last decode; ``seq``
     is the target sequence the drafter follows (a server slot's; 0 elsewhere)."""
@@ -196,5 +264,5 @@ class TargetLayers:
         self._refill.decode(list(hist[first:end]), first, "none", observe)
 
 
-__all__ = ["LAYER_INPUT_ARCHS", "FeatureDraftParts", "TargetLayers", "check_target_layers", "draft_header",
+__all__ = ["LAYER_INPUT_ARCHS", "FeatureDraftParts", "RowStore", "TargetLayers", "check_target_layers", "draft_header",
            "loaded_layers", "open_draft", "require_symbols"]

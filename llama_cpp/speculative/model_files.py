@@ -11,9 +11,10 @@ from typing import Any
 from .._core.model import LlamaModel
 from .._errors import ModelLoadError, SpeculativeError
 from .._safety.gguf_guard import read_header
-from .config import CHAINED_NEXTN_ARCHS, SpecConfig, SpeculativeType
+from .config import SpecConfig, SpeculativeType
 from .draft import check_vocab_files, overrides_tokenizer
 from .gguf_nextn import gguf_nextn_layers
+from .nextn import check_mtp_loaded, check_nextn_heads  # noqa: F401 (here too)
 from .registry import NEEDS_DRAFT_MODEL, find, rows_of, table
 
 
@@ -145,25 +146,3 @@ def load_mtp_model(path: str | os.PathLike[str], **model_kwargs: Any) -> Any:
     check_model_file(path, SpecConfig(spec_type=SpeculativeType.DRAFT_MTP))
     model_kwargs.pop("load_mtp", None)
     return LlamaModel(path, load_mtp=True, **model_kwargs)
-
-
-def check_nextn_heads(arch: str | None, n: int, what: str) -> None:
-    """Several NextN heads only where llama.cpp's MTP graph can run each of them."""
-    if n > 1 and arch not in CHAINED_NEXTN_ARCHS:
-        raise SpeculativeError(
-            f"{what} declares {n} NextN (MTP) layers, but llama.cpp's {arch!r} MTP graph runs exactly one "
-            f"(it would abort the process): several heads are chained only for "
-            f"{', '.join(sorted(CHAINED_NEXTN_ARCHS))}; convert the model with one MTP layer or use "
-            "another speculative type")
-
-
-def check_mtp_loaded(model: Any) -> None:
-    if getattr(model, "load_mtp", None) is not True:
-        raise SpeculativeError(
-            "this model was not loaded with its NextN (MTP) layers: load it with "
-            "llama_cpp.speculative.load_mtp_model(path) (LlamaModel(path, load_mtp=True)), or use "
-            "Llama(path, speculative=SpecConfig(...)) which does so")
-    if model.n_layer_nextn() <= 0:
-        raise SpeculativeError(
-            "this model has no NextN (MTP) layers (llama_model_n_layer_nextn == 0): MTP speculative "
-            "decoding needs a model converted with its MTP head; use SpecConfig(spec_type='none')")

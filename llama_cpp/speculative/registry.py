@@ -21,6 +21,7 @@ from .dflash import DFlashDrafter
 from .draft import DraftModel
 from .drafter import UNBOUNDED_DRAFT
 from .eagle3 import Eagle3Drafter
+from .nextn import NextNDrafter
 from .ngram import NgramCache, NgramMap, NgramMod, NgramSimple, PromptLookup, load_ngram_cache
 from .slot_drafts import BatchedDraftModel, BatchedMTP, ChainedSlotsMTP
 from .upstream import LlamaDraftModelDrafter
@@ -100,7 +101,7 @@ class DrafterArgs:
 
 @dataclasses.dataclass(frozen=True)
 class TypeSpec:
-    """One speculative type. ``build`` makes its drafter (None: the decoder's own head, ``draft-mtp``);
+    """One speculative type. ``build`` makes its drafter for one target sequence (None: the slots only);
     ``n_max(config)`` is its longest draft (None: ``config.draft_n_max``); ``not_in_slots`` /
     ``not_in_media`` say why the server's slots / multimodal chat refuse it (None: they run it);
     ``slot_check(model_path)`` says why the slots refuse it for that model file (None: they run it);
@@ -227,6 +228,11 @@ def _draft_simple_slots(a: DrafterArgs, n_slots: int) -> Any:
                              p_min=c.draft_p_min, n_gpu_layers=c.draft_n_gpu_layers)
 
 
+def _nextn(a: DrafterArgs) -> Any:
+
+    return NextNDrafter(a.model, a.target, a.config, a.ctx_params)
+
+
 def _mtp_slots(a: DrafterArgs, n_slots: int) -> Any:
 
     c = a.config
@@ -266,7 +272,7 @@ TYPES: tuple[TypeSpec, ...] = (
     TypeSpec(_T.DRAFT_EAGLE3, _eagle3, _FEAT, slots=PER_SEQUENCE, check_draft=_check_eagle3,
              not_in_media="its draft pairs the target's features at each position with the token at the next one, "
                           "which a media position does not have"),
-    TypeSpec(_T.DRAFT_MTP, None, frozenset((NEEDS_NEXTN,)), slots=BATCHED, media=MEDIA_OWN, batched=_mtp_slots),
+    TypeSpec(_T.DRAFT_MTP, _nextn, frozenset((NEEDS_NEXTN,)), slots=BATCHED, media=MEDIA_OWN, batched=_mtp_slots),
     TypeSpec(_T.DRAFT_DFLASH, _dflash(False), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES,
              check_draft=_check_dflash(False)),
     TypeSpec(_T.DRAFT_DSPARK, _dflash(True), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES,

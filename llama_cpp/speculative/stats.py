@@ -36,6 +36,7 @@ class SpeculativeStats:
     t_prefill: float = 0.0
     t_draft: float = 0.0
     t_verify: float = 0.0
+    #: kept for compatibility: the MTP draft memory's catch-up runs inside the draft (counted in ``t_draft``)
     t_catchup: float = 0.0
     t_rollback: float = 0.0
     t_generate: float = 0.0
@@ -104,7 +105,7 @@ class SpeculativeStats:
                 f"({100 * self.acceptance_rate:.1f}%, per position [{per}], mean accepted length "
                 f"{self.mean_accepted_length:.2f}); rollbacks {self.rollbacks_partial} partial + "
                 f"{self.rollbacks_checkpoint} checkpoint; time draft {self.t_draft:.3f}s verify "
-                f"{self.t_verify:.3f}s catch-up {self.t_catchup:.3f}s rollback {self.t_rollback:.3f}s")
+                f"{self.t_verify:.3f}s rollback {self.t_rollback:.3f}s")
 
 
 __all__ = ["SpeculativeStats"]

@@ -67,7 +67,7 @@ def test_media_span_positions_in_both_memories(qwen35_random, mmproj_vision, png
             n_pos = chunks.n_pos
             img = next(c for c in chunks if c.is_media)
             # every position but the pending last token is in the target, mirrored in the draft
-            assert dec.n_past == n_pos - 1 and dec._n_dft == n_pos - 1
+            assert dec.n_past == n_pos - 1
             assert dec.target.seq_pos_max(0) == n_pos - 2
             assert dec.draft.seq_pos_max(0) == n_pos - 2
             assert dec.kv_tokens.count(dec.MEDIA_TOKEN) == img.n_pos

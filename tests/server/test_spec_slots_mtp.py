@@ -231,7 +231,8 @@ def test_batched_drafts_equal_the_serial_decoders_on_a_history_reading_head(prom
     def serial(history: list[int]) -> list[int]:
         with MTPDecoder(m, {"n_ctx": 256, "n_batch": 64, "n_ubatch": 64, **th}, cfg) as dec:
             dec.prefill(history)
-            return dec._propose(4)
+            nextn = next(d for d in dec.drafters if d.kind == "draft-mtp")
+            return nextn.draft(dec.kv_tokens, history[-1], 4)
 
     with load_mtp_model(model("random")) as m:
         tgt = LlamaContext(m, n_ctx=3 * 256, n_batch=64, n_ubatch=64, n_seq_max=3, kv_unified=True, **th)

@@ -421,9 +421,9 @@ def test_llama_state_save_load(llamas, form):
 
 
 def test_row_store_keeps_what_pairing_needs():
-    from llama_cpp.speculative.eagle3 import _RowStore
+    from llama_cpp.speculative.features import RowStore
 
-    st = _RowStore(2, margin=4)
+    st = RowStore(2, margin=4)
     st.put(0, np.arange(12, dtype=np.float32).reshape(6, 2), [10, 11, 12, 13, 14, 15])
     assert st.first_miss([10, 11, 12, 13, 14, 15], 0, 6) is None
     assert st.first_miss([10, 11, 99, 13], 0, 4) == 2

@@ -45,46 +45,62 @@ def models():
         m.close()
 
 
-def _run(model, prompt, draft_n_max: int, *, separate: bool, n: int = N_GEN):
-    """(tokens, stats, draft decodes) of one generation; ``separate``: the catch-up decoded on its own."""
+def _nextn(dec):
+    """The decoder's NextN drafter."""
+    return next(d for d in dec.drafters if d.kind == "draft-mtp")
+
+
+@pytest.fixture(autouse=True)
+def draft_decodes(monkeypatch):
+    """Counts the batches decoded on each draft context (by context pointer)."""
+    from llama_cpp.speculative import batch as _batch
+
+    counts: dict = {}
+    real = _batch.RawExtBatch.decode
+
+    def counted(self, tokens, *a, **kw):
+        counts[self._ctx] = counts.get(self._ctx, 0) + 1
+        return real(self, tokens, *a, **kw)
+
+    monkeypatch.setattr(_batch.RawExtBatch, "decode", counted)
+    return counts
+
+
+def _run(model, prompt, draft_n_max: int, *, separate: bool, n: int = N_GEN, counts=None):
+    """(tokens, stats, draft decodes) of one generation; ``separate``: the catch-up decoded on its own
+    (the drafter's ``catch_up`` before every draft)."""
     from llama_cpp.speculative import MTPDecoder, SpecConfig
 
     with MTPDecoder(model, dict(CTX), SpecConfig("draft-mtp", draft_n_max=draft_n_max)) as dec:
-        calls = []
-        real = dec._draw.decode
-
-        def counted(*a, **kw):
-            calls.append(len(a[0]))
-            return real(*a, **kw)
-
-        dec._draw.decode = counted
-        propose = dec._propose
+        nextn = _nextn(dec)
+        real = nextn.draft
         drafts: list[list[int]] = []
 
-        def recorded(k_max):
+        def recorded(prompt, id_last, k_max=None):
             if separate:
-                dec._flush_pairs()
-            d = propose(k_max)
+                nextn.catch_up(prompt)
+            d = real(prompt, id_last, k_max)
             drafts.append(list(d))
             return d
 
-        dec._propose = recorded
-        dec.prefill(prompt)
-        calls.clear()
+        nextn.draft = recorded
+        dec.prefill(prompt)  # the prompt's pairs are in the draft memory after it
+        ptr = nextn.ctx.ptr
+        before = (counts or {}).get(ptr, 0)
         toks = list(dec.generate(greedy_sampler(), n))
         dec.stats.drafts = drafts  # the MTP drafts, in order (for the comparisons below)
-        return toks, dec.stats, len(calls)
+        return toks, dec.stats, (counts or {}).get(ptr, 0) - before
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_same_drafts_as_a_separate_catch_up(models, name):
+def test_same_drafts_as_a_separate_catch_up(models, name, draft_decodes):
     m = models(name)
     for p in PROMPTS:
         prompt = m.tokenize(p.encode(), add_special=True)
         ref = plain_generate(m, prompt, N_GEN)
         for dn in MODELS[name][2]:
-            got, st, n_merged = _run(m, prompt, dn, separate=False)
-            want, st0, n_separate = _run(m, prompt, dn, separate=True)
+            got, st, n_merged = _run(m, prompt, dn, separate=False, counts=draft_decodes)
+            want, st0, n_separate = _run(m, prompt, dn, separate=True, counts=draft_decodes)
             assert got == want == ref, (name, p, dn)
             assert (st.drafted_at, st.accepted_at) == (st0.drafted_at, st0.accepted_at), (name, p, dn)
             assert st.drafts == st0.drafts, (name, p, dn)  # the rejected tokens too
@@ -97,11 +113,11 @@ def test_same_drafts_as_a_separate_catch_up(models, name):
                 assert n_merged < n_separate if st.accepted else n_merged == n_separate, (name, p, dn)
 
 
-def test_full_acceptance_decodes_one_batch_per_drafted_token(models):
+def test_full_acceptance_decodes_one_batch_per_drafted_token(models, draft_decodes):
     """One head at 100 % acceptance: ``k`` draft decodes a step (the catch-up inside the first)."""
     m = models("qwen35-echo")
     prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
-    got, st, n = _run(m, prompt, 4, separate=False)
+    got, st, n = _run(m, prompt, 4, separate=False, counts=draft_decodes)
     assert st.accepted == st.drafted > 0
     assert n == st.drafted
 
@@ -117,10 +133,8 @@ def test_pending_pairs_survive_state_and_prefill(models):
         ref = plain_generate(m, prompt, N_GEN)
         with MTPDecoder(m, dict(CTX), SpecConfig("draft-mtp", draft_n_max=3)) as dec:
             dec.prefill(prompt)
-            head = list(dec.generate(greedy_sampler(), 7))
-            assert dec._pend_tok  # the last step's pairs wait for the next draft
+            head = list(dec.generate(greedy_sampler(), 7))  # the last step's pairs wait for the next draft
             state = dec.save_state()
-            assert not dec._pend_tok
             tail = list(dec.generate(greedy_sampler(), N_GEN - len(head)))
             dec.load_state(state)
             again = list(dec.generate(greedy_sampler(), N_GEN - len(head)))
@@ -189,16 +203,18 @@ def test_pairs_that_do_not_fit_one_micro_batch_go_alone(models, monkeypatch, nam
     m = models(name)
     prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
     dn = 3
+    from llama_cpp.speculative.nextn import NextNDrafter
+
     want, st0, _ = _run(m, prompt, dn, separate=False)
     small = dict(CTX, n_batch=dn + 2, n_ubatch=dn + 2)
     flushed = []
-    real = MTPDecoder._flush_pairs
+    real = NextNDrafter.catch_up
 
-    def flush(self):
-        flushed.append(len(self._pend_tok))
-        real(self)
+    def flush(self, history):
+        flushed.append(len(history))
+        real(self, history)
 
-    monkeypatch.setattr(MTPDecoder, "_flush_pairs", flush)
+    monkeypatch.setattr(NextNDrafter, "catch_up", flush)
     with MTPDecoder(m, small, SpecConfig("draft-mtp", draft_n_max=dn)) as dec:
         dec.prefill(prompt)
         got = list(dec.generate(greedy_sampler(), N_GEN))
@@ -246,12 +262,12 @@ def test_a_hybrid_draft_model_without_room_for_its_snapshots_is_refused(models):
 
 
 @pytest.mark.parametrize("dn", (1, 2))
-def test_heads_no_draft_reaches_are_not_caught_up(models, dn):
+def test_heads_no_draft_reaches_are_not_caught_up(models, dn, draft_decodes):
     """Chained heads with ``draft_n_max`` below their number: only the heads a draft can reach take
     the pairs (one draft decode per head a step at full acceptance), with llama.cpp's drafts."""
     m = models("step35-echo")
     prompt = m.tokenize(PROMPTS[0].encode(), add_special=True)
-    got, st, n = _run(m, prompt, dn, separate=False)
+    got, st, n = _run(m, prompt, dn, separate=False, counts=draft_decodes)
     assert got == plain_generate(m, prompt, N_GEN)
     assert st.accepted == st.drafted > 0
     assert n == st.drafted
@@ -290,17 +306,57 @@ def test_a_batch_led_by_pairs_gives_its_last_entrys_hidden_row(fixture, form):
     return the first entry's), step35's for the outputs only."""
     import numpy as np
 
-    from llama_cpp.speculative import MTPDecoder, SpecConfig, load_mtp_model
+    from llama_cpp._core.ownership import float_view
+    from llama_cpp.llama_batch import LlamaBatchExt
+    from llama_cpp.speculative import MTPDecoder, RawExtBatch, SpecConfig, load_mtp_model
 
     with load_mtp_model(fixture_path(fixture, form=form)) as m, \
             MTPDecoder(m, dict(CTX), SpecConfig("draft-mtp", draft_n_max=2)) as dec:
+        ctx = dec.draft
+        raw = RawExtBatch(LlamaBatchExt(ctx), ctx, dec.n_embd)
+
+        def row(i):
+            return float_view(m.bindings.llama_get_embeddings_nextn_ith(ctx.ptr, i), dec.n_embd).copy()
+
         rows = np.random.default_rng(0).standard_normal((3, dec.n_embd)).astype(np.float32)
         toks = [int(t) for t in m.tokenize(b"Hello world", add_special=False)[:1]] + [9, 13]
-        dec._draw.decode(toks, 0, "last", rows)
-        batch_h, batch_logits = dec._draft_row(2), dec.draft.logits_ith(2).copy()
-        dec.draft.memory_clear(True)
-        dec._draw.decode(toks[:2], 0, False, rows[:2])
-        dec._draw.decode(toks[2:], 2, "last", rows[2:])
-        alone_h, alone_logits = dec._draft_row(0), dec.draft.logits_ith(0).copy()
+        raw.decode(toks, 0, "last", rows)
+        batch_h, batch_logits = row(2), ctx.logits_ith(2).copy()
+        ctx.memory_clear(True)
+        raw.decode(toks[:2], 0, False, rows[:2])
+        raw.decode(toks[2:], 2, "last", rows[2:])
+        alone_h, alone_logits = row(0), ctx.logits_ith(0).copy()
         assert np.allclose(batch_logits, alone_logits, atol=1e-4)
         assert np.allclose(batch_h, alone_h, atol=1e-4), float(np.abs(batch_h - alone_h).max())
+
+
+@pytest.mark.parametrize("name", ("qwen35-random", "qwen35-noisy", "step35-noisy"))
+def test_cut_histories_and_states_draft_as_a_fresh_decoder(models, name):
+    """A history longer than a micro-batch, then prompts that cut it back (within the kept hidden rows and
+    to a shorter prefix) and a state restored over another history: the same tokens and the same
+    acceptance as a fresh decoder given each prompt (the draft memory keeps only what still holds)."""
+    from llama_cpp.speculative import MTPDecoder, SpecConfig
+
+    m = models(name)
+    base = m.tokenize(b"Once upon a time there was a little cat who lived in a house by the sea. " * 12,
+                      add_special=True)
+    other = base[:150] + m.tokenize(b" and then a dog came along and said hello to everyone there", add_special=False)
+    ctx = dict(CTX, n_ctx=1024, n_batch=64, n_ubatch=64)
+    cfg = SpecConfig("draft-mtp", draft_n_max=3)
+    with MTPDecoder(m, ctx, cfg) as dec, MTPDecoder(m, ctx, cfg) as fresh:
+        for p in (base, other, base[:100], base):
+            dec.prefill(p)
+            dec.stats.reset()
+            got = list(dec.generate(greedy_sampler(), 24))
+            fresh.reset()
+            fresh.prefill(p)
+            fresh.stats.reset()
+            assert got == list(fresh.generate(greedy_sampler(), 24)) == plain_generate(m, p, 24), len(p)
+            assert (dec.stats.drafted_at, dec.stats.accepted_at) == (fresh.stats.drafted_at,
+                                                                    fresh.stats.accepted_at), len(p)
+        state = dec.save_state()
+        a = list(dec.generate(greedy_sampler(), 10))
+        dec.prefill(other)
+        list(dec.generate(greedy_sampler(), 5))
+        dec.load_state(state)
+        assert list(dec.generate(greedy_sampler(), 10)) == a

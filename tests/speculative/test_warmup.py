@@ -52,7 +52,7 @@ def _config(spec_type: str):
 @pytest.fixture
 def warmed(monkeypatch):
     """The ``ctx.ptr`` of every context :func:`warm_up` is called on (the real warm-up still runs)."""
-    from llama_cpp.speculative import dflash, draft, eagle3, mtp, slot_drafts
+    from llama_cpp.speculative import dflash, draft, eagle3, nextn, slot_drafts
     from llama_cpp.speculative import engine as _spec_engine
 
     seen: list[int] = []
@@ -62,15 +62,13 @@ def warmed(monkeypatch):
         seen.append(ctx.ptr)
         real(model, ctx, decode)
 
-    for module in (_spec_engine, mtp, draft, eagle3, dflash, slot_drafts):  # each module that calls it
+    for module in (_spec_engine, nextn, draft, eagle3, dflash, slot_drafts):  # each module that calls it
         monkeypatch.setattr(module, "warm_up", record)
     return seen
 
 
 def _draft_ctxs(dec) -> list[int]:
-    out = [d.ctx.ptr for d in dec.drafters if getattr(d, "ctx", None) is not None]
-    mtp = getattr(dec, "draft", None)  # an MTPDecoder's own draft context
-    return out + ([mtp.ptr] if mtp is not None else [])
+    return [d.ctx.ptr for d in dec.drafters if getattr(d, "ctx", None) is not None]  # the NextN drafter's too
 
 
 def test_warm_up_leaves_an_empty_context(echo_models):
