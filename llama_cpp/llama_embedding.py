@@ -25,7 +25,7 @@ from ._core.context import LlamaBatch, LlamaContext
 from ._core.model import LlamaModel, flash_attn_type
 from ._core.normalize import normalize_embeddings
 from ._core.ownership import float_view
-from ._errors import ContextOverflowError, LlamaError, TokenizationError
+from ._errors import ClosedError, ContextOverflowError, LlamaError, MultimodalError, TokenizationError
 from ._placement import isolation as _isolation
 from ._placement.load import prepare as _place
 from ._safety import checks as _checks
@@ -294,7 +294,6 @@ class LlamaEmbedding:
 
     def _parts(self) -> tuple[LlamaContext, LlamaModel]:
         if self._ctx is None or self._model is None:
-            from ._errors import ClosedError
 
             raise ClosedError("this LlamaEmbedding is closed; create a new one")
         return self._ctx, self._model
@@ -368,7 +367,6 @@ class LlamaEmbedding:
         _, model = self._parts()
         path = os.fspath(mmproj_path) if mmproj_path is not None else self.mmproj_path
         if path is None:
-            from ._errors import MultimodalError
 
             raise MultimodalError("embed_multimodal needs a projector: pass mmproj_path=<mmproj.gguf> "
                                   "here or to LlamaEmbedding(...)")

@@ -20,6 +20,7 @@ import jinja2
 import jinja2.ext
 from jinja2.exceptions import SecurityError
 
+from .._compat.hooks import StoppingCriteriaList
 from .._errors import LlamaError, TemplateError
 from .._safety.arguments import ArgumentTypeError
 from .._safety.template_budget import DEFAULT_LIMITS, RenderLimits
@@ -83,10 +84,6 @@ def _stop_on_token_ids(ids: set[int]) -> Any:
     def stop_on_last_token(tokens: Any, logits: Any) -> bool:
         return bool(len(tokens)) and int(tokens[-1]) in ids
 
-    try:
-        from .._compat.hooks import StoppingCriteriaList
-    except ImportError:  # pragma: no cover - the hooks module ships with the package
-        return [stop_on_last_token]
     return StoppingCriteriaList([stop_on_last_token])
 
 

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._core.ownership import unwrap  # Llama.model is the pointer; its wrapper tokenizes
 from .._generation import responses as _responses
 from .._safety.chat_tokens import message_texts, tokenize_chat_prompt
 from ..llama_grammar import JSON_GBNF, LlamaGrammar
@@ -96,7 +97,6 @@ def prompt_tokens(llama: Any, prompt: str, messages: Sequence[Any], *, added_spe
                   special_in_content: bool = False, render: Callable[[list[Any]], str] | None = None) -> list[int]:
     """The tokens of a rendered prompt, message content parsed without special tokens (``render``:
     how ``messages`` became ``prompt``, for exact content spans)."""
-    from .._core.ownership import unwrap  # Llama.model is the pointer; its wrapper tokenizes
 
     model = unwrap(getattr(llama, "model", None))
     if model is not None and hasattr(model, "token_bos"):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._errors import LibraryLoadError, LibraryNotFoundError, LlamaError, TemplateError
+from .._errors import ClosedError, GrammarError, LibraryLoadError, LibraryNotFoundError, LlamaError, TemplateError
 
 log = logging.getLogger("llama_cpp.chat")
 
@@ -318,7 +318,6 @@ class _Owned:
 
     def _require(self) -> int:
         if not self._handle:
-            from .._errors import ClosedError
 
             raise ClosedError(f"the {self._what} was closed")
         return self._handle
@@ -453,7 +452,6 @@ def chat_sampler(model: Any, params: Mapping[str, Any]) -> ChatSampler:
     out = ctypes.c_void_p()
     doc = lib.take_json(lib.sampler_init(model_ptr, _dumps(dict(params)), ctypes.byref(out)))
     if "error" in doc:
-        from .._errors import GrammarError
 
         raise GrammarError(f"cannot make the chat answer's sampler: {doc['error']}")
     return ChatSampler(out.value or None, frozenset(int(t) for t in doc.get("preserved_token_ids", ())),

@@ -23,6 +23,7 @@ from .._safety.tool_limits import check_tools
 from ..llama_grammar import LlamaGrammar
 from .base import validate_messages
 from .constraint import ChatConstraint
+from .handler import prompt_tokens
 from .native_chat import (
     REASONING_FORMATS,
     ChatParseError,
@@ -226,7 +227,6 @@ def create_chat_completion(llama: Any, templates: ChatTemplates, messages: Seque
     if isinstance(llama, ChatTarget):
         tokens = llama.chat_prompt(prompt.prompt, messages, special_in_content=special_in_content, render=render)
     else:
-        from .handler import prompt_tokens
 
         # llama.cpp leaves BOS out of the prompt where the vocabulary adds it; message content stays text
         tokens = prompt_tokens(llama, prompt.prompt, messages, added_special=False,

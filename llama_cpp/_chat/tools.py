@@ -23,6 +23,7 @@ from typing import Any
 
 import jinja2
 
+from .._errors import TemplateError
 from .._generation import responses as R
 from .._safety.template_budget import DEFAULT_LIMITS
 from ..llama_grammar import JSON_GBNF, LlamaGrammar
@@ -90,7 +91,6 @@ def _chatml_template() -> Any:
 
 def render_chatml_function_calling(messages: list[Any], tools: list[Any] | None, tool_calls: bool) -> str:
     """The prompt llama-cpp-python's ``chatml-function-calling`` writes for ``messages``."""
-    from .._errors import TemplateError
 
     env, template = _chatml_template()
     try:

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import ctypes
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .._errors import (
+    GrammarError,
     LlamaError,
     TokenizationError,
 )
@@ -17,6 +19,7 @@ from .._native import log_routing as _logging
 from .._safety import checks as _checks
 from .context import LlamaContext
 from .model import LlamaModel
+from .normalize import normalize_embeddings
 from .ownership import Owned, native_lib
 
 # --------------------------------------------------------------------------------------------
@@ -111,7 +114,6 @@ class LlamaSampler(Owned):
 
     def add_softmax(self) -> LlamaSampler:
         """Nothing to add: llama.cpp's dist sampler works from logits (llama-cpp-python deprecated this too)."""
-        import warnings
 
         warnings.warn("add_softmax is deprecated and does nothing: the dist sampler samples from logits",
                       DeprecationWarning, stacklevel=2)
@@ -153,7 +155,6 @@ class LlamaSampler(Owned):
     def add_grammar(self, model: LlamaModel, grammar: Any, root: str = "root") -> LlamaSampler:
         """A GBNF grammar sampler; ``grammar`` is GBNF text or a :class:`~llama_cpp.LlamaGrammar`
         (llama-cpp-python's form, whose own root rule is used)."""
-        from .._errors import GrammarError
 
         if not isinstance(grammar, str):
             text, start = getattr(grammar, "_grammar", None), getattr(grammar, "_root", None)
@@ -240,7 +241,6 @@ class LlamaTokenDataArray(TokenCandidates):
 def normalize_embedding(embedding: Sequence[float]) -> list[float]:
     """``embedding`` scaled to unit L2 norm (an all-zero row stays zero), as a list
     (llama-cpp-python's helper, over :func:`llama_cpp._core.normalize.normalize_embeddings`)."""
-    from .._core.normalize import normalize_embeddings
 
     return normalize_embeddings(np.asarray(embedding, dtype=np.float64), 2).tolist()
 

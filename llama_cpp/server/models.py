@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..llama import Llama
+from ..llama_speculative import LlamaPromptLookupDecoding
+from ..mtmd import MTMDEmbeddingHandler
+from ..mtmd_chat import MTMDChatHandler
+from ..speculative.slots import SlotSpeculation
 from .engine import SerialEngine, SlotEngine
 from .engine.embeddings import EmbeddingEngine
+from .engine.worker import WorkerEngine
 from .errors import APIError
 from .lora import LoraSet
 from .settings import ModelSettings
-
-if TYPE_CHECKING:
-    from ..mtmd import MTMDEmbeddingHandler
 
 log = logging.getLogger("llama_cpp.server")
 
@@ -104,7 +106,6 @@ class ServedModel:
             chat_template_kwargs=s.chat_template_kwargs, reasoning_format=s.reasoning_format,
             reasoning_budget=s.reasoning_budget)
         if s.clip_model_path and not s.embedding:  # an embedding model's projector: media_embedder
-            from ..mtmd_chat import MTMDChatHandler
 
             kw["chat_handler"] = MTMDChatHandler(s.clip_model_path, n_threads=s.n_threads,
                                                  use_gpu=s.n_gpu_layers != 0, media_dirs=s.media_dirs)
@@ -122,7 +123,6 @@ class ServedModel:
         if spec is not None:
             kw["speculative"] = spec
         if s.draft_model is not None:
-            from ..llama_speculative import LlamaPromptLookupDecoding
 
             kw["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=s.draft_model_num_pred_tokens)
         return kw
@@ -186,7 +186,6 @@ class ServedModel:
         """A model over RPC servers: a :class:`~llama_cpp.LlamaWorker` on a :class:`WorkerEngine` (a lost
         server fails its request and the model reloads on the next), its vocabulary opened here for the
         routes' prompt work."""
-        from .engine.worker import WorkerEngine
 
         s = self.settings
         kw = self._llama_kwargs(serial=True)
@@ -215,7 +214,6 @@ class ServedModel:
         s = self.settings
         if not (s.embedding and s.clip_model_path) or s.vocab_only:
             return None
-        from ..mtmd import MTMDEmbeddingHandler
 
         cp = llama.native_context().params  # the model context's numerics (attention, KV types, RoPE)
         same = {k: getattr(cp, k) for k in _SAME_NUMERICS}
@@ -252,11 +250,9 @@ class ServedModel:
         s = self.settings
         if not s.speculates:
             return None
-        from ..speculative.slots import SlotSpeculation
 
         lookup = None
         if s.draft_model is not None:
-            from ..llama_speculative import LlamaPromptLookupDecoding
 
             lookup = LlamaPromptLookupDecoding(num_pred_tokens=s.draft_model_num_pred_tokens)
         log.info("model %s speculates (%s) in each of its %d slots", self.alias, ", ".join(self.spec_types()),

@@ -23,6 +23,8 @@ from .._safety.prompt_chars import check_prompt_chars
 from .._safety.tool_limits import check_tools
 from ..llama import Llama
 from ..llama_grammar import LlamaGrammar, json_schema_to_gbnf
+from ..mtmd_chat import flatten_messages
+from .engine.media import ENCODE_LOCK, media_prompt
 from .errors import APIError
 
 log = logging.getLogger("llama_cpp.server")
@@ -236,8 +238,6 @@ def media_chat_prompt(llama: Llama, body: Any, n_ctx: int) -> ChatPrompt:
     """A chat on a projector model (``llama.chat_handler``, an ``MTMDChatHandler``) as the slots take it:
     rendered as the handler renders it (llama.cpp's chat layer for tools, a response format or chat options,
     else the template), tokenized by mtmd with the media at their markers, each media chunk encoded now."""
-    from ..mtmd_chat import flatten_messages
-    from .engine.media import ENCODE_LOCK, media_prompt
 
     handler = llama.chat_handler
     with ENCODE_LOCK:  # the handler makes its mtmd context on first use; mtmd is used by one thread at a time
