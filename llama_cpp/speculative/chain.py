@@ -1,7 +1,6 @@
 """llama.cpp's chained draft over several NextN heads (``common_speculative_impl_draft_mtp`` with
-``n_layer_nextn > 1``), on sequence 0 of one MTP draft context: shared by
-:class:`~llama_cpp.speculative.nextn.NextNDrafter` and the server slots'
-:class:`~llama_cpp.speculative.slot_drafts.ChainedSlotsMTP`.
+``n_layer_nextn > 1``), on sequence 0 of one MTP draft context
+(:class:`~llama_cpp.speculative.nextn.NextNDrafter`'s, one per sequence, in the server's slots too).
 """
 
 from __future__ import annotations

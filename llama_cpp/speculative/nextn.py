@@ -13,6 +13,9 @@ the target's hidden state one position before (``h_{-1}`` = zeros).
   step is saved), then ``(d_j, h'_j)`` per drafted token with the head's own row. Positions after
   the seed are never kept: they pair drafted tokens with the head's rows, not the target's.
 - Several NextN heads are chained as in llama.cpp (:mod:`llama_cpp.speculative.chain`).
+- In the server's slots (``slot=k``) it follows target sequence ``k`` with a draft context of its own,
+  kept between that slot's requests: ``begin`` keeps the pairs of the prefix the new prompt shares
+  with the slot's last history (the prompt is decoded after it, and observed as any decode).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .._core.ownership import float_view
 from .._errors import OptionalSymbolMissing, SpeculativeError
 from ..llama_batch import LlamaBatchExt
 from ..llama_cpp import LLAMA_CONTEXT_TYPE_MTP
-from .batch import RawBatch, RawExtBatch, SeqCheckpoint, top_k_share
+from .batch import RawBatch, RawExtBatch, SeqCheckpoint, common_prefix, top_k_share
 from .chain import chain_draft, chain_pairs
 from .drafter import DrafterBase
 from .engine import warm_up
@@ -90,9 +93,11 @@ def check_nextn(model: Any) -> int:
 
 
 class NextNDrafter(DrafterBase):
-    """The ``draft-mtp`` drafter over sequence 0 of ``target`` (its model loaded with the NextN layers).
+    """The ``draft-mtp`` drafter over sequence 0 of ``target`` (its model loaded with the NextN layers),
+    or over server slot ``slot``'s sequence.
 
-    ``ctx_params``: what the draft context inherits from the target's (threads above all). With
+    ``ctx_params``: what the draft context inherits from the target's (threads above all; in the slots
+    its ``n_ctx``, a slot's share). With
     several heads :attr:`n_max` is ``config.draft_n_max`` capped at :attr:`n_heads` (as llama.cpp
     does), and the catch-up runs once per head a draft can reach (a head beyond ``draft_n_max``
     never drafts, and its layer attends only to its own KV).
@@ -102,8 +107,15 @@ class NextNDrafter(DrafterBase):
     takes_limit = True
     observes = True
 
-    def __init__(self, model: Any, target: Any, config: Any, ctx_params: Mapping[str, Any]) -> None:
+    #: a saved prompt state restored into the target leaves this drafter without its rows (a target
+    #: re-decode): the server's slots share no prompt states with it
+    uses_saved_prompts = False
+
+    def __init__(self, model: Any, target: Any, config: Any, ctx_params: Mapping[str, Any],
+                 slot: int | None = None) -> None:
         self.ctx: Any = None
+        self.slot = slot
+        self.seq = 0 if slot is None else int(slot)  # the target sequence followed
         self._batch: Any = None
         self._refill: Any = None
         self.n_heads = check_nextn(model)
@@ -121,8 +133,8 @@ class NextNDrafter(DrafterBase):
         try:
             dparams = {k: v for k, v in ctx_params.items() if k not in ("n_rs_seq", "ctx_type", "n_ctx")}
             # one output row per decode (as in llama.cpp's tools): a one-row output buffer
-            dparams.update(ctx_type=LLAMA_CONTEXT_TYPE_MTP, n_ctx=target.n_ctx(), n_rs_seq=0,
-                           n_batch=target.n_batch(), n_ubatch=target.n_ubatch(), n_seq_max=1,
+            dparams.update(ctx_type=LLAMA_CONTEXT_TYPE_MTP, n_ctx=int(ctx_params.get("n_ctx") or target.n_ctx()),
+                           n_rs_seq=0, n_batch=target.n_batch(), n_ubatch=target.n_ubatch(), n_seq_max=1,
                            n_outputs_max=1, n_outputs_max_per_seq=1)
             self.ctx = LlamaContext(model, ctx_other=target, **dparams)
             if self._mem_shared():
@@ -175,11 +187,16 @@ class NextNDrafter(DrafterBase):
             self.ctx.memory_clear(True)
         self._n_dft = 0  # the confirmed pairs at 0.._n_dft-1 in the draft memory
         self._n_mem = 0  # positions the draft memory holds (the pairs, then a seed and drafted entries)
+        self._hist: list[int] = []  # the last draft's history: the pairs below _n_dft were made for it
         self._rows.clear()
 
     def begin(self, prompt: Sequence[int]) -> None:
         """A prefill ended: the prompt's pairs go into the draft memory now (part of the prefill, as
-        llama.cpp's tools do), not in the first draft's batch."""
+        llama.cpp's tools do), not in the first draft's batch. In a slot, a new request whose prompt
+        is decoded next: only the pairs of the prefix it shares with the slot's last history stay."""
+        if self.slot is not None:
+            self._n_dft = min(self._n_dft, common_prefix(self._hist, prompt))
+            return
         if self.ctx is not None:
             try:
                 self.catch_up(prompt)
@@ -240,12 +257,12 @@ class NextNDrafter(DrafterBase):
             return
         if _MEDIA in hist[miss:hi]:
             raise SpeculativeError("internal error: the NextN drafter lost the hidden rows of a media span")
-        tgt = self.target
-        if not tgt.seq_rm(0, miss, -1):
-            tgt.seq_rm(0, -1, -1)
+        tgt, seq = self.target, self.seq
+        if not tgt.seq_rm(seq, miss, -1):
+            tgt.seq_rm(seq, -1, -1)
             miss = 0
         if self._refill is None:
-            self._refill = RawBatch(tgt)
+            self._refill = RawBatch(tgt, seq)
         self._refill.decode(list(hist[miss:hi]), miss, "none", self.observe)
 
     # -- the draft memory -------------------------------------------------------------------
@@ -291,6 +308,8 @@ class NextNDrafter(DrafterBase):
 
     def _draft(self, prompt: list[int], id_last: int, k_max: int) -> list[int]:
         P = len(prompt)
+        if self.slot is not None:
+            self._hist = [*prompt, id_last]
         self._trim(min(self._n_dft, P))
         self._ensure_rows(prompt, max(self._n_dft - 1, 0), P)
         keep = self._n_dft  # (after any re-decode of the target, which may catch part of it up)

@@ -23,7 +23,7 @@ from .drafter import UNBOUNDED_DRAFT
 from .eagle3 import Eagle3Drafter
 from .nextn import NextNDrafter
 from .ngram import NgramCache, NgramMap, NgramMod, NgramSimple, PromptLookup, load_ngram_cache
-from .slot_drafts import BatchedDraftModel, BatchedMTP, ChainedSlotsMTP
+from .slot_drafts import BatchedDraftModel
 from .upstream import LlamaDraftModelDrafter
 
 
@@ -230,14 +230,8 @@ def _draft_simple_slots(a: DrafterArgs, n_slots: int) -> Any:
 
 def _nextn(a: DrafterArgs) -> Any:
 
-    return NextNDrafter(a.model, a.target, a.config, a.ctx_params)
-
-
-def _mtp_slots(a: DrafterArgs, n_slots: int) -> Any:
-
-    c = a.config
-    cls = ChainedSlotsMTP if a.model.n_layer_nextn() > 1 else BatchedMTP  # several heads: chained per slot
-    return cls(a.model, a.target, n_slots, n_max=c.draft_n_max, n_min=c.draft_n_min, p_min=c.draft_p_min)
+    # in the server's slots (a shared dict given) it follows its slot's sequence
+    return NextNDrafter(a.model, a.target, a.config, a.ctx_params, slot=a.seq if a.shared is not None else None)
 
 
 def _check_eagle3(path: Any, **target: Any) -> Any:
@@ -272,7 +266,7 @@ TYPES: tuple[TypeSpec, ...] = (
     TypeSpec(_T.DRAFT_EAGLE3, _eagle3, _FEAT, slots=PER_SEQUENCE, check_draft=_check_eagle3,
              not_in_media="its draft pairs the target's features at each position with the token at the next one, "
                           "which a media position does not have"),
-    TypeSpec(_T.DRAFT_MTP, _nextn, frozenset((NEEDS_NEXTN,)), slots=BATCHED, media=MEDIA_OWN, batched=_mtp_slots),
+    TypeSpec(_T.DRAFT_MTP, _nextn, frozenset((NEEDS_NEXTN,)), slots=PER_SEQUENCE, media=MEDIA_OWN),
     TypeSpec(_T.DRAFT_DFLASH, _dflash(False), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES,
              check_draft=_check_dflash(False)),
     TypeSpec(_T.DRAFT_DSPARK, _dflash(True), _FEAT, slots=PER_SEQUENCE, media=MEDIA_FEATURES,

@@ -1,9 +1,9 @@
 """Speculative decoding inside the server's slot engine: one draft per slot, one target decode for all.
 
 Per step, every generating slot proposes a draft from its own history (the n-gram types, upstream's
-prompt lookup, ``draft-simple`` over ONE draft context holding one sequence per slot, or ``draft-mtp``
-over ONE MTP draft context holding one sequence per slot: each drafted position is one draft decode
-for all drafting slots). The slot engine then decodes every slot's ``[pending, d_0..d_{k-1}]`` rows
+prompt lookup, ``draft-simple`` over ONE draft context holding one sequence per slot: each drafted
+position is one draft decode for all drafting slots; or the slot's per-sequence drafter). The slot
+engine then decodes every slot's ``[pending, d_0..d_{k-1}]`` rows
 in its one ``llama_decode`` (all rows outputs), picks at each row with the slot's own sampler and
 grammar until the first pick that differs from the draft (*sample and match*: the output is the
 plain slot's, greedy or seeded) and removes the rejected rows from that slot's sequence
@@ -15,17 +15,13 @@ A recurrent or hybrid target cannot drop the last positions of a recurrent state
 rejected; its kept tokens are then decoded again in front of its rows in the next step's batch, so
 the rollback costs no decode of its own.
 
-``draft-mtp`` (:class:`BatchedMTP`): the target context returns the NextN row of every decoded entry;
-each kept token is paired with the row before it (``(x_p, h_{p-1})``, llama.cpp's MTP input), and the
-pairs ride in the slot's next draft batch. ``Llama(load_mtp=True)`` loads the NextN tensors for it. A
-model with several chained NextN heads drafts through :class:`ChainedSlotsMTP` (an MTP draft context
-per slot, heads chained as llama.cpp chains them).
-
-``draft-eagle3``, ``draft-dflash`` and ``draft-dspark`` (the table's ``PER_SEQUENCE`` rows) keep a
-drafter per slot sequence, with its own draft context, built once and kept between that slot's
-requests: after each target decode it is told the tokens of its sequence and their first entry in the
-batch, so it reads its own layer features (llama.cpp hands per-token outputs out in batch order, also
-where a recurrent or hybrid target's micro-batches took the tokens in another order).
+``draft-eagle3``, ``draft-mtp``, ``draft-dflash`` and ``draft-dspark`` (the table's ``PER_SEQUENCE``
+rows) keep a drafter per slot sequence, with its own draft context, built once and kept between that
+slot's requests: after each target decode it is told the tokens of its sequence and their first entry
+in the batch, so it reads its own rows (layer features; ``draft-mtp``'s NextN hidden states, paired
+with the next token as llama.cpp's MTP input; llama.cpp hands per-token outputs out in batch order,
+also where a recurrent or hybrid target's micro-batches took the tokens in another order). A drafter
+that raises ends only its own request (:class:`DrafterFailed`).
 
 What cannot run here (see :func:`slot_unsupported`) is what the table's rows say (``not_in_slots``;
 ``slot_check`` for a model file; a row without a constructor for the slots): such models stay on the
@@ -49,7 +45,7 @@ from .drafters import with_prompt_lookup
 from .engine import close_drafters, propose, share_threadpools
 from .ngram import PromptLookup
 from .registry import BATCHED, PER_SEQUENCE, PER_SLOT, DrafterArgs, rows_of
-from .slot_drafts import BatchedDraftModel, BatchedMTP
+from .slot_drafts import BatchedDraftModel
 from .stats import SpeculativeStats
 
 log = logging.getLogger("llama_cpp.speculative")
@@ -116,11 +112,10 @@ class SlotSpeculation:
         # what each row's drafters share, loaded once (ngram-cache's files) or filled by the first
         # drafter built (a per-sequence row's draft model)
         self._shared = {row.name: row.share(config) if row.share is not None else {} for row in rows}
-        # the per-sequence rows' drafters (draft-eagle3, draft-dflash, draft-dspark), slot by slot
+        # the per-sequence rows' drafters (draft-eagle3, draft-mtp, draft-dflash, draft-dspark), slot by slot
         self.seq_drafters: list[list[Any]] = [[] for _ in range(n_slots)]
         # the BATCHED rows' objects, in priority order (each drafts for every slot at once)
         self.batched: list[Any] = []
-        self.mtp: Any = None  # the one of them that reads the target's NextN rows
         seq_rows = [r for r in rows if r.slots == PER_SEQUENCE]
         if seq_rows:
             tp = target_ctx.params
@@ -145,7 +140,8 @@ class SlotSpeculation:
         except BaseException:
             self.close()
             raise
-        self.mtp = next((b for b in self.batched if b.reads_nextn), None)
+        # whether a saved prompt state restored into a slot serves its drafters (the engine's prompt cache)
+        self.saved_prompts = all(getattr(d, "uses_saved_prompts", True) for ds in self.seq_drafters for d in ds)
         self.n_max = config.n_max
         self.stats = SpeculativeStats()  # every request's, since start
         # recurrent state rolls back through one checkpoint per sequence
@@ -161,7 +157,6 @@ class SlotSpeculation:
         for b in self.batched:
             b.close()
         self.batched = []
-        self.mtp = None
 
     @property
     def observes(self) -> bool:
@@ -304,5 +299,5 @@ def remove_rejected(ctx: Any, seq: int, pos: int) -> None:
                           f"position {pos}")
 
 
-__all__ = ["BatchedDraftModel", "BatchedMTP", "DrafterFailed", "PromptLookup", "SlotDrafts", "SlotSpeculation", "remove_rejected",
+__all__ = ["BatchedDraftModel", "DrafterFailed", "PromptLookup", "SlotDrafts", "SlotSpeculation", "remove_rejected",
            "slot_unsupported", "verify_rows"]

@@ -1,5 +1,4 @@
-"""draft-mtp in the slot engine: one MTP draft context with one sequence per slot, drafted for all slots
-together, on the hybrid ``qwen35_mtp`` fixtures (one recurrent layer: rejected rows roll back through the
+"""draft-mtp in the slot engine: a NextN drafter per slot (the table's per-sequence row), on the hybrid ``qwen35_mtp`` fixtures (one recurrent layer: rejected rows roll back through the
 slots' checkpoints). Every request gives what it gives alone on the same model without speculation.
 
 ``echo``: the NextN head predicts exactly the target's next token (every draft accepted); ``noisy``: a
@@ -90,7 +89,7 @@ def test_mtp_in_slots_equals_plain(srv, prompts, form):
         assert accepted < drafted // 4
         assert sum(s["rollbacks_checkpoint"] for s in stats) > 0
     engine = srv.engine(f"{form}-mtp")
-    assert not engine.serial and engine.spec.mtp is not None
+    assert not engine.serial and _nextn_per_slot(engine)
     assert_kv_matches_bookkeeping(engine)
 
 
@@ -202,7 +201,7 @@ def test_chained_heads_in_slots_equal_plain(srv, form):
     else:
         assert 0 < accepted < drafted
     engine = srv.engine(f"heads-{form}-mtp")
-    assert not engine.serial and engine.spec.mtp is not None
+    assert not engine.serial and _nextn_per_slot(engine)
     assert_kv_matches_bookkeeping(engine)
     # the same prompts again: each slot's draft memory holds another request's pairs, partly reused
     assert_same(concurrently(srv, f"heads-{form}-mtp", calls), want)
@@ -212,20 +211,28 @@ def test_chained_heads_in_slots_equal_plain(srv, form):
             assert (a["drafted"], a["accepted"], a["steps"]) == (b["drafted"], b["accepted"], b["steps"])
 
 
-def test_batched_drafts_equal_the_serial_decoders_on_a_history_reading_head(prompts):
-    """On the ``random`` fixture the NextN head reads the target's hidden rows: the drafts of several sequences
-    drafted together (pairs routed per sequence, the catch-up in the draft batch, a second step after a partial
-    acceptance) are the one-sequence MTP decoder's for each history."""
+def _nextn_per_slot(engine) -> bool:
+    """Each slot drafts draft-mtp with a NextNDrafter of its own (the table's per-sequence row)."""
+    from llama_cpp.speculative.nextn import NextNDrafter
+
+    per = engine.spec.seq_drafters
+    return all(any(isinstance(d, NextNDrafter) and d.seq == seq for d in ds) for seq, ds in enumerate(per))
+
+
+def test_slot_drafters_equal_the_serial_decoders_on_a_history_reading_head(prompts):
+    """On the ``random`` fixture the NextN head reads the target's hidden rows: the per-slot drafters of
+    several sequences decoded in one target batch (each reading its rows from its first entry, a backlog
+    caught up from the rows it observed, a second step after a partial acceptance, a new request on a slot)
+    draft what the one-sequence MTP decoder drafts for each history."""
     import numpy as np
 
     from llama_cpp._internals import LlamaBatch, LlamaContext
     from llama_cpp.speculative import MTPDecoder, SpecConfig, load_mtp_model
-    from llama_cpp.speculative.slots import BatchedMTP
+    from llama_cpp.speculative.registry import DrafterArgs, find
 
     cfg = SpecConfig(spec_type="draft-mtp", draft_n_max=4)
     th = {"n_threads": 1, "n_threads_batch": 1}
-    # the third history is longer than a batch: its prompt takes two target decodes and its catch-up is
-    # decoded before the draft batch (which cannot hold it)
+    # the third history is longer than a batch: its prompt takes two target decodes
     hists = [list(p) for p in prompts[:2]] + [list(prompts[2]) * 5]
 
     def serial(history: list[int]) -> list[int]:
@@ -236,33 +243,45 @@ def test_batched_drafts_equal_the_serial_decoders_on_a_history_reading_head(prom
 
     with load_mtp_model(model("random")) as m:
         tgt = LlamaContext(m, n_ctx=3 * 256, n_batch=64, n_ubatch=64, n_seq_max=3, kv_unified=True, **th)
-        mtp = BatchedMTP(m, tgt, 3, n_max=4, n_min=0, p_min=0.0)
+        row = find("draft-mtp")
+        drafters = [row.build(DrafterArgs(m, cfg, tgt, ctx_params={"n_ctx": 256, **th}, seq=seq, shared={}))
+                    for seq in range(3)]
         batch = LlamaBatch(64, 0, 1)
         try:
+            assert [d.seq for d in drafters] == [0, 1, 2]
+
             def decode(rows: list[tuple[int, int, list[int]]]) -> None:  # (seq, pos0, tokens): all kept
                 batch.clear()
                 firsts = [batch.add_sequence(np.asarray(t, dtype=np.int32), seq, p0, logits=False)[0]
                           for seq, p0, t in rows]
                 tgt.decode(batch)
-                h = mtp.target_rows(batch.n_tokens)
                 for (seq, p0, t), f in zip(rows, firsts):
-                    mtp.commit_rows(seq, p0, t, h[f:f + len(t)])
+                    drafters[seq].observe(t, p0, f)
 
-            for seq in range(3):
-                mtp.restart(seq, 0)
+            for seq, h in enumerate(hists):  # as the slots: a request's drafter is told its prompt first
+                drafters[seq].begin(h[:-1])
             decode([(seq, 0, h[:-1]) for seq, h in enumerate(hists[:2])] + [(2, 0, hists[2][:40])])
             decode([(2, 40, hists[2][40:-1])])
-            drafts = mtp.draft([(seq, h[:-1], h[-1], 4) for seq, h in enumerate(hists)])
+            drafts = [drafters[seq].draft(h[:-1], h[-1], 4) for seq, h in enumerate(hists)]
             assert drafts == [serial(h) for h in hists]
             assert all(len(d) == 4 for d in drafts)
-            # verify: the pending token and the first j drafts kept (j = 0, 1, 2), a new token after them
-            decode([(seq, len(h) - 1, [h[-1], *drafts[seq][:seq]]) for seq, h in enumerate(hists)])
+            # verify: the pending token and every draft decoded, the first j drafts kept (j = 0, 1, 2)
+            decode([(seq, len(h) - 1, [h[-1], *drafts[seq]]) for seq, h in enumerate(hists)])
             hists = [[*h, *drafts[seq][:seq], hists[(seq + 1) % 3][seq]] for seq, h in enumerate(hists)]
-            drafts = mtp.draft([(seq, h[:-1], h[-1], 4) for seq, h in enumerate(hists)])
+            drafts = [drafters[seq].draft(h[:-1], h[-1], 4) for seq, h in enumerate(hists)]
             assert drafts == [serial(h) for h in hists]
+            # a new request on slot 0 sharing part of the last history: its pairs past that part go
+            new = [*hists[0][:5], *hists[1][:7]]
+            drafters[0].begin(new[:-1])
+            keep = 5 if tgt.seq_rm(0, 5, -1) else 0  # (a recurrent layer cannot drop a suffix)
+            if not keep:
+                tgt.seq_rm(0, -1, -1)
+            decode([(0, keep, new[keep:-1])])
+            assert drafters[0].draft(new[:-1], new[-1], 4) == serial(new)
         finally:
             batch.close()
-            mtp.close()
+            for d in drafters:
+                d.close()
             tgt.close()
 
 

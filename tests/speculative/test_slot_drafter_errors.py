@@ -113,3 +113,35 @@ def test_a_failing_drafter_ends_only_its_request(target, where):
             assert after == [ref]  # the engine serves on
     finally:
         registry.unregister(TOY)
+
+
+@pytest.mark.parametrize("where", ["draft", "observe"])
+def test_a_failing_nextn_drafter_ends_only_its_request(where):
+    """draft-mtp's per-slot NextN drafter raising (in its draft decode, or reading the target's rows) ends
+    the request of its slot alone, with a DrafterFailed naming draft-mtp; the other slot drafts on."""
+    from llama_cpp.llama import Llama
+    from llama_cpp.speculative.slots import SlotSpeculation
+
+    path = str(fixture_path("qwen35_mtp", form="noisy"))
+    with Llama(path, load_mtp=True, **KW) as llama:
+        good, bad = llama.tokenize(GOOD.encode()), llama.tokenize(BAD.encode())
+        marker = next(t for t in bad if t not in good)
+        ref = _run(llama, None, [good])[0][0]
+    with Llama(path, load_mtp=True, **KW) as llama:
+        spec = SlotSpeculation(llama.model, llama.ctx, 2, config=SpecConfig("draft-mtp", draft_n_max=3))
+        for ds in spec.seq_drafters:
+            d = next(d for d in ds if d.kind == "draft-mtp")
+            real = getattr(d, where)
+
+            def failing(tokens, *args, real=real):
+                if marker in tokens:
+                    raise RuntimeError("boom")
+                return real(tokens, *args)
+
+            setattr(d, where, failing)
+        (got_good, got_bad), after = _run(llama, spec, [good, bad], [good])
+        assert isinstance(got_bad, DrafterFailed), got_bad
+        assert "draft-mtp" in str(got_bad) and "RuntimeError: boom" in str(got_bad)
+        assert got_good == ref and ref
+        assert spec.stats.drafted_by.get("draft-mtp", 0) > 0
+        assert after == [ref]  # the engine serves on

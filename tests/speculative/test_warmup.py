@@ -52,7 +52,7 @@ def _config(spec_type: str):
 @pytest.fixture
 def warmed(monkeypatch):
     """The ``ctx.ptr`` of every context :func:`warm_up` is called on (the real warm-up still runs)."""
-    from llama_cpp.speculative import dflash, draft, eagle3, nextn, slot_drafts
+    from llama_cpp.speculative import dflash, draft, eagle3, nextn
     from llama_cpp.speculative import engine as _spec_engine
 
     seen: list[int] = []
@@ -62,7 +62,7 @@ def warmed(monkeypatch):
         seen.append(ctx.ptr)
         real(model, ctx, decode)
 
-    for module in (_spec_engine, nextn, draft, eagle3, dflash, slot_drafts):  # each module that calls it
+    for module in (_spec_engine, nextn, draft, eagle3, dflash):  # each module that calls it
         monkeypatch.setattr(module, "warm_up", record)
     return seen
 

@@ -92,15 +92,15 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             self.model.bindings.llama_model_n_swa(self.model.ptr))
         # their context checkpoints (recurrent memory): each sequence's, for the tokens in self.cached
         self.ckpts: list[list[Checkpoint]] = [[] for _ in range(n_slots)]
-        # the states of prompts the slots gave up (cache_ram MiB, -1 no limit, 0 none); an MTP head keeps
-        # hidden rows per sequence that a saved state does not hold, so it reuses only its own slot's prefix
+        # the states of prompts the slots gave up (cache_ram MiB, -1 no limit, 0 none); a drafter whose rows a
+        # saved state does not hold (an MTP head's) reuses only its own slot's prefix
         self.prompt_cache: PromptCache | None = None
         # the model's LoRA adapters (server.lora.LoraSet): a step decodes the slots of one adapter set
         self.lora = lora if lora is not None and len(lora) else None
         self.cached_lora: list[tuple[float, ...]] = [() for _ in range(n_slots)]  # the set cached[seq] was made with
         self._lora_turn = 0
         # (a saved prompt state does not record the adapter set it was computed with: none are shared then)
-        if cache_prompt and cache_ram != 0 and getattr(spec, "mtp", None) is None:
+        if cache_prompt and cache_ram != 0 and getattr(spec, "saved_prompts", True):
             self.prompt_cache = PromptCache(self.ctx, cache_ram, self._exact)
         self._accepting = True
         self._stop = False
@@ -112,7 +112,6 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         self._pieces: dict[int, bytes] = {}
         # a SlotSpeculation (llama_cpp.speculative.slots): each step verifies every slot's draft (owned here)
         self.spec = spec
-        self._h: Any = None  # the NextN rows of the last target decode (an MTP-drafting engine)
         self._ext_batch: Any = None  # media rows' batch (made on the first media prompt)
         self._thread = threading.Thread(target=self._run, name="llama-slots", daemon=True)
         self._thread.start()
@@ -351,9 +350,6 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 cached, ckpts, keep, ckpt = [], [], 0, None
         if ckpt is not None and not rewind(self.ctx, s.seq, ckpt):
             cached, keep = [], 0
-        mtp = self.spec.mtp if self.spec is not None else None
-        if mtp is not None:  # the MTP head needs h_{keep-1}: where it is not kept, that token is decoded again
-            keep = mtp.reuse(s.seq, keep)
         if s.req.media:
             keep = whole_spans(s.req.media, keep)
         if keep < len(cached):
@@ -363,8 +359,6 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         if keep > 0 and self._n_swa > 0 and self.ctx.seq_pos_min(s.seq) > max(0, keep - self._n_swa):
             self.ctx.seq_rm(s.seq, -1, -1)  # the window before the kept prefix is gone: evaluate it all
             keep = 0
-        if mtp is not None:
-            mtp.restart(s.seq, keep)
         self.cached[s.seq], self.ckpts[s.seq] = [], []
         s.n_fed = keep
         s.kv = list(prompt)
@@ -397,9 +391,6 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         verifies: list[tuple[Slot, int, list[int], Any, int]] = []
         drafts = self._drafts(active) if self.spec is not None else {}
         ckpts = self.spec.checkpoints if self.spec is not None else None
-        mtp = self.spec.mtp if self.spec is not None else None
-        # rows whose NextN hidden states the MTP head pairs with their tokens: (seq, position, tokens, first row)
-        mtp_rows: list[tuple[int, int, list[int], int]] = []
         # every decoded span of a slot whose drafters read the target's rows: (slot, position, tokens, first row)
         seen: list[tuple[Slot, int, list[int], int]] | None = [] if self.spec is not None and self.spec.observes else None
         if any(s.req.media and s.prefilling for s in active):  # media at a slot's next position: decoded first
@@ -443,8 +434,6 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                     n += k
                 else:
                     outputs.append((s, n))
-                    if mtp is not None:
-                        mtp_rows.append((s.seq, s.pos, [s.next_tok], n))
                     if seen is not None:
                         seen.append((s, s.pos - len(s.replay), [*s.replay, s.next_tok], n - len(s.replay)))
                 s.replay = []
@@ -470,8 +459,6 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 last = s.n_fed + len(chunk) == s.end
                 first, k = batch.add_sequence(np.asarray(chunk, dtype=np.int32), s.seq, s.n_fed,
                                               logits="last" if last and s.spec is None else False)
-                if mtp is not None:
-                    mtp_rows.append((s.seq, s.n_fed, chunk, first))
                 if seen is not None and s.spec is not None:
                     seen.append((s, s.n_fed, chunk, first))
                 s.n_fed += k
@@ -493,10 +480,6 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             if s.ckpt_at > 0 and s.n_fed == s.ckpt_at:
                 take_checkpoint(self.ctx, s.seq, s.n_fed, s.ckpts)
                 s.ckpt_at = -1
-        if mtp is not None:
-            self._h = mtp.target_rows(batch.n_tokens)
-            for seq, p0, toks, first in mtp_rows:
-                mtp.commit_rows(seq, p0, toks, self._h[first:first + len(toks)])
         for s, p0, toks, first in seen or ():
             try:
                 self.spec.observe(s.spec, toks, p0, first)

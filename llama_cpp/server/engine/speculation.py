@@ -15,7 +15,7 @@ log = logging.getLogger("llama_cpp.server")
 
 class SlotSpeculating:
     """The methods :class:`~.slots.SlotEngine` speculates with (its ``spec``, ``ctx``, ``cached``,
-    ``_active``, ``n_batch``, ``n_ctx_slot``, ``_h``, ``_accept`` and ``_eog``)."""
+    ``_active``, ``n_batch``, ``n_ctx_slot``, ``_accept`` and ``_eog``)."""
 
     spec: Any
     ctx: Any
@@ -23,7 +23,6 @@ class SlotSpeculating:
     _active: list[Slot]
     n_batch: int
     n_ctx_slot: int
-    _h: Any
 
     _out: Any
 
@@ -79,9 +78,6 @@ class SlotSpeculating:
         pos0 = s.pos - 1  # the pending token's position
         toks, rows, n_acc = verify_rows(s.pick, self.ctx, first, draft, self._eog)
         n_keep = len(toks)  # the pending token and the accepted drafts: rows pos0..pos0+n_keep-1 hold
-        mtp = self.spec.mtp
-        if mtp is not None:  # kept rows' NextN states, read before a checkpoint restore
-            mtp.commit_rows(s.seq, pos0, [s.kv[pos0], *toks[:n_keep - 1]], self._h[first:first + n_keep])
         replay: list[int] = []
         rollback = None
         if n_keep < len(draft) + 1:
