@@ -102,6 +102,11 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         # (a saved prompt state does not record the adapter set it was computed with: none are shared then)
         if cache_prompt and cache_ram != 0 and getattr(spec, "mtp", None) is None:
             self.prompt_cache = PromptCache(self.ctx, cache_ram, self._exact)
+        # what evaluating a prompt token costs (steps with prompt tokens: their seconds, their prompt tokens),
+        # against which the prompt cache weighs copying a state off the device (PromptCache.worth_saving)
+        self._prefill_s = 0.0
+        self._prefill_n = 0
+        self._n_prefill = 0  # prompt tokens in the step being decoded
         self._accepting = True
         self._stop = False
         self.steps = 0  # llama_decode calls
@@ -242,7 +247,12 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 for s in [s for s in self._active if s.job.cancelled.is_set()]:
                     self._finish_cancelled(s)
                 if self._active:
+                    t0 = time.perf_counter()
+                    self._n_prefill = 0
                     self._step()
+                    if self._n_prefill:
+                        self._prefill_s += time.perf_counter() - t0
+                        self._prefill_n += self._n_prefill
             except Exception as exc:  # a failed decode ends every running request, never the scheduler
                 log.exception("decode step failed")
                 for s in list(self._active):
@@ -322,7 +332,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         key = s.req.lora if self.lora is not None else ()  # states serve prompts under the same adapter scales
         had = self.cached_lora[s.seq] if self.lora is not None else ()  # the scales the slot's state was made with
         if self.lora is not None and had != key and self.cached[s.seq]:
-            if pc is not None:  # kept for a later request under those scales
+            if pc is not None and pc.worth_saving(len(self.cached[s.seq]), self._token_s()):
+                # kept for a later request under those scales
                 try:
                     pc.save(s.seq, self.cached[s.seq], self.ckpts[s.seq], key=had)
                 except Exception:  # noqa: BLE001 - only an optimisation
@@ -336,15 +347,16 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             try:
                 saved = pc.best(prompt, keep, key)
                 if saved is not None:
-                    pc.save(s.seq, cached, ckpts, pin=saved, key=had)  # this slot's prompt, before another takes it
+                    if cached and pc.worth_saving(len(cached), self._token_s()):
+                        pc.save(s.seq, cached, ckpts, pin=saved, key=had)  # this slot's prompt, before another takes it
                     if pc.restore(saved, s.seq):
                         cached, ckpts = saved.tokens, saved.checkpoints
                         keep, ckpt = plan(self._exact, cached, ckpts, prompt)
                         pc.restored_tokens += keep
                     else:
                         cached, ckpts, keep, ckpt = [], [], 0, None
-                elif cached and keep < len(cached) / 2:  # most of it is about to go: keep it for a later prompt
-                    pc.save(s.seq, cached, ckpts, key=had)
+                elif cached and keep < len(cached) / 2 and pc.worth_saving(len(cached), self._token_s()):
+                    pc.save(s.seq, cached, ckpts, key=had)  # most of it is about to go: kept for a later prompt
             except Exception:  # the cache is only an optimisation: the prompt is evaluated in full instead
                 log.warning("prompt cache failed for slot %d; evaluating the prompt", s.seq, exc_info=True)
                 self.ctx.seq_rm(s.seq, -1, -1)
@@ -374,6 +386,11 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             at = len(prompt) - CHECKPOINT_OFFSET
             if at > keep and all(c[0] != at for c in s.ckpts):
                 s.ckpt_at = at
+
+    def _token_s(self) -> float | None:
+        """Seconds a prompt token has cost to evaluate here (whole steps with prompt tokens over those tokens:
+        what evaluating a prompt again would cost, per-step latency included), None before any."""
+        return self._prefill_s / self._prefill_n if self._prefill_n else None
 
     def _lora_group(self) -> list[Slot]:
         """The slots this step decodes: all of them, or with LoRA adapters those of one adapter set,
@@ -476,6 +493,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                     seen.append((s, s.n_fed, chunk, first))
                 s.n_fed += k
                 budget -= k
+                self._n_prefill += k
                 if last and s.spec is not None:
                     self._pend_last(s)  # decoded next step, with a draft
                 elif last:
