@@ -154,16 +154,15 @@ class PromptCache:
         return out + (min(self.restore_s) if self.restore_s else out)
 
     def worth_saving(self, n_tokens: int, token_s: float | None) -> bool:
-        """Whether saving a state of ``n_tokens`` tokens pays, a prompt token costing ``token_s`` seconds to
-        evaluate (None: not measured yet): its copies must cost less than evaluating the tokens again.
+        """Whether saving a state of ``n_tokens`` tokens pays, each prompt token adding ``token_s`` seconds to
+        a step (None: not measured yet): its copies must cost less than evaluating the tokens again.
         Counts a state not saved in ``skipped``."""
         cost = self.copy_cost()
-        if cost is None or not token_s or cost < n_tokens * token_s:
+        if cost is None or token_s is None or cost < n_tokens * token_s:
             return True
         if self.skipped == 0:
-            log.info("prompt cache: a state's copies take %.1f ms, more than evaluating prompts of up to %d tokens "
-                     "again (%.3f ms each): such prompts are not saved", 1e3 * cost, int(cost / token_s),
-                     1e3 * token_s)
+            log.info("prompt cache: a state's copies take %.1f ms, more than evaluating its %d tokens again "
+                     "(%.3f ms each): states that short are not saved", 1e3 * cost, n_tokens, 1e3 * token_s)
         self.skipped += 1
         return False
 

@@ -102,10 +102,9 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         # (a saved prompt state does not record the adapter set it was computed with: none are shared then)
         if cache_prompt and cache_ram != 0 and getattr(spec, "mtp", None) is None:
             self.prompt_cache = PromptCache(self.ctx, cache_ram, self._exact)
-        # what evaluating a prompt token costs (steps with prompt tokens: their seconds, their prompt tokens),
+        # the last steps with prompt tokens (their prompt tokens, their seconds): what a prompt token costs,
         # against which the prompt cache weighs copying a state off the device (PromptCache.worth_saving)
-        self._prefill_s = 0.0
-        self._prefill_n = 0
+        self._prefill_steps: collections.deque[tuple[int, float]] = collections.deque(maxlen=64)
         self._n_prefill = 0  # prompt tokens in the step being decoded
         self._accepting = True
         self._stop = False
@@ -251,8 +250,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                     self._n_prefill = 0
                     self._step()
                     if self._n_prefill:
-                        self._prefill_s += time.perf_counter() - t0
-                        self._prefill_n += self._n_prefill
+                        self._prefill_steps.append((self._n_prefill, time.perf_counter() - t0))
             except Exception as exc:  # a failed decode ends every running request, never the scheduler
                 log.exception("decode step failed")
                 for s in list(self._active):
@@ -388,9 +386,19 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 s.ckpt_at = at
 
     def _token_s(self) -> float | None:
-        """Seconds a prompt token has cost to evaluate here (whole steps with prompt tokens over those tokens:
-        what evaluating a prompt again would cost, per-step latency included), None before any."""
-        return self._prefill_s / self._prefill_n if self._prefill_n else None
+        """Seconds each prompt token adds to a step here (None before any step with prompt tokens): the slope
+        of step time over prompt tokens, at most their mean cost. A restored state saves its tokens, not the
+        step the rest of the prompt takes anyway (over RPC a step's cost is mostly network latency)."""
+        steps = self._prefill_steps
+        if not steps:
+            return None
+        n = np.array([x[0] for x in steps], dtype=np.float64)
+        t = np.array([x[1] for x in steps], dtype=np.float64)
+        mean = float(t.sum() / n.sum())
+        if len(steps) < 4 or float(np.ptp(n)) == 0.0:
+            return mean
+        slope = float(np.polyfit(n, t, 1)[0])
+        return min(max(slope, 0.0), mean)
 
     def _lora_group(self) -> list[Slot]:
         """The slots this step decodes: all of them, or with LoRA adapters those of one adapter set,
