@@ -338,4 +338,13 @@ def test_an_engine_whose_copies_cost_more_saves_nothing_and_answers_the_same(sta
     starts = STARTS[:4]
     assert _conversations(srv, "on", starts, 2, 6) == _conversations(srv, "off", starts, 2, 6)
     pc = srv.engine("on").prompt_cache
-    assert pc.saved == 0 and pc.skipped > 0 and len(pc) == 0
+    assert pc.saved == 0 and pc.skipped > 0 and len(pc) == 0 and pc.restored == 0
+
+
+def test_a_state_is_restored_only_where_writing_it_back_costs_less_than_evaluating_what_it_skips():
+    pc = PromptCache.__new__(PromptCache)
+    pc.restore_s = []
+    assert pc.worth_restoring(4, 0.01)  # nothing timed yet
+    pc.restore_s = [0.3, 0.2]
+    assert not pc.worth_restoring(10, 0.01) and pc.worth_restoring(30, 0.01)
+    assert pc.worth_restoring(10, None)

@@ -19,8 +19,9 @@ A saved state pays only where copying it off the device and back costs less than
 again. On a local device a copy is a few memory copies; with the KV cache on an RPC server llama.cpp
 reads and writes it a tensor slice per call (``llama_io_write_host``: without flash attention one
 synchronous round trip per V row per layer, thousands for a small model), which costs far more than
-evaluating a short prompt again. :meth:`PromptCache.worth_saving` compares the copies this cache has
-timed with what the engine measures a prompt token costs, and the engine saves only where it pays.
+evaluating a short prompt again. :meth:`PromptCache.worth_saving` and :meth:`PromptCache.worth_restoring`
+compare the copies this cache has timed with what the engine measures a prompt token adds to a step, and
+the engine saves and restores only where it pays.
 """
 
 from __future__ import annotations
@@ -165,6 +166,13 @@ class PromptCache:
                      "(%.3f ms each): states that short are not saved", 1e3 * cost, n_tokens, 1e3 * token_s)
         self.skipped += 1
         return False
+
+    def worth_restoring(self, n_tokens: int, token_s: float | None) -> bool:
+        """Whether restoring a state that skips ``n_tokens`` prompt tokens costs less than evaluating them (the
+        restores timed so far; None or nothing timed yet: restored)."""
+        if not self.restore_s or token_s is None:
+            return True
+        return min(self.restore_s) < n_tokens * token_s
 
     def _covered(self, tokens: list[int], key: Hashable) -> bool:
         """Whether a saved state under ``key`` already serves every prompt ``tokens`` would."""

@@ -344,6 +344,9 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         if pc is not None:
             try:
                 saved = pc.best(prompt, keep, key)
+                if saved is not None and not pc.worth_restoring(pc.usable(saved.tokens, prompt, saved.checkpoints)
+                                                                - keep, self._token_s()):
+                    saved = None  # evaluating what it skips costs less than writing it back
                 if saved is not None:
                     if cached and pc.worth_saving(len(cached), self._token_s()):
                         pc.save(s.seq, cached, ckpts, pin=saved, key=had)  # this slot's prompt, before another takes it
