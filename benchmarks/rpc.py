@@ -4,14 +4,15 @@ the same source, with the model split over two loopback ``rpc-server`` processes
 streamed token); the ``rpc_isolation=False`` row is the same model loaded in this process.
 
     python benchmarks/rpc.py [--model M.gguf] [--threads N] [--n-prompt P] [--n-gen G] [--reps R] [--ngl L]
-    python benchmarks/rpc.py --server [--clients 1,4] [--n-gen G] [--reps R]
+    python benchmarks/rpc.py --server [--gemma] [--clients 1,4] [--n-gen G] [--reps R] [--no-llama-server]
 
 ``--server`` measures what the server's default costs: aggregate streamed tokens/s of
 ``python -m llama_cpp.server`` with the model over two loopback RPC servers, served from a worker process
 one request at a time (the default) against ``--rpc_isolation false`` in the server process, in slots
 (one per client of the largest count, batched) and serial (``--n_parallel 0``), at each client count
-(``benchmarks/server.py``'s streaming clients, two requests each a round; rounds interleaved). Each server
-has its own pair of RPC servers.
+(``benchmarks/server.py``'s streaming clients, two requests each a round; rounds interleaved), and against
+llama.cpp's own ``llama-server -np N --kv-unified --rpc ...`` from the same tree (when the native build has
+it). Each server has its own pair of RPC servers. ``--gemma``: Gemma 3 270M instead of the tiny fixture.
 
 The servers are this package's ``python -m llama_cpp rpc-server`` (ggml's own server). ggml's server
 serves one client at a time and a process keeps its RPC connections, so llama-bench and ``Llama`` get
@@ -84,19 +85,29 @@ def server_main(a: argparse.Namespace) -> int:
     """The server's RPC model in a worker (serial) against in-process slots: aggregate tokens/s."""
     from benchmarks import server as bs
 
-    _tools, _env, lib_dir, _ = bs.native_tools(False)
-    model = a.model or bs.model_path(False)
+    tools, env, lib_dir, have_server = bs.native_tools(not a.no_llama_server)
+    model = a.model or (bs.model_path(True) if a.gemma else bs.model_path(False))
     clients = [int(c) for c in a.clients.split(",")]
     opts = argparse.Namespace(n_ctx=512, n_batch=512, threads=a.threads)
     eps_w, procs_w = start_servers(2, a.threads)
     eps_s, procs_s = start_servers(2, a.threads)
     eps_p, procs_p = start_servers(2, a.threads)
+    procs = procs_w + procs_s + procs_p
     rpc = ("--n_gpu_layers", str(a.ngl), "--tensor_split", "1", "1")
     servers = [bs.ours("worker (default)", model, opts, max(clients), lib_dir, ("--rpc_servers", ",".join(eps_w), *rpc)),
                bs.ours("in-process slots", model, opts, max(clients), lib_dir,
                        ("--rpc_servers", ",".join(eps_s), "--rpc_isolation", "false", *rpc)),
                bs.ours("in-process serial", model, opts, 0, lib_dir,
                        ("--rpc_servers", ",".join(eps_p), "--rpc_isolation", "false", *rpc))]
+    if have_server:  # llama.cpp's own server, the same slots over its own pair of RPC servers
+        eps_l, procs_l = start_servers(2, a.threads)
+        procs += procs_l
+        port = bs.free_port()
+        cmd = [str(tools / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+               "-np", str(max(clients)), "-c", str(opts.n_ctx * max(clients)), "-b", str(opts.n_batch), "-ub",
+               str(opts.n_batch), "-t", str(a.threads), "-tb", str(a.threads), "-fa", "off", "--kv-unified",
+               "--no-webui", "-a", "m", "--rpc", ",".join(eps_l), "-ngl", str(a.ngl), "-ts", "1,1"]
+        servers.append(bs.Server("llama-server --rpc", cmd, env, port))
     res: dict[tuple[str, int], list[float]] = {}
     try:
         for srv in servers:
@@ -108,16 +119,18 @@ def server_main(a: argparse.Namespace) -> int:
     finally:
         for srv in servers:
             srv.stop()
-        for p in procs_w + procs_s + procs_p:
+        for p in procs:
             p.kill()
             p.wait()
     print(f"model {model.name}  threads {a.threads}  gen {a.n_gen}  ngl {a.ngl}  split 1,1 over 2 loopback RPC "
           f"servers  {max(clients)} slots  reps {a.reps}  (aggregate streamed tokens/s, median)")
-    print(f"{'clients':>8s}" + "".join(f"{s.name:>20s}" for s in servers) + f"{'worker/slots':>14s}"
-          f"{'worker/serial':>15s}")
+    print(f"{'clients':>8s}" + "".join(f"{s.name:>20s}" for s in servers) + f"{'slots/worker':>14s}"
+          f"{'slots/serial':>14s}" + (f"{'slots/llama-server':>20s}" if have_server else ""))
     for c in clients:
-        w, s, p = (statistics.median(res[(srv.name, c)]) for srv in servers)
-        print(f"{c:8d}{w:20.1f}{s:20.1f}{p:20.1f}{w / s:14.3f}{w / p:15.3f}")
+        med = [statistics.median(res[(srv.name, c)]) for srv in servers]
+        w, s, p = med[:3]
+        print(f"{c:8d}" + "".join(f"{m:20.1f}" for m in med) + f"{s / w:14.3f}{s / p:14.3f}"
+              + (f"{s / med[3]:20.3f}" if have_server else ""))
     return 0
 
 
@@ -131,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--server", action="store_true", help="the server: worker process (default) vs in-process slots")
     ap.add_argument("--clients", default="1,4", help="--server: concurrent streaming clients per round")
+    ap.add_argument("--gemma", action="store_true", help="--server: Gemma 3 270M instead of the tiny fixture")
+    ap.add_argument("--no-llama-server", action="store_true", help="--server: leave out llama.cpp's llama-server")
     a = ap.parse_args(argv)
     if a.server:
         return server_main(a)

@@ -305,3 +305,46 @@ def test_states_under_two_keys_never_serve_each_other(two_seqs):
     assert pc.save(0, toks, key=b)
     assert sorted((e.key, len(e.tokens)) for e in pc.entries) == sorted([(a, len(toks)), (b, len(toks))])
     ctx.memory_clear(True)
+
+
+def test_a_state_is_saved_only_where_its_copies_cost_less_than_evaluating_it_again(two_seqs):
+    """Saves and restores are timed; until two saves are, every state is saved; after that a state is saved
+    only where a save and a restore cost less than evaluating its tokens again (a KV cache on an RPC server
+    is copied a row per network round trip)."""
+    llama = two_seqs
+    ctx = llama.native_context()
+    ctx.memory_clear(True)
+    pc = PromptCache(ctx, -1, exact=False)
+    toks = llama.tokenize(b"the ships came into the harbour one by one as the sun went down")
+    _decode(llama, toks, 0)
+    assert pc.worth_saving(len(toks), 1.0) and pc.copy_cost() is None
+    assert pc.save(0, toks) and len(pc.save_s) == 1 and pc.save_s[0] > 0
+    assert pc.restore(pc.entries[0], 1) and len(pc.restore_s) == 1
+    ctx.memory_clear(True)
+    pc.save_s, pc.restore_s = [0.5, 0.2], [0.1]  # copies as slow as a remote device's: 0.3 s a round trip
+    assert pc.copy_cost() == pytest.approx(0.3)
+    assert not pc.worth_saving(10, 0.01)  # 0.1 s to evaluate again
+    assert pc.skipped == 1
+    assert pc.worth_saving(100, 0.01)  # 1 s to evaluate again
+    assert pc.worth_saving(10, None)  # nothing measured: saved, as before
+    assert pc.stats()["skipped"] == 1
+
+
+def test_an_engine_whose_copies_cost_more_saves_nothing_and_answers_the_same(start_server, spm_path, monkeypatch):
+    monkeypatch.setattr(PromptCache, "copy_cost", lambda self: 60.0)  # a minute a copy: never worth it
+    common = {"model": str(spm_path), "n_parallel": 2, "n_ctx": 512, "max_queue": 16}
+    srv = start_server([{**common, "model_alias": "on"},
+                        {**common, "model_alias": "off", "cache_prompt": False}])
+    starts = STARTS[:4]
+    assert _conversations(srv, "on", starts, 2, 6) == _conversations(srv, "off", starts, 2, 6)
+    pc = srv.engine("on").prompt_cache
+    assert pc.saved == 0 and pc.skipped > 0 and len(pc) == 0 and pc.restored == 0
+
+
+def test_a_state_is_restored_only_where_writing_it_back_costs_less_than_evaluating_what_it_skips():
+    pc = PromptCache.__new__(PromptCache)
+    pc.restore_s = []
+    assert pc.worth_restoring(4, 0.01)  # nothing timed yet
+    pc.restore_s = [0.3, 0.2]
+    assert not pc.worth_restoring(10, 0.01) and pc.worth_restoring(30, 0.01)
+    assert pc.worth_restoring(10, None)

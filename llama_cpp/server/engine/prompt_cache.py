@@ -14,12 +14,21 @@ the end of an earlier prompt, as llama-server takes them, so that a prompt whose
 renders differently next turn still starts there. A checkpoint travels with its state.
 The states together never exceed ``limit`` bytes: the least recently used go first, and a state larger
 than the limit is not stored. A state that does not restore is dropped and the prompt evaluated in full.
+
+A saved state pays only where copying it off the device and back costs less than evaluating its tokens
+again. On a local device a copy is a few memory copies; with the KV cache on an RPC server llama.cpp
+reads and writes it a tensor slice per call (``llama_io_write_host``: without flash attention one
+synchronous round trip per V row per layer, thousands for a small model), which costs far more than
+evaluating a short prompt again. :meth:`PromptCache.worth_saving` and :meth:`PromptCache.worth_restoring`
+compare the copies this cache has timed with what the engine measures a prompt token adds to a step, and
+the engine saves and restores only where it pays.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import time
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -33,6 +42,7 @@ PARTIAL_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: the part of the memory t
 # the generation prompt the template appends is what a later turn renders differently
 CHECKPOINT_OFFSET = 4
 MAX_CHECKPOINTS = 8  # per sequence, the oldest dropped first
+TIMED = 4  # the last copies timed each way: the fastest stands for the cost (load only slows a copy down)
 
 # (tokens the memory had evaluated, its recurrent part then)
 Checkpoint = tuple[int, bytearray]
@@ -126,6 +136,9 @@ class PromptCache:
         self.size = 0  # bytes held
         self.n_tokens = 0  # tokens held (kept as counts: the metrics scrape reads them from another thread)
         self.saved = self.restored = self.restored_tokens = self.evicted = self.failed = 0
+        self.skipped = 0  # states not saved because evaluating their tokens again costs less
+        self.save_s: list[float] = []  # seconds of the last saves' copies off the device
+        self.restore_s: list[float] = []  # and of the last restores' copies back
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -133,6 +146,33 @@ class PromptCache:
     def usable(self, tokens: list[int], prompt: list[int], checkpoints: Sequence[Checkpoint] = ()) -> int:
         """Prompt tokens a sequence holding ``tokens`` (and ``checkpoints``) lets skip."""
         return plan(self.exact, tokens, checkpoints, prompt)[0]
+
+    def copy_cost(self) -> float | None:
+        """Seconds a save and its restore are expected to take (None until two saves were timed)."""
+        if len(self.save_s) < 2:
+            return None
+        out = min(self.save_s)
+        return out + (min(self.restore_s) if self.restore_s else out)
+
+    def worth_saving(self, n_tokens: int, token_s: float | None) -> bool:
+        """Whether saving a state of ``n_tokens`` tokens pays, each prompt token adding ``token_s`` seconds to
+        a step (None: not measured yet): its copies must cost less than evaluating the tokens again.
+        Counts a state not saved in ``skipped``."""
+        cost = self.copy_cost()
+        if cost is None or token_s is None or cost < n_tokens * token_s:
+            return True
+        if self.skipped == 0:
+            log.info("prompt cache: a state's copies take %.1f ms, more than evaluating its %d tokens again "
+                     "(%.3f ms each): states that short are not saved", 1e3 * cost, n_tokens, 1e3 * token_s)
+        self.skipped += 1
+        return False
+
+    def worth_restoring(self, n_tokens: int, token_s: float | None) -> bool:
+        """Whether restoring a state that skips ``n_tokens`` prompt tokens costs less than evaluating them (the
+        restores timed so far; None or nothing timed yet: restored)."""
+        if not self.restore_s or token_s is None:
+            return True
+        return min(self.restore_s) < n_tokens * token_s
 
     def _covered(self, tokens: list[int], key: Hashable) -> bool:
         """Whether a saved state under ``key`` already serves every prompt ``tokens`` would."""
@@ -169,7 +209,9 @@ class PromptCache:
             self._drop(next(e for e in self.entries if e is not pin))
             self.evicted += 1
         try:
+            t0 = time.perf_counter()
             data = _get(self.ctx, seq, 0)
+            self.save_s = [*self.save_s[-(TIMED - 1):], time.perf_counter() - t0]
         except MemoryError:
             log.warning("prompt cache: no host memory for a state of %.1f MiB", size / MIB)
             return False
@@ -204,7 +246,10 @@ class PromptCache:
         not restore is dropped and the sequence left empty."""
         self._drop(e)
         self.ctx.seq_rm(seq, -1, -1)
-        if not _set(self.ctx, seq, e.data, 0):
+        t0 = time.perf_counter()
+        ok = _set(self.ctx, seq, e.data, 0)
+        self.restore_s = [*self.restore_s[-(TIMED - 1):], time.perf_counter() - t0]
+        if not ok:
             log.warning("prompt cache: a saved state of %d tokens did not restore into sequence %d; "
                         "evaluating the prompt instead", len(e.tokens), seq)
             self.failed += 1
@@ -226,7 +271,7 @@ class PromptCache:
         return {"states": len(self.entries), "bytes": self.size, "tokens": self.n_tokens,
                 "limit_bytes": -1 if self.limit is None else self.limit, "saved": self.saved,
                 "restored": self.restored, "restored_tokens": self.restored_tokens, "evicted": self.evicted,
-                "failed_restores": self.failed}
+                "failed_restores": self.failed, "skipped": self.skipped}
 
 
 __all__ = ["CHECKPOINT_OFFSET", "Checkpoint", "PromptCache", "SavedPrompt", "plan", "rewind", "take_checkpoint"]

@@ -102,6 +102,10 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         # (a saved prompt state does not record the adapter set it was computed with: none are shared then)
         if cache_prompt and cache_ram != 0 and getattr(spec, "saved_prompts", True):
             self.prompt_cache = PromptCache(self.ctx, cache_ram, self._exact)
+        # the last steps with prompt tokens (their prompt tokens, their seconds): what a prompt token costs,
+        # against which the prompt cache weighs copying a state off the device (PromptCache.worth_saving)
+        self._prefill_steps: collections.deque[tuple[int, float]] = collections.deque(maxlen=64)
+        self._n_prefill = 0  # prompt tokens in the step being decoded
         self._accepting = True
         self._stop = False
         self.steps = 0  # llama_decode calls
@@ -241,7 +245,11 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                 for s in [s for s in self._active if s.job.cancelled.is_set()]:
                     self._finish_cancelled(s)
                 if self._active:
+                    t0 = time.perf_counter()
+                    self._n_prefill = 0
                     self._step()
+                    if self._n_prefill:
+                        self._prefill_steps.append((self._n_prefill, time.perf_counter() - t0))
             except Exception as exc:  # a failed decode ends every running request, never the scheduler
                 log.exception("decode step failed")
                 for s in list(self._active):
@@ -321,7 +329,8 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         key = s.req.lora if self.lora is not None else ()  # states serve prompts under the same adapter scales
         had = self.cached_lora[s.seq] if self.lora is not None else ()  # the scales the slot's state was made with
         if self.lora is not None and had != key and self.cached[s.seq]:
-            if pc is not None:  # kept for a later request under those scales
+            if pc is not None and pc.worth_saving(len(self.cached[s.seq]), self._token_s()):
+                # kept for a later request under those scales
                 try:
                     pc.save(s.seq, self.cached[s.seq], self.ckpts[s.seq], key=had)
                 except Exception:  # noqa: BLE001 - only an optimisation
@@ -334,16 +343,20 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         if pc is not None:
             try:
                 saved = pc.best(prompt, keep, key)
+                if saved is not None and not pc.worth_restoring(pc.usable(saved.tokens, prompt, saved.checkpoints)
+                                                                - keep, self._token_s()):
+                    saved = None  # evaluating what it skips costs less than writing it back
                 if saved is not None:
-                    pc.save(s.seq, cached, ckpts, pin=saved, key=had)  # this slot's prompt, before another takes it
+                    if cached and pc.worth_saving(len(cached), self._token_s()):
+                        pc.save(s.seq, cached, ckpts, pin=saved, key=had)  # this slot's prompt, before another takes it
                     if pc.restore(saved, s.seq):
                         cached, ckpts = saved.tokens, saved.checkpoints
                         keep, ckpt = plan(self._exact, cached, ckpts, prompt)
                         pc.restored_tokens += keep
                     else:
                         cached, ckpts, keep, ckpt = [], [], 0, None
-                elif cached and keep < len(cached) / 2:  # most of it is about to go: keep it for a later prompt
-                    pc.save(s.seq, cached, ckpts, key=had)
+                elif cached and keep < len(cached) / 2 and pc.worth_saving(len(cached), self._token_s()):
+                    pc.save(s.seq, cached, ckpts, key=had)  # most of it is about to go: kept for a later prompt
             except Exception:  # the cache is only an optimisation: the prompt is evaluated in full instead
                 log.warning("prompt cache failed for slot %d; evaluating the prompt", s.seq, exc_info=True)
                 self.ctx.seq_rm(s.seq, -1, -1)
@@ -368,6 +381,21 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             at = len(prompt) - CHECKPOINT_OFFSET
             if at > keep and all(c[0] != at for c in s.ckpts):
                 s.ckpt_at = at
+
+    def _token_s(self) -> float | None:
+        """Seconds each prompt token adds to a step here (None before any step with prompt tokens): the slope
+        of step time over prompt tokens, at most their mean cost. A restored state saves its tokens, not the
+        step the rest of the prompt takes anyway (over RPC a step's cost is mostly network latency)."""
+        steps = self._prefill_steps
+        if not steps:
+            return None
+        n = np.array([x[0] for x in steps], dtype=np.float64)
+        t = np.array([x[1] for x in steps], dtype=np.float64)
+        mean = float(t.sum() / n.sum())
+        if len(steps) < 4 or float(np.ptp(n)) == 0.0:
+            return mean
+        slope = float(np.polyfit(n, t, 1)[0])
+        return min(max(slope, 0.0), mean)
 
     def _lora_group(self) -> list[Slot]:
         """The slots this step decodes: all of them, or with LoRA adapters those of one adapter set,
@@ -463,6 +491,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                     seen.append((s, s.n_fed, chunk, first))
                 s.n_fed += k
                 budget -= k
+                self._n_prefill += k
                 if last and s.spec is not None:
                     self._pend_last(s)  # decoded next step, with a draft
                 elif last:
