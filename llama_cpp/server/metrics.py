@@ -104,6 +104,8 @@ _MODEL_METRICS = [
      "prompt cache"),
     ("prompt_cache_evicted_total", "counter", "Prompt states evicted from the prompt cache to stay within its "
      "limit"),
+    ("prompt_cache_skipped_total", "counter", "Prompt states not saved because copying them off "
+     "the device and back costs more than evaluating their tokens again (e.g. over RPC)"),
 ]
 
 
@@ -132,6 +134,7 @@ def model_values(engine: Any) -> dict[str, float]:
         out["prompt_cache_restored_total"] = pc.restored
         out["prompt_cache_restored_tokens_total"] = pc.restored_tokens
         out["prompt_cache_evicted_total"] = pc.evicted
+        out["prompt_cache_skipped_total"] = pc.skipped
     spec = st.get("speculative")
     if spec is not None:
         out["spec_decode_num_draft_tokens_total"] = spec["drafted"]

@@ -128,10 +128,9 @@ class ChatPrompt:
     media: list[Any] = dataclasses.field(default_factory=list)
 
 
-def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt:
-    """The chat's prompt tokens, template stops, grammar and forced tool (as Llama builds them):
-    with tools, through llama.cpp's chat layer where ``Llama.create_chat_completion`` goes there."""
-    msgs = _chat.validate_messages(body.messages)
+def request_tools(body: Any) -> tuple[Any, Any]:
+    """A chat request's tools and tool choice, checked (400 naming the problem), with the legacy
+    ``functions``/``function_call`` taken as tools where no ``tools`` are given."""
     try:
         check_tools(body.tools)
         check_tools(body.functions, "functions")
@@ -142,6 +141,14 @@ def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt
         tools = [{"type": "function", "function": f} for f in body.functions]
         if isinstance(body.function_call, dict):
             tool_choice = {"type": "function", "function": {"name": body.function_call.get("name")}}
+    return tools, tool_choice
+
+
+def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt:
+    """The chat's prompt tokens, template stops, grammar and forced tool (as Llama builds them):
+    with tools, through llama.cpp's chat layer where ``Llama.create_chat_completion`` goes there."""
+    msgs = _chat.validate_messages(body.messages)
+    tools, tool_choice = request_tools(body)
     opts = chat_options(llama, body)
     handler = native_completion.native_tools_handler(llama) if tools else None
     if handler is None and opts:
@@ -242,16 +249,7 @@ def media_chat_prompt(llama: Llama, body: Any, n_ctx: int) -> ChatPrompt:
     handler = llama.chat_handler
     with ENCODE_LOCK:  # the handler makes its mtmd context on first use; mtmd is used by one thread at a time
         engine = handler.engine_for(llama)
-    try:
-        check_tools(body.tools)
-        check_tools(body.functions, "functions")
-    except ValueError as exc:
-        raise APIError(400, str(exc), param="tools") from exc
-    tools, tool_choice = body.tools, body.tool_choice
-    if body.functions and not tools:
-        tools = [{"type": "function", "function": f} for f in body.functions]
-        if isinstance(body.function_call, dict):
-            tool_choice = {"type": "function", "function": {"name": body.function_call.get("name")}}
+    tools, tool_choice = request_tools(body)
     opts = chat_options(llama, body)
     n_ubatch = min(llama.native_context().n_ubatch(), llama.native_context().n_batch())
 
@@ -342,5 +340,5 @@ def join_chat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 __all__ = ["ChatPrompt", "NativeChatChunks", "chat_chunks", "chat_prompt", "chat_result", "check_prompt", "completion_tokens", "grammar",
-           "join_chat_chunks", "logit_bias", "max_tokens", "media_chat_prompt", "prompt_list", "refuse_media", "stops",
-           "tokenize"]
+           "join_chat_chunks", "logit_bias", "max_tokens", "media_chat_prompt", "prompt_list", "refuse_media",
+           "request_tools", "stops", "tokenize"]

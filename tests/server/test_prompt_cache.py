@@ -339,6 +339,10 @@ def test_an_engine_whose_copies_cost_more_saves_nothing_and_answers_the_same(sta
     assert _conversations(srv, "on", starts, 2, 6) == _conversations(srv, "off", starts, 2, 6)
     pc = srv.engine("on").prompt_cache
     assert pc.saved == 0 and pc.skipped > 0 and len(pc) == 0 and pc.restored == 0
+    import httpx
+
+    text = httpx.get(srv.url + "/metrics").text
+    assert f'llamacpp:prompt_cache_skipped_total{{model="on"}} {float(pc.skipped)!r}' in text
 
 
 def test_a_state_is_restored_only_where_writing_it_back_costs_less_than_evaluating_what_it_skips():
