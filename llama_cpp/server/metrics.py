@@ -8,7 +8,8 @@ and ``prompt_tokens_seconds``, ``predicted_tokens_seconds``, ``requests_processi
 ``requests_deferred``, ``kv_cache_tokens``, ``kv_cache_usage_ratio`` (gauges; the last two as
 older llama-server versions named them), and the shared prompt cache's ``prompt_cache_bytes``,
 ``…_limit_bytes``, ``…_states``, ``…_tokens`` (gauges), ``…_restored_total``,
-``…_restored_tokens_total``, ``…_evicted_total`` (counters; llama-server logs these). A model served
+``…_restored_tokens_total``, ``…_evicted_total`` (counters; llama-server logs these) and
+``…_skipped_total`` (states not saved because copying them costs more than evaluating them again). A model served
 one request at a time counts its context's decodes and the prompt tokens ``Llama`` kept from its last
 prompt; one that speculates there has no ``n_decode_total`` (its decoder's verify batches are not
 counted) and counts what its decoder reuses as evaluated. Per API key (label ``key``: a hash of the key, never the
