@@ -271,7 +271,17 @@ def test_embedding_over_rpc_runs_in_a_worker(start_rpc_server):
             restarted.wait(10)
 
 
-def test_an_interrupted_call_leaves_the_worker_usable(moe_path, local):
+@pytest.fixture
+def default_sigint():
+    """Ctrl-C raises KeyboardInterrupt here whatever handler an earlier test or plugin left installed."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupted_call_leaves_the_worker_usable(moe_path, local, default_sigint):
     import signal
 
     # no RPC server needed: LlamaWorker holds any model in a worker process
@@ -290,7 +300,7 @@ def test_an_interrupted_call_leaves_the_worker_usable(moe_path, local):
         assert llm(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"] == local["text"]
 
 
-def test_an_interrupted_stream_leaves_the_worker_usable(moe_path, local):
+def test_an_interrupted_stream_leaves_the_worker_usable(moe_path, local, default_sigint):
     import signal
 
     with LlamaWorker(moe_path, **LONG) as llm:
