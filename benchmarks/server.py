@@ -55,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -191,45 +192,20 @@ def _streamed_tokens(r) -> int:
 RETRIES: dict[str, int] = {}  # per server URL: streams retried after a disconnect before any response
 
 
-def round_trip(url: str, clients: int, requests: int, n_gen: int, stream: bool) -> tuple[float, int]:
-    """One round: ``clients`` threads each sending ``requests`` completions; (tokens/s, tokens)."""
-    import httpx
-
-    total = [0] * clients
+def run_together(n: int, work: Callable[[int, threading.Barrier], None]) -> float:
+    """``work(k, barrier)`` in ``n`` threads that start together (each waits at ``barrier`` when ready):
+    the seconds from the start to the last one's end; the first exception of any is raised."""
     errors: list[BaseException] = []
-    barrier = threading.Barrier(clients + 1)
+    barrier = threading.Barrier(n + 1)
 
-    def client(k: int) -> None:
+    def run(k: int) -> None:
         try:
-            with httpx.Client(timeout=600) as http:
-                barrier.wait()
-                for i in range(requests):
-                    prompt = PROMPTS[(k * requests + i) % len(PROMPTS)]
-                    body = {"model": "m", "prompt": prompt, "max_tokens": n_gen, "temperature": 0,
-                            "repeat_penalty": 1.0, "stream": stream}
-                    if stream:
-                        body["stream_options"] = {"include_usage": True}
-                        for attempt in (1, 2):
-                            try:
-                                with http.stream("POST", url + "/v1/completions", json=body) as r:
-                                    r.raise_for_status()
-                                    total[k] += _streamed_tokens(r)
-                                break
-                            except httpx.RemoteProtocolError:
-                                # llama-server has been seen closing a stream before its headers
-                                # once in a few hundred requests: retried once, counted, printed
-                                if attempt == 2:
-                                    raise
-                                RETRIES[url] = RETRIES.get(url, 0) + 1
-                    else:
-                        r = http.post(url + "/v1/completions", json=body)
-                        r.raise_for_status()
-                        total[k] += r.json()["usage"]["completion_tokens"]
-        except BaseException as exc:  # noqa: BLE001 (reported by the caller)
+            work(k, barrier)
+        except BaseException as exc:  # noqa: BLE001 (raised below, in the caller's thread)
             errors.append(exc)
             barrier.abort()
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
     for t in threads:
         t.start()
     barrier.wait()
@@ -239,6 +215,42 @@ def round_trip(url: str, clients: int, requests: int, n_gen: int, stream: bool) 
     dt = time.perf_counter() - t0
     if errors:
         raise errors[0]
+    return dt
+
+
+def round_trip(url: str, clients: int, requests: int, n_gen: int, stream: bool) -> tuple[float, int]:
+    """One round: ``clients`` threads each sending ``requests`` completions; (tokens/s, tokens)."""
+    import httpx
+
+    total = [0] * clients
+
+    def client(k: int, barrier: threading.Barrier) -> None:
+        with httpx.Client(timeout=600) as http:
+            barrier.wait()
+            for i in range(requests):
+                prompt = PROMPTS[(k * requests + i) % len(PROMPTS)]
+                body = {"model": "m", "prompt": prompt, "max_tokens": n_gen, "temperature": 0,
+                        "repeat_penalty": 1.0, "stream": stream}
+                if stream:
+                    body["stream_options"] = {"include_usage": True}
+                    for attempt in (1, 2):
+                        try:
+                            with http.stream("POST", url + "/v1/completions", json=body) as r:
+                                r.raise_for_status()
+                                total[k] += _streamed_tokens(r)
+                            break
+                        except httpx.RemoteProtocolError:
+                            # llama-server has been seen closing a stream before its headers
+                            # once in a few hundred requests: retried once, counted, printed
+                            if attempt == 2:
+                                raise
+                            RETRIES[url] = RETRIES.get(url, 0) + 1
+                else:
+                    r = http.post(url + "/v1/completions", json=body)
+                    r.raise_for_status()
+                    total[k] += r.json()["usage"]["completion_tokens"]
+
+    dt = run_together(clients, client)
     return sum(total) / dt, sum(total)
 
 
@@ -283,26 +295,12 @@ def conversation(url: str, k: int, turns: int, n_gen: int, barrier: threading.Ba
 def agent_round(url: str, conversations: int, turns: int, n_gen: int) -> tuple[float, float]:
     """(median time to first token at the last turn, total seconds) of ``conversations`` at once."""
     out: list[list[float]] = [[] for _ in range(conversations)]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(conversations + 1)
 
-    def run(k: int) -> None:
-        try:
-            out[k] = conversation(url, k, turns, n_gen, barrier)
-        except BaseException as exc:  # noqa: BLE001 (reported by the caller)
-            errors.append(exc)
-            barrier.abort()
+    def run(k: int, barrier: threading.Barrier) -> None:
+        out[k] = conversation(url, k, turns, n_gen, barrier)
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(conversations)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return statistics.median(c[-1] for c in out), time.perf_counter() - t0
+    dt = run_together(conversations, run)
+    return statistics.median(c[-1] for c in out), dt
 
 
 def reuse_metrics(url: str) -> list[tuple[str, float]]:
@@ -464,29 +462,14 @@ def work_round(url: str, clients: int, requests: int, n_gen: int, send) -> float
     import httpx
 
     total = [0] * clients
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(clients + 1)
 
-    def client(k: int) -> None:
-        try:
-            with httpx.Client(timeout=600) as http:
-                barrier.wait()
-                for i in range(requests):
-                    total[k] += send(http, url, k, i, n_gen)
-        except BaseException as exc:  # noqa: BLE001 (reported by the caller)
-            errors.append(exc)
-            barrier.abort()
+    def client(k: int, barrier: threading.Barrier) -> None:
+        with httpx.Client(timeout=600) as http:
+            barrier.wait()
+            for i in range(requests):
+                total[k] += send(http, url, k, i, n_gen)
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return sum(total) / (time.perf_counter() - t0)
+    return sum(total) / run_together(clients, client)
 
 
 def slots_vs_serial_main(args: argparse.Namespace, clients: list[int], lib_dir: Path, kind: str) -> None:

@@ -69,4 +69,18 @@ class DrafterBase:
         """Free native resources."""
 
 
-__all__ = ["UNBOUNDED_DRAFT", "Drafter", "DrafterBase"]
+class StatelessDrafter(DrafterBase):
+    """A drafter that keeps nothing between drafts (each draft is computed from the history it is
+    given): ``begin``, ``reset`` and ``accept`` have nothing to do."""
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """Nothing to set up: each draft reads the history it is given."""
+
+    def reset(self) -> None:
+        """Nothing kept."""
+
+    def accept(self, n_accepted: int) -> None:
+        """Nothing kept."""
+
+
+__all__ = ["UNBOUNDED_DRAFT", "Drafter", "DrafterBase", "StatelessDrafter"]

@@ -41,7 +41,7 @@ import numpy as np
 
 from .._errors import SpeculativeError
 from .._safety.cache_files import read_regular_file
-from .drafter import DrafterBase
+from .drafter import DrafterBase, StatelessDrafter
 
 _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
@@ -591,7 +591,7 @@ class NgramCache(DrafterBase):
         pass
 
 
-class PromptLookup(DrafterBase):
+class PromptLookup(StatelessDrafter):
     """A prompt-lookup callable (``LlamaPromptLookupDecoding``, or anything with its call
     signature) as a drafter: its proposals are exactly what the object returns for the history
     including the pending token, cut to ``n_max`` tokens."""
@@ -601,15 +601,6 @@ class PromptLookup(DrafterBase):
     def __init__(self, fn: Callable[[np.ndarray], Any], n_max: int) -> None:
         self.fn = fn
         self.n_max = int(n_max)
-
-    def begin(self, prompt: Sequence[int]) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def accept(self, n_accepted: int) -> None:
-        pass
 
     def draft(self, prompt: list[int], id_last: int) -> list[int]:
         out = self.fn(np.asarray([*prompt, id_last], dtype=np.intc))

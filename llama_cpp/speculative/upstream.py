@@ -10,16 +10,16 @@ output is plain decoding's, on any memory the loop can roll back (recurrent and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .._errors import CallbackError, SpeculativeError
-from .drafter import UNBOUNDED_DRAFT, DrafterBase
+from .drafter import UNBOUNDED_DRAFT, StatelessDrafter
 
 
-class LlamaDraftModelDrafter(DrafterBase):
+class LlamaDraftModelDrafter(StatelessDrafter):
     """``fn`` (a ``LlamaDraftModel``: ``fn(input_ids) -> token ids``) as a drafter: each draft is what
     ``fn`` returns for the sequence so far, cut to the step's budget. Its exception, or an answer that
     is not token ids of ``model``'s vocabulary, fails the generation naming the object."""
@@ -34,15 +34,6 @@ class LlamaDraftModelDrafter(DrafterBase):
                                    "Llama(draft_model=...)")
         self.model = model
         self.fn = fn
-
-    def begin(self, prompt: Sequence[int]) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def accept(self, n_accepted: int) -> None:
-        pass
 
     def draft(self, prompt: list[int], id_last: int, k_max: int) -> list[int]:  # type: ignore[override]
         name = type(self.fn).__name__

@@ -72,9 +72,7 @@ class EmbeddingEngine(SerialEngine):
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._stop and not self._waiting:
-                    self._cv.wait()
-                if self._stop:
+                if not self._wait_for_work():
                     return
                 job, work = self._waiting.popleft()
                 group = [(job, work)]

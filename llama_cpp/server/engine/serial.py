@@ -89,12 +89,16 @@ class SerialEngine(Lifecycle):
         with self._cv:
             return [{"id": 0, "n_ctx": self.llama.n_ctx(), "speculative": False, "is_processing": self._running > 0}]
 
+    def _wait_for_work(self) -> bool:
+        """With the lock held: wait until a job is queued; False when the engine stops instead."""
+        while not self._stop and not self._waiting:
+            self._cv.wait()
+        return not self._stop
+
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._stop and not self._waiting:
-                    self._cv.wait()
-                if self._stop:
+                if not self._wait_for_work():
                     return
                 job, work = self._waiting.popleft()
                 self._running = 1
