@@ -328,8 +328,9 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         pc = self.prompt_cache
         key = s.req.lora if self.lora is not None else ()  # states serve prompts under the same adapter scales
         had = self.cached_lora[s.seq] if self.lora is not None else ()  # the scales the slot's state was made with
+        token_s = self._token_s() if pc is not None else None  # what a prompt token adds to a step here
         if self.lora is not None and had != key and self.cached[s.seq]:
-            if pc is not None and pc.worth_saving(len(self.cached[s.seq]), self._token_s()):
+            if pc is not None and pc.worth_saving(len(self.cached[s.seq]), token_s):
                 # kept for a later request under those scales
                 try:
                     pc.save(s.seq, self.cached[s.seq], self.ckpts[s.seq], key=had)
@@ -344,10 +345,10 @@ class SlotEngine(SlotSpeculating, Lifecycle):
             try:
                 saved = pc.best(prompt, keep, key)
                 if saved is not None and not pc.worth_restoring(pc.usable(saved.tokens, prompt, saved.checkpoints)
-                                                                - keep, self._token_s()):
+                                                                - keep, token_s):
                     saved = None  # evaluating what it skips costs less than writing it back
                 if saved is not None:
-                    if cached and pc.worth_saving(len(cached), self._token_s()):
+                    if cached and pc.worth_saving(len(cached), token_s):
                         pc.save(s.seq, cached, ckpts, pin=saved, key=had)  # this slot's prompt, before another takes it
                     if pc.restore(saved, s.seq):
                         cached, ckpts = saved.tokens, saved.checkpoints
@@ -355,7 +356,7 @@ class SlotEngine(SlotSpeculating, Lifecycle):
                         pc.restored_tokens += keep
                     else:
                         cached, ckpts, keep, ckpt = [], [], 0, None
-                elif cached and keep < len(cached) / 2 and pc.worth_saving(len(cached), self._token_s()):
+                elif cached and keep < len(cached) / 2 and pc.worth_saving(len(cached), token_s):
                     pc.save(s.seq, cached, ckpts, key=had)  # most of it is about to go: kept for a later prompt
             except Exception:  # the cache is only an optimisation: the prompt is evaluated in full instead
                 log.warning("prompt cache failed for slot %d; evaluating the prompt", s.seq, exc_info=True)
