@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             with LlamaSampler() as chain:
                 chain.add_greedy()
                 llm.eval(prompt[:-1])
-                one, s = llm._step.batch, llm._step.struct
+                one, s = llm.sequence.step.batch, llm.sequence.step.struct
                 ctx_p, ch_p = ctx.ptr, chain.ptr
                 decode, sample = C.llama_decode, C.llama_sampler_sample
                 pos = len(prompt) - 1
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                     tok = sample(ch_p, ctx_p, -1)
                     pos += 1
                 res["ctypes"].append((time.perf_counter() - t) / n)
-                llm._input_ids.clear()
+                llm.sequence.tokens.clear()
     med = {k: min(v) * 1e6 for k, v in res.items()}  # best of reps: the machine is shared
     c = med["c_decode"]
     print(f"model {model.name}  threads {a.threads}  tokens {n}  reps {a.reps}   (microseconds per token)")

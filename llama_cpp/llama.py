@@ -20,14 +20,12 @@ from . import llama_chat_format as _chat
 from . import llama_types as T
 from . import speculative as _spec
 from ._chat import template_chat as _template_chat
-from ._compat import snapshot as _snapshot
 from ._compat.hooks import (
     LogitsProcessor,
     LogitsProcessorList,
     MinTokensLogitsProcessor,
     StoppingCriteria,
     StoppingCriteriaList,
-    TokenHooks,
 )
 from ._compat.keywords import unknown_keywords
 from ._compat.state import LlamaState, longest_token_prefix
@@ -35,11 +33,11 @@ from ._core.context import LlamaBatch, LlamaContext
 from ._core.model import LlamaLoraAdapter, LlamaModel, flash_attn_type
 from ._core.sampler import LlamaSampler
 from ._core.vocab_only import VocabOnlyContext
-from ._errors import ClosedError, ContextError, ContextOverflowError, LlamaError, ModelNotFoundError
+from ._errors import ClosedError, ContextError, LlamaError, ModelNotFoundError
 from ._generation import completion as _completion
-from ._generation import loop as _gen
 from ._generation import sampling as _sampling
-from ._generation import streams as _streams
+from ._generation import snapshot as _snapshot
+from ._generation.sequence import GenerationSequence
 from ._placement import isolation as _isolation
 from ._placement.load import prepare as _place
 from ._safety import boundary as _boundary
@@ -184,18 +182,14 @@ class Llama:
         self._guard = CallGuard("Llama")
         self._model: LlamaModel | None = None
         self._ctx: LlamaContext | VocabOnlyContext | None = None
-        self._fresh = False  # the context's last logits are those of self._input_ids[-1]
-        self._n_outputs = 0  # logits rows the last decode produced
         self.cache: BaseLlamaCache | None = None
         self._draft_model = draft_model
         self.numa = numa
         self.lora_base, self.lora_scale, self.lora_path = lora_base, lora_scale, lora_path
         self.kv_overrides, self.tensor_split = kv_overrides, tensor_split
-        self._batch: LlamaBatch | None = None
         self._lora: LlamaLoraAdapter | None = None
-        self._step: _gen.TokenStep | None = None
-        self._input_ids: list[int] = []
-        self._spec: _spec.SpeculativeDecoder | None = None
+        #: the generation sequence: tokens in memory, their logits, the speculative decoder, the seed
+        self.sequence: GenerationSequence
         self.last_speculative_stats: _spec.SpeculativeStats | None = None
         # prompt tokens the last prompt evaluation kept from memory (None: evaluated elsewhere, a decoder's own)
         self.last_prompt_cached: int | None = None
@@ -205,7 +199,7 @@ class Llama:
         if not os.path.exists(self.model_path):
             raise ModelNotFoundError(f"model file not found: {self.model_path} (check the path, or download it "
                                      "with Llama.from_pretrained)")
-        self._seed, self.sampling_convention = int(seed), _sampling.check_convention(sampling_convention)
+        seed, self.sampling_convention = int(seed), _sampling.check_convention(sampling_convention)
         self.chat_options = _chat.check_chat_options(chat_template_kwargs, reasoning_format, reasoning_budget)
         self.last_n_tokens_size = int(last_n_tokens_size)
         self.logits_all = bool(logits_all)
@@ -263,10 +257,12 @@ class Llama:
                                swa_full=swa_full, no_perf=no_perf, type_k=type_k, type_v=type_v,
                                lora_path=lora_path, lora_scale=lora_scale, attention_type=attention_type,
                                n_rs_seq=spec_cfg.rollback_snapshots if spec_on else None)
+            ctx = self._ctx if isinstance(self._ctx, LlamaContext) else None
+            self.sequence = GenerationSequence(self._model, ctx, seed=seed)
             # a media chat handler (MTMDChatHandler) builds a decoder that also takes its media prompts
             self._media_spec = getattr(chat_handler, "speculative_decoder", None)
             if spec_on:
-                self._spec = self._make_spec(spec_cfg)
+                self.sequence.spec = self._make_spec(spec_cfg)
         except BaseException:
             self.close()
             raise
@@ -314,8 +310,6 @@ class Llama:
                 no_perf=bool(no_perf), type_k=type_k, type_v=type_v, n_rs_seq=n_rs_seq,
                 attention_type=None if attention_type == LLAMA_ATTENTION_TYPE_UNSPECIFIED else int(attention_type),
             )
-            self._batch = LlamaBatch(self._ctx.n_batch(), 0, 1)
-            self._step = _gen.TokenStep(self._ctx)
             if lora_path:
                 self._lora = LlamaLoraAdapter(self._model, lora_path)
                 self._ctx.set_adapters_lora([self._lora], [lora_scale])
@@ -333,14 +327,9 @@ class Llama:
             self._free()
 
     def _free(self) -> None:
-        for attr in ("_batch", "_step"):
-            b = getattr(self, attr, None)
-            if b is not None:
-                b.close()
-        spec = getattr(self, "_spec", None)
-        if spec is not None:
-            spec.close()
-            self._spec = None
+        seq = getattr(self, "sequence", None)
+        if seq is not None:
+            seq.close()
         for attr in ("_ctx", "_lora", "_model"):
             obj = getattr(self, attr, None)
             if obj is not None:
@@ -360,10 +349,6 @@ class Llama:
             raise ClosedError("this Llama is closed; create a new one")
         return self._model
 
-    def _running_spec(self) -> Any:
-        """The speculative decoder generation runs through, or None (plain decoding)."""
-        return self._spec
-
     @property
     def draft_model(self) -> LlamaDraftModel | None:
         """Upstream's draft model object (None: no draft); assigning one rebuilds the speculative decoder."""
@@ -379,12 +364,12 @@ class Llama:
             self._draft_model = value
             if self._model is None or not self._spec_runs:
                 return  # closed, or a context the engine cannot run over (warned at construction)
-            old, self._spec, cfg = self._spec, None, self._spec_config()
-            if old is not None:
-                old.close()
+            cfg = self._spec_config()
+            self.sequence.replace_spec(None)
             if cfg is not None:
-                self._spec = self._make_spec(cfg)
-                self._spec.invalidate()  # the memory holds this Llama's tokens, not the new decoder's history
+                spec = self._make_spec(cfg)
+                spec.invalidate()  # the memory holds this Llama's tokens, not the new decoder's history
+                self.sequence.replace_spec(spec)
 
     def _spec_config(self) -> _spec.SpecConfig | None:
         """The configuration the decoder runs: ``speculative`` plus the row of ``draft_model``; None: none."""
@@ -429,36 +414,32 @@ class Llama:
     @property
     def input_ids(self) -> np.ndarray:
         """The tokens in the context's memory (``np.intc``; upstream's buffer sliced to ``n_tokens``)."""
-        return np.asarray(self._input_ids, dtype=np.intc)
+        return np.asarray(self.sequence.tokens, dtype=np.intc)
+
+    # upstream's semi-private names, which code written against it (guidance, outlines...) reads
+    @property
+    def _input_ids(self) -> list[int]:
+        return self.sequence.tokens
+
+    @property
+    def _seed(self) -> int:
+        return self.sequence.seed
+
+    @property
+    def _batch(self) -> LlamaBatch | None:
+        return self.sequence.batch
 
     @property
     def n_tokens(self) -> int:
-        return len(self._input_ids)
+        return len(self.sequence.tokens)
 
     @n_tokens.setter
     def n_tokens(self, n: int) -> None:
         """Keep only the first ``n`` evaluated tokens (upstream code rewinds with ``llm.n_tokens = k``)."""
         with self._guard.call():
-            self._rewind(int(n))
-
-    def _rewind(self, n: int) -> None:
-        if not 0 <= n <= len(self._input_ids):
-            raise ValueError(f"n_tokens must be in [0, {len(self._input_ids)}] (the tokens evaluated), got {n}")
-        if n == len(self._input_ids):
-            return
-        ctx = self.native_context()
-        self._fresh = False
-        if self._spec is not None:
-            self._spec.invalidate()
-        if n == 0 or not ctx.seq_rm(0, n, -1):
-            ctx.memory_clear(True)  # memory that cannot drop a suffix: evaluated again when needed
-            kept, self._input_ids = self._input_ids[:n], []
-            if kept:
-                self._decode_tokens(kept, 0, self.logits_all)
-                self._input_ids = kept
-                self._fresh = True
-            return
-        del self._input_ids[n:]
+            if int(n) != len(self.sequence.tokens):
+                self.native_context()
+            self.sequence.rewind(int(n), self.logits_all)
 
     @property
     def n_batch(self) -> int:
@@ -470,12 +451,8 @@ class Llama:
         """The logits rows the context holds (``np.single``, shape ``(rows, n_vocab)``): the last
         evaluated token's row, or with ``logits_all`` every row of the last evaluated batch.
         Upstream keeps an ``(n_ctx, n_vocab)`` buffer; llama.cpp only keeps the last batch's."""
-        n_vocab = self.native_model().n_vocab
-        ctx = self._ctx
-        if not (self._fresh and self._input_ids and isinstance(ctx, LlamaContext)):
-            return np.zeros((0, n_vocab), dtype=np.single)
-        k = max(1, self._n_outputs)
-        return np.stack([np.array(ctx.logits_ith(i), dtype=np.single) for i in range(-k, 0)])
+        self.native_model()
+        return self.sequence.logits_rows()
 
     @property
     def _scores(self) -> np.ndarray:
@@ -483,7 +460,7 @@ class Llama:
 
     @property
     def eval_tokens(self) -> deque[int]:
-        return deque(self._input_ids, maxlen=self.n_ctx())
+        return deque(self.sequence.tokens, maxlen=self.n_ctx())
 
     @property
     def eval_logits(self) -> deque[list[float]]:
@@ -550,23 +527,13 @@ class Llama:
 
     @serialized()
     def set_seed(self, seed: int) -> None:
-        self._seed = int(seed)
+        self.sequence.seed = int(seed)
 
     def set_cache(self, cache: BaseLlamaCache | None) -> None:
         """Use ``cache`` for prompt states (None turns caching off); see :mod:`llama_cpp.llama_cache`."""
         if cache is not None and not isinstance(cache, BaseLlamaCache):
             raise TypeError(f"cache must be a BaseLlamaCache (LlamaRAMCache, LlamaDiskCache), got {type(cache).__name__}")
         self.cache = cache
-
-    def _call_seed(self, seed: int | None) -> int:
-        """The seed of one sampling call: an explicit seed becomes the object's seed (-1: random);
-        otherwise the object's seed advances as the convention says (so repeated calls differ, and
-        a saved state's seed replays them)."""
-        if seed is not None:
-            self._seed = int(seed)
-        else:
-            self._seed = _sampling.next_seed(self._seed, self.sampling_convention)
-        return self._seed
 
     # ------------------------------------------------------------------------------------------
     # tokens
@@ -593,97 +560,13 @@ class Llama:
     @serialized()
     def reset(self) -> None:
         """Forget the evaluated tokens and clear the KV cache."""
-        self._input_ids.clear()
-        self._fresh = False
-        if isinstance(self._ctx, LlamaContext):
-            self._ctx.memory_clear(True)
-        if self._spec is not None:
-            self._spec.reset()
-
-    def _check_prompt(self, tokens: Sequence[int]) -> None:
-        ctx = self.native_context()
-        if not tokens:
-            raise ValueError("the prompt is empty (and the model adds no BOS token): give at least one token")
-        self._model.check_tokens(tokens, "prompt token")
-        if len(tokens) >= ctx.n_ctx():
-            raise ContextOverflowError(
-                f"the prompt has {len(tokens)} tokens; the context holds n_ctx={ctx.n_ctx()} (and needs room "
-                "for at least one generated token): shorten the prompt or create Llama(n_ctx=...) larger")
-
-    def _decode_tokens(self, tokens: Sequence[int], start_pos: int, all_logits: bool) -> None:
-        ctx, batch = self.native_context(), self._batch
-        if self._spec is not None:
-            self._spec.invalidate()  # the MTP draft context does not see these tokens
-        n_batch = ctx.n_batch()
-        n = len(tokens)
-        self._fresh = False
-        for i in range(0, n, n_batch):
-            chunk = tokens[i:i + n_batch]
-            batch.clear()
-            last = i + n_batch >= n
-            batch.add_sequence(np.asarray(chunk, dtype=np.int32), 0, start_pos + i,
-                               logits=True if all_logits else ("last" if last else False))
-            ctx.decode(batch)
-            self._n_outputs = len(chunk) if all_logits else 1
-
-    def _refresh_logits(self) -> None:
-        """Make the last token's logits current again (after ``load_state`` or a truncation):
-        evaluate it once more, or, where the memory cannot drop one position (recurrent), all."""
-        if self._fresh or not self._input_ids:
-            return
-        ctx = self.native_context()
-        last = len(self._input_ids) - 1
-        if ctx.seq_rm(0, last, -1):
-            self._decode_tokens(self._input_ids[last:], last, False)
-        else:
-            ctx.memory_clear(True)
-            self._decode_tokens(self._input_ids, 0, self.logits_all)
-        self._fresh = True
+        self.sequence.clear()
 
     @serialized()
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate ``tokens`` after those already in the context (llama-cpp-python's ``eval``)."""
-        ctx = self.native_context()
-        tokens = [int(t) for t in tokens]
-        self._model.check_tokens(tokens)
-        if len(self._input_ids) + len(tokens) > ctx.n_ctx():
-            raise ContextOverflowError(
-                f"{len(self._input_ids)} + {len(tokens)} tokens exceed n_ctx={ctx.n_ctx()}")
-        if tokens:
-            self._decode_tokens(tokens, len(self._input_ids), self.logits_all)
-            self._input_ids.extend(tokens)
-            self._fresh = True
-
-    def _prepare(self, tokens: Sequence[int], reuse_prefix: bool = True) -> None:
-        """Make the KV cache hold exactly ``tokens`` with the logits of the last one available.
-
-        The longest prefix already in memory is kept; when the memory holds exactly ``tokens`` with
-        their logits, nothing is evaluated. Memory that cannot drop a suffix (recurrent) is rebuilt.
-        """
-        ctx = self.native_context()
-        # a decode cut short (Ctrl-C, an exception) leaves memory and the record of it apart: trust
-        # neither beyond where they agree
-        held = ctx.seq_pos_max(0) + 1
-        if held != len(self._input_ids):
-            del self._input_ids[max(held, 0):]
-            self._fresh = False
-        n_past = 0
-        if reuse_prefix and self._input_ids:
-            n_past = longest_token_prefix(self._input_ids, tokens)
-            if n_past == len(tokens) == len(self._input_ids) and self._fresh:
-                self.last_prompt_cached = n_past
-                return
-            n_past = min(n_past, len(tokens) - 1)  # the last prompt token is evaluated for its logits
-        if n_past < len(self._input_ids) or held > n_past:
-            if n_past == 0 or not ctx.seq_rm(0, n_past, -1):
-                ctx.memory_clear(True)
-                n_past = 0
-            del self._input_ids[n_past:]
-        rest = list(tokens[n_past:])
-        self.last_prompt_cached = n_past
-        self._decode_tokens(rest, n_past, self.logits_all)
-        self._input_ids.extend(rest)
-        self._fresh = True
+        self.native_context()
+        self.sequence.extend([int(t) for t in tokens], self.logits_all)
 
     # ------------------------------------------------------------------------------------------
     # sampling
@@ -702,35 +585,7 @@ class Llama:
             penalty_last_n=_checks.penalty_last_n(
                 self.last_n_tokens_size if penalty_last_n is None else penalty_last_n, self.native_context().n_ctx()),
             mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-            seed=self._seed if seed is None else seed, logit_bias=logit_bias, convention=self.sampling_convention)
-
-    # ------------------------------------------------------------------------------------------
-    # the token loop
-    # ------------------------------------------------------------------------------------------
-    def _token_stream(self, prompt_tokens: Sequence[int], max_tokens: int, chain: LlamaSampler,
-                      grammar: LlamaSampler | None, want_logprobs: bool, reuse_prefix: bool = True,
-                      hooks: TokenHooks | None = None, prime: bool = True) -> Iterator[_gen.TokenRow]:
-        """The prompt evaluated, then ``(token, logits_row_or_None)`` rows (``_generation.streams``)."""
-        return _streams.token_stream(self, prompt_tokens, max_tokens, chain, grammar, want_logprobs,
-                                     reuse_prefix=reuse_prefix, hooks=hooks, prime=prime)
-
-    # ------------------------------------------------------------------------------------------
-    # completion
-    # ------------------------------------------------------------------------------------------
-    def _prompt_tokens(self, prompt: str | bytes | Sequence[int], suffix: str | None,
-                       add_bos: bool = True) -> list[int]:
-        return _completion.prompt_tokens(self, prompt, suffix, add_bos)
-
-    def _completion_chunks(self, prompt_tokens: list[int], *, max_tokens: int | None, stop: Any,
-                           logprobs: int | None, echo: bool, chain: LlamaSampler,
-                           grammar: LlamaSampler | None, completion_id: str, created: int, model_name: str,
-                           hooks: TokenHooks | None = None, prompt_chars: int | None = None,
-                           special_tokens: frozenset[int] = frozenset()) -> Iterator[dict[str, Any]]:
-        """The one generation path: streaming yields these chunks, non-streaming joins them."""
-        return _completion.completion_chunks(
-            self, prompt_tokens, max_tokens=max_tokens, stop=stop, logprobs=logprobs, echo=echo, chain=chain,
-            grammar=grammar, completion_id=completion_id, created=created, model_name=model_name, hooks=hooks,
-            prompt_chars=prompt_chars, special_tokens=special_tokens)
+            seed=self.sequence.seed if seed is None else seed, logit_bias=logit_bias, convention=self.sampling_convention)
 
     @serialized()
     def create_completion(
@@ -772,7 +627,7 @@ class Llama:
         (``finish_reason`` ``stop``). Without ``seed`` the object's seed advances per call.
         """
         _boundary.check_args(locals())
-        return _completion.create_completion(self, locals())  # type: ignore[no-any-return]
+        return _completion.create_completion(self, locals(), self._guard.stream)  # type: ignore[no-any-return]
 
     __call__ = create_completion
 
@@ -793,7 +648,7 @@ class Llama:
         ``send(more_tokens)`` instead of ``next()`` appends ``more_tokens`` after the token just
         yielded and returns the token sampled after them (the penalties see them; a grammar does not).
         """
-        return _completion.generate(self, locals())
+        return _completion.generate(self, locals(), self._guard.stream)
 
     @serialized()
     def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
@@ -810,8 +665,12 @@ class Llama:
     # ------------------------------------------------------------------------------------------
     # chat
     # ------------------------------------------------------------------------------------------
-    def _chat_formatter(self) -> _chat.Jinja2ChatFormatter:
-        return _template_chat.chat_formatter(self)
+    def chat_formatter(self) -> _chat.Jinja2ChatFormatter:
+        """The formatter chat renders prompts with where no handler does: ``chat_format``'s, else the
+        model's own template, else llama-2's (made once)."""
+        if self._formatter is None:
+            self._formatter = _template_chat.chat_formatter_for(self.native_model(), self.chat_format)
+        return self._formatter
 
     @serialized()
     def create_chat_completion(
@@ -857,9 +716,6 @@ class Llama:
         _boundary.check_args(locals(), {"logprobs": "bool?"})
         return _template_chat.create_chat_completion(self, locals())  # type: ignore[no-any-return]
 
-    _response_format_grammar = staticmethod(_template_chat.response_format_grammar)
-    _select_tool = staticmethod(_template_chat.select_tool)
-
     # ------------------------------------------------------------------------------------------
     # embeddings
     # ------------------------------------------------------------------------------------------
@@ -878,7 +734,7 @@ class Llama:
         token_lists = [m.tokenize(s.encode("utf-8"), add_special=True, parse_special=True) for s in inputs]
         self.reset()
         rows, counts = embed_token_lists(ctx, m, token_lists, normalize=2 if normalize else -1, truncate=truncate)
-        self._input_ids.clear()
+        self.sequence.tokens.clear()
         ctx.memory_clear(True)
         if ctx.pooling_type() == LLAMA_POOLING_TYPE_NONE:
             out: Any = [r.tolist() for r in rows]
@@ -907,9 +763,6 @@ class Llama:
         """Snapshot the KV cache and token history (``scores`` holds the last logits row)."""
         return _snapshot.save_state(self)
 
-    def _state_fingerprint(self) -> str:
-        return _boundary.model_fingerprint(self)
-
     @serialized()
     def load_state(self, state: LlamaState) -> None:
         """Restore a :meth:`save_state` snapshot (also one from a prompt cache).
@@ -926,7 +779,7 @@ class Llama:
     def __getstate__(self) -> dict[str, Any]:
         """The constructor's arguments (upstream pickles a Llama as the recipe to load it again)."""
         state = dict(self._init_args)
-        state["seed"] = self._seed
+        state["seed"] = self.sequence.seed
         state["chat_format"], state["draft_model"] = self.chat_format, self._draft_model
         return state
 

@@ -642,19 +642,20 @@ class MTMDChatHandler:
 
     @staticmethod
     def _seed_of(llama: Any) -> int:
-        return getattr(llama, "_seed", LLAMA_DEFAULT_SEED)
+        seq = getattr(llama, "sequence", None)  # a Llama's; a stand-in may have none
+        return seq.seed if seq is not None else LLAMA_DEFAULT_SEED
 
     @staticmethod
     def _runner(llama: Any) -> dict[str, Any]:
         """``decoder=`` the Llama's speculative decoder where it takes media, else ``context=`` its context."""
-        dec = llama._running_spec()
+        dec = llama.sequence.spec
         return {"decoder": dec} if isinstance(dec, MediaHistory) else {"context": llama.native_context()}
 
     def engine_for(self, llama: Any) -> MultimodalChatEngine:
         """The engine one request runs on: the Llama's model, context (or speculative decoder) and
         chat template (the vision presets in :mod:`llama_cpp._multimodal.vision_handlers` give their own template)."""
         own = llama.chat_format is None and bool(llama.native_model().chat_template())
-        return MultimodalChatEngine(llama.native_model(), self._context_for(llama), llama._chat_formatter(),
+        return MultimodalChatEngine(llama.native_model(), self._context_for(llama), llama.chat_formatter(),
                                     seed=self._seed_of(llama), media_dirs=self.media_dirs,
                                     chat_layer=self._chat_layer if own else None, **self._runner(llama))
 

@@ -3,8 +3,8 @@ llama.cpp's chat layer for tools and chat options), else the Python template pat
 template or ``chat_format`` rendered in the sandbox, completed by ``create_completion``), and the
 grammars that path derives from ``tool_choice`` and ``response_format``.
 
-Functions take the ``Llama`` and go through its methods (``_chat_formatter``, ``_select_tool``,
-``_response_format_grammar``, ``create_completion``), so overriding those still takes effect.
+Functions take the ``Llama`` and go through its public methods (``chat_formatter``,
+``create_completion``), so overriding those still takes effect.
 """
 
 from __future__ import annotations
@@ -27,17 +27,14 @@ _HANDLER_ARGS = ("messages", "functions", "function_call", "tools", "tool_choice
                  "frequency_penalty", "repeat_penalty", "model", "grammar", "logit_bias")
 
 
-def chat_formatter(llama: Any) -> Jinja2ChatFormatter:
-    """The ``Llama``'s template formatter (its ``chat_format``, else the model's template, else llama-2),
-    made once."""
-    if llama._formatter is None:
-        m = llama.native_model()
-        fmt = model_chat_formatter(m, chat_format=llama.chat_format)
-        if fmt is None:
-            log.info("the model has no chat template; using the llama-2 chat format")
-            fmt = model_chat_formatter(m, chat_format="llama-2")
-        llama._formatter = fmt
-    return llama._formatter
+def chat_formatter_for(model: Any, chat_format: str | None) -> Jinja2ChatFormatter:
+    """The template formatter of a loaded model: ``chat_format``'s, else the model's template, else
+    llama-2's (``Llama.chat_formatter``)."""
+    fmt = model_chat_formatter(model, chat_format=chat_format)
+    if fmt is None:
+        log.info("the model has no chat template; using the llama-2 chat format")
+        fmt = model_chat_formatter(model, chat_format="llama-2")
+    return fmt
 
 
 def create_chat_completion(llama: Any, call: Mapping[str, Any]) -> Any:
@@ -52,16 +49,16 @@ def create_chat_completion(llama: Any, call: Mapping[str, Any]) -> Any:
         tools = [{"type": "function", "function": f} for f in functions]
         if isinstance(function_call, dict):
             tool_choice = {"type": "function", "function": {"name": function_call["name"]}}
-    fmt = llama._chat_formatter()
+    fmt = llama.chat_formatter()
     result = fmt(messages=msgs, tools=tools)
     tool_name: str | None = None
     if tools and tool_choice not in (None, "none", "auto"):
-        tool = llama._select_tool(tools, tool_choice)
+        tool = select_tool(tools, tool_choice)
         tool_name = tool["function"]["name"]
         if grammar is None:
             grammar = json_schema_to_gbnf(tool["function"].get("parameters") or {"type": "object"})
     if grammar is None and call["response_format"]:
-        grammar = llama._response_format_grammar(call["response_format"])
+        grammar = response_format_grammar(call["response_format"])
     m = llama.native_model()
     # Message content is text: special-token text in it (a forged turn marker) stays text.
     prompt_tokens = tokenize_chat_prompt(m, result.prompt, message_texts(msgs),
@@ -118,4 +115,4 @@ def select_tool(tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
     raise ValueError(f"unsupported tool_choice {choice!r}")
 
 
-__all__ = ["chat_formatter", "create_chat_completion", "response_format_grammar", "select_tool"]
+__all__ = ["chat_formatter_for", "create_chat_completion", "response_format_grammar", "select_tool"]

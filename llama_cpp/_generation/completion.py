@@ -2,9 +2,10 @@
 ``create_completion``'s chunks with echoed-prompt logprobs and the prompt cache, ``generate`` (with
 ``send``) and ``sample``.
 
-Functions take the ``Llama`` and go through its methods (``_check_prompt``, ``make_sampler``,
-``_token_stream``, ``_completion_chunks``, ``load_state``...), so overriding or patching those still
-takes effect; ``Llama`` keeps the public signatures and docstrings.
+Functions take the ``Llama`` and go through its public methods (``make_sampler``, ``save_state``,
+``load_state``...), so overriding or patching those still takes effect, and work on its
+:class:`~llama_cpp._generation.sequence.GenerationSequence` (``Llama.sequence``); ``Llama`` keeps the
+public signatures and docstrings.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,10 @@ from .._errors import ContextOverflowError, LlamaError
 from . import loop as _gen
 from . import responses as _responses
 from . import sampling as _sampling
+from . import streams as _streams
+
+#: wraps a generator so the ``Llama`` stays busy until it ends (``CallGuard.stream``)
+StreamGuard = Callable[[Iterator[Any]], Iterator[Any]]
 
 log = logging.getLogger("llama_cpp")
 
@@ -42,10 +47,8 @@ def prompt_tokens(llama: Any, prompt: str | bytes | Sequence[int], suffix: str |
         data = prompt.encode("utf-8") if isinstance(prompt, str) else prompt
         if suffix is not None:
             return infill_tokens(llama, data, suffix.encode("utf-8"))
-        if llama._init_args["tokenizer"] is not None:  # Llama(tokenizer=...) tokenizes text prompts
-            toks = [int(t) for t in llama.tokenizer_.tokenize(data, add_bos, True)] if data or add_bos else []
-        else:
-            toks = m.tokenize(data, add_special=add_bos, parse_special=True) if data or add_bos else []
+        # the Llama's tokenizer: the model's vocabulary, or Llama(tokenizer=...)
+        toks = [int(t) for t in llama.tokenizer_.tokenize(data, add_bos, True)] if data or add_bos else []
     else:
         if suffix is not None:
             raise ValueError("suffix needs a text prompt")
@@ -79,7 +82,7 @@ def completion_chunks(llama: Any, prompt_tokens: list[int], *, max_tokens: int |
     """The one generation path: streaming yields these chunks, non-streaming joins them."""
     m = llama.native_model()
     ctx = llama.native_context()
-    llama._check_prompt(prompt_tokens)
+    llama.sequence.check_prompt(prompt_tokens)
     room = ctx.n_ctx() - len(prompt_tokens)
     if max_tokens is None or max_tokens <= 0:
         max_tokens = room
@@ -92,13 +95,13 @@ def completion_chunks(llama: Any, prompt_tokens: list[int], *, max_tokens: int |
     base = 0  # logprob offsets count from the end of the prompt when it is not echoed
     if want_lp and not echo:
         base = _gen.char_len(m.detokenize(prompt_tokens)) if prompt_chars is None else prompt_chars
-    tokens = llama._token_stream(prompt_tokens, max_tokens, chain, grammar, want_lp, hooks=hooks)
+    tokens = _streams.token_stream(llama, prompt_tokens, max_tokens, chain, grammar, want_lp, hooks=hooks)
     yield from _gen.completion_chunks(
         m, tokens, n_prompt=len(prompt_tokens), stop=stop, logprobs=logprobs, head=head,
         completion_id=completion_id, created=created, model_name=model_name, prompt_logprobs=prompt_lp,
         offset_base=base, special_tokens=special_tokens)
-    if llama.cache is not None and llama._input_ids:
-        llama.cache[list(llama._input_ids)] = llama.save_state()
+    if llama.cache is not None and llama.sequence.tokens:
+        llama.cache[list(llama.sequence.tokens)] = llama.save_state()
 
 
 def prompt_logprobs(llama: Any, tokens: Sequence[int], lp: _gen.Logprobs) -> list[_gen.LogprobEntry]:
@@ -115,19 +118,20 @@ def prompt_logprobs(llama: Any, tokens: Sequence[int], lp: _gen.Logprobs) -> lis
     for k in range(first + 2, len(tokens)):
         offsets[k] = offsets[k - 1] + _gen.char_len(m.token_to_piece(int(tokens[k - 1])))
     entries = [lp.entry(int(tokens[first]), None, offsets[first])]
-    llama._input_ids.clear()
-    llama._fresh = False
+    seq = llama.sequence
+    seq.tokens.clear()
+    seq.fresh = False
     ctx.memory_clear(True)
     step = max(1, min(ctx.n_batch(), PROMPT_LOGPROB_ROWS))
     for i in range(0, len(tokens), step):
         chunk = [int(t) for t in tokens[i:i + step]]
-        llama._decode_tokens(chunk, i, True)
-        llama._input_ids.extend(chunk)
+        seq.decode(chunk, i, True)
+        seq.tokens.extend(chunk)
         for j in range(len(chunk)):
             nxt = i + j + 1  # the row of position i + j scores the token after it
             if first < nxt < len(tokens):
                 entries.append(lp.entry(int(tokens[nxt]), ctx.logits_ith(j - len(chunk)), offsets[nxt]))
-    llama._fresh = True
+    seq.fresh = True
     return entries
 
 
@@ -138,30 +142,33 @@ def cache_restore(llama: Any, prompt_tokens: Sequence[int]) -> None:
     except KeyError:
         return
     cached = [int(t) for t in np.asarray(item.input_ids)[: item.n_tokens]]
-    if longest_token_prefix(cached, prompt_tokens) > longest_token_prefix(llama._input_ids, prompt_tokens):
+    if longest_token_prefix(cached, prompt_tokens) > longest_token_prefix(llama.sequence.tokens, prompt_tokens):
         try:
             llama.load_state(item)
         except LlamaError as exc:  # another model's or another context's entry: evaluate afresh
             log.warning("prompt cache entry not used: %s", exc)
 
 
-def create_completion(llama: Any, call: Mapping[str, Any]) -> Any:
-    """``Llama.create_completion`` (``call``: its arguments, already type-checked)."""
+def create_completion(llama: Any, call: Mapping[str, Any], guard: StreamGuard) -> Any:
+    """``Llama.create_completion`` (``call``: its arguments, already type-checked; ``guard`` wraps the
+    stream)."""
     llama.native_context()
     prompt, suffix = call["prompt"], call["suffix"]
-    tokens = llama._prompt_tokens(prompt, suffix)
-    llama._check_prompt(tokens)
-    hooks = TokenHooks.build(tokens, llama._n_vocab, call["logits_processor"], call["stopping_criteria"])
+    seq = llama.sequence
+    tokens = prompt_tokens(llama, prompt, suffix)
+    seq.check_prompt(tokens)
+    hooks = TokenHooks.build(tokens, llama.n_vocab(), call["logits_processor"], call["stopping_criteria"])
+    seed = seq.next_seed(call["seed"], llama.sampling_convention)
     chain = llama.make_sampler(temperature=call["temperature"], penalty_last_n=call["penalty_last_n"],
-                                seed=llama._call_seed(call["seed"]), **{k: call[k] for k in _SAMPLER_ARGS})
+                                seed=seed, **{k: call[k] for k in _SAMPLER_ARGS})
     grammar = call["grammar"]
     try:
         gsampler = _sampling.grammar_sampler(llama.native_model(), grammar)
     except BaseException:
         chain.close()
         raise
-    chunks = llama._completion_chunks(
-        tokens, max_tokens=call["max_tokens"], stop=call["stop"], logprobs=call["logprobs"], echo=call["echo"],
+    chunks = completion_chunks(
+        llama, tokens, max_tokens=call["max_tokens"], stop=call["stop"], logprobs=call["logprobs"], echo=call["echo"],
         chain=chain, grammar=gsampler, completion_id=f"cmpl-{uuid.uuid4()}", created=int(time.time()),
         model_name=call["model"] or llama.model_path, hooks=hooks, special_tokens=_sampling.special_tokens(grammar),
         prompt_chars=len(prompt) if isinstance(prompt, str) and suffix is None else None)
@@ -175,18 +182,20 @@ def create_completion(llama: Any, call: Mapping[str, Any]) -> Any:
                 gsampler.close()
 
     if call["stream"]:
-        return llama._guard.stream(closing())
+        return guard(closing())
     return _responses.join_chunks(list(closing()))
 
 
-def generate(llama: Any, call: Mapping[str, Any]) -> Iterator[int]:
-    """``Llama.generate`` (``call``: its arguments)."""
+def generate(llama: Any, call: Mapping[str, Any], guard: StreamGuard) -> Iterator[int]:
+    """``Llama.generate`` (``call``: its arguments; ``guard`` wraps the token generator)."""
     tokens = [int(t) for t in call["tokens"]]
+    llama.native_context()
     if not call["reset"]:
-        tokens = list(llama._input_ids) + tokens
-    llama._check_prompt(tokens)
+        tokens = list(llama.sequence.tokens) + tokens
+    llama.sequence.check_prompt(tokens)
     processors, criteria = call["logits_processor"], call["stopping_criteria"]
-    hooks = TokenHooks.build(tokens, llama._n_vocab, processors, criteria)
+    n_vocab = llama.n_vocab()
+    hooks = TokenHooks.build(tokens, n_vocab, processors, criteria)
     chain = llama.make_sampler(temperature=call["temp"], penalty_last_n=None, seed=call["seed"],
                                 **{k: call[k] for k in _SAMPLER_ARGS})
     try:
@@ -199,8 +208,8 @@ def generate(llama: Any, call: Mapping[str, Any]) -> Iterator[int]:
         history, h, prime = list(tokens), hooks, True
         try:
             while True:
-                stream = llama._token_stream(history, llama.n_ctx() - len(history), chain, g, False,
-                                             reuse_prefix=True, hooks=h, prime=prime)
+                stream = _streams.token_stream(llama, history, llama.n_ctx() - len(history), chain, g, False,
+                                               reuse_prefix=True, hooks=h, prime=prime)
                 more: list[int] = []
                 for tok, _ in stream:
                     history.append(tok)
@@ -216,14 +225,14 @@ def generate(llama: Any, call: Mapping[str, Any]) -> Iterator[int]:
                 # the token just yielded was not decoded yet: it is evaluated with ``more``
                 _sampling.prime_penalties(chain, more, llama.last_n_tokens_size, llama.sampling_convention)
                 history += more
-                h = TokenHooks.build(history, llama._n_vocab, processors, criteria)
+                h = TokenHooks.build(history, n_vocab, processors, criteria)
                 prime = False
         finally:
             chain.close()
             if g is not None:
                 g.close()
 
-    return llama._guard.stream(token_ids())
+    return guard(token_ids())
 
 
 def sent_tokens(llama: Any, sent: Sequence[int], n_history: int) -> list[int]:
@@ -231,7 +240,7 @@ def sent_tokens(llama: Any, sent: Sequence[int], n_history: int) -> list[int]:
     if isinstance(sent, (str, bytes)) or not isinstance(sent, Sequence | np.ndarray):
         raise TypeError(f"generate().send() takes a sequence of token ids, got {type(sent).__name__}")
     more = [int(t) for t in sent]
-    llama._model.check_tokens(more, "sent token")
+    llama.native_model().check_tokens(more, "sent token")
     if n_history + len(more) >= llama.n_ctx():
         raise ContextOverflowError(
             f"{n_history} tokens so far + {len(more)} sent leave no room in n_ctx={llama.n_ctx()}: "
@@ -242,25 +251,25 @@ def sent_tokens(llama: Any, sent: Sequence[int], n_history: int) -> list[int]:
 def sample(llama: Any, call: Mapping[str, Any]) -> int:
     """``Llama.sample`` (``call``: its arguments)."""
     ctx = llama.native_context()
-    ids = llama._input_ids
-    if not ids:
+    seq = llama.sequence
+    if not seq.tokens:
         raise LlamaError("nothing evaluated yet: call eval(tokens) first")
-    llama._refresh_logits()
-    ids = llama._input_ids
+    seq.refresh_logits(llama.logits_all)
+    ids = seq.tokens
     idx = call["idx"]
     ridx = -1 if idx is None else int(idx) - len(ids)
-    if not -max(1, llama._n_outputs) <= ridx < 0:
+    if not -max(1, seq.n_outputs) <= ridx < 0:
         raise IndexError(f"idx={idx} has no logits: the last batch kept positions "
-                         f"{len(ids) - max(1, llama._n_outputs)}..{len(ids) - 1} "
+                         f"{len(ids) - max(1, seq.n_outputs)}..{len(ids) - 1} "
                          "(create Llama(logits_all=True) to keep every position)")
     chain = llama.make_sampler(temperature=call["temp"], penalty_last_n=None, seed=call["seed"],
                                 **{k: call[k] for k in _SAMPLER_ARGS})
     try:
-        hooks = TokenHooks.build(ids[:len(ids) + ridx + 1], llama._n_vocab, call["logits_processor"], None)
+        hooks = TokenHooks.build(ids[:len(ids) + ridx + 1], llama.n_vocab(), call["logits_processor"], None)
         _sampling.prime_penalties(chain, ids, llama.last_n_tokens_size, llama.sampling_convention)
-        g = _sampling.grammar_sampler(llama._model, call["grammar"])
+        g = _sampling.grammar_sampler(seq.model, call["grammar"])
         try:
-            return _sampling.sample_once(llama._model, ctx, chain, g, hooks, ridx)
+            return _sampling.sample_once(seq.model, ctx, chain, g, hooks, ridx)
         finally:
             if g is not None:
                 g.close()

@@ -3,14 +3,12 @@ isolated load, and sealing, checking and restoring saved states."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from . import isolated_load, state_integrity
 from .arguments import check as check_args
-from .state_integrity import check_before_load, seal
+from .state_integrity import check_before_load, model_fingerprint, seal
 
 __all__ = ["check_args", "check_before_load", "model_fingerprint", "restore_state", "seal", "verify_load"]
 
@@ -21,19 +19,6 @@ def verify_load(path: str, isolate: bool | None, kv_overrides: Mapping[str, Any]
     if isolated_load.enabled(isolate):
         isolated_load.verify_model_file(path, {"kv_overrides": dict(kv_overrides or {}), "load_mtp": bool(load_mtp),
                                                "embedding": bool(embedding), "vocab_only": bool(vocab_only)})
-
-
-def model_fingerprint(llama: Any) -> str:
-    """What a saved state must have been saved from: the model's description, parameter count,
-    size, vocabulary and file (two models of the same shape are told apart by name); cached."""
-    fp = getattr(llama, "_fingerprint", None)
-    if fp is None:
-        m = llama.native_model()
-        path = Path(llama.model_path)
-        size = path.stat().st_size if path.is_file() else -1
-        raw = f"{m.desc()}|{m.n_params()}|{m.size()}|{m.n_vocab}|{path.name}|{size}"
-        fp = llama._fingerprint = hashlib.sha256(raw.encode()).hexdigest()[:32]
-    return fp
 
 
 def restore_state(ctx: Any, state: Any, n_tokens: int) -> None:

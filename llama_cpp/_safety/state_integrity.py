@@ -20,6 +20,8 @@ import json
 import logging
 import os
 import secrets
+import weakref
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,21 @@ from .paths import cache_root
 log = logging.getLogger("llama_cpp")
 
 _KEY: bytes | None = None
+#: model fingerprints, per ``Llama``
+_FINGERPRINTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def model_fingerprint(llama: Any) -> str:
+    """What a saved state must have been saved from: the model's description, parameter count,
+    size, vocabulary and file (two models of the same shape are told apart by name); cached."""
+    fp = _FINGERPRINTS.get(llama)
+    if fp is None:
+        m = llama.native_model()
+        path = Path(llama.model_path)
+        size = path.stat().st_size if path.is_file() else -1
+        raw = f"{m.desc()}|{m.n_params()}|{m.size()}|{m.n_vocab}|{path.name}|{size}"
+        fp = _FINGERPRINTS[llama] = hashlib.sha256(raw.encode()).hexdigest()[:32]
+    return fp
 
 
 def state_key() -> bytes:
@@ -62,7 +79,7 @@ def made_from(llama: Any) -> dict[str, Any]:
     """The model fingerprint and context settings a state of ``llama`` depends on."""
     ctx = llama.native_context()
     params = getattr(ctx, "params", None)
-    return {"model": llama._state_fingerprint(), "n_ctx": int(ctx.n_ctx()),
+    return {"model": model_fingerprint(llama), "n_ctx": int(ctx.n_ctx()),
             "n_seq_max": int(ctx.n_seq_max()) if hasattr(ctx, "n_seq_max") else 1,
             "type_k": int(getattr(params, "type_k", -1)), "type_v": int(getattr(params, "type_v", -1)),
             "embeddings": bool(getattr(params, "embeddings", False))}

@@ -26,7 +26,7 @@ from jinja2.utils import generate_lorem_ipsum
 from jinja2.visitor import NodeTransformer
 
 from .._errors import TemplateError
-from .template_budget import DEFAULT_LIMITS, BudgetedSandbox, current_spend, Spend, check_length
+from .template_budget import DEFAULT_LIMITS, BudgetedSandbox, Spend, check_length, current_spend
 
 #: a chat template's source length (real ones are a few KB; the largest known about 60 KB)
 MAX_TEMPLATE_CHARS = 1 << 20

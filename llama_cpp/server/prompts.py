@@ -16,8 +16,10 @@ from .._chat import native_chat, native_completion
 from .._chat.constraint import ChatConstraint
 from .._chat.handler import prompt_tokens
 from .._chat.native_completion import ChatChunks as NativeChatChunks
+from .._chat.template_chat import response_format_grammar, select_tool
 from .._errors import ContextOverflowError
 from .._generation import responses as _responses
+from .._generation.completion import prompt_tokens as text_prompt_tokens
 from .._safety.chat_tokens import message_texts, tokenize_chat_prompt
 from .._safety.prompt_chars import check_prompt_chars
 from .._safety.tool_limits import check_tools
@@ -44,7 +46,7 @@ def prompt_list(prompt: Any) -> list[str | list[int]]:
 def completion_tokens(llama: Llama, prompt: str | list[int], suffix: str | None, n_ctx: int | None = None) -> list[int]:
     if n_ctx is not None and isinstance(prompt, str):  # counted before tokenizing (bounded time)
         check_prompt_chars(llama.model, prompt + (suffix or ""), n_ctx)
-    toks = llama._prompt_tokens(prompt, suffix)
+    toks = text_prompt_tokens(llama, prompt, suffix)
     if not toks:
         raise APIError(400, "the prompt is empty (and the model adds no BOS token): give at least one token",
                        param="prompt")
@@ -158,12 +160,12 @@ def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt
             raise APIError(400, str(exc), param=sorted(opts)[0]) from exc
     if handler is not None:
         return _native_chat_prompt(llama, handler.templates_for(llama), msgs, tools, tool_choice, body, n_ctx, opts)
-    fmt = llama._chat_formatter()
+    fmt = llama.chat_formatter()
     result = fmt(messages=msgs, tools=tools)
     text: str | None = body.grammar
     tool_name = None
     if tools and tool_choice not in (None, "none", "auto"):
-        tool = Llama._select_tool(tools, tool_choice)
+        tool = select_tool(tools, tool_choice)
         tool_name = tool["function"]["name"]
         if text is None:
             text = json_schema_to_gbnf(tool["function"].get("parameters") or {"type": "object"})
@@ -171,7 +173,7 @@ def chat_prompt(llama: Llama, body: Any, n_ctx: int | None = None) -> ChatPrompt
         if body.response_format.get("type") not in (None, "text", "json_object", "json_schema"):
             raise APIError(400, f"unsupported response_format type {body.response_format.get('type')!r}: use text, "
                            "json_object or json_schema", param="response_format")
-        text = Llama._response_format_grammar(body.response_format)
+        text = response_format_grammar(body.response_format)
     check_prompt_chars(llama.native_model(), result.prompt, llama.n_ctx() if n_ctx is None else n_ctx, "the chat prompt")
     tokens = tokenize_chat_prompt(llama.native_model(), result.prompt, message_texts(msgs),
                                   add_special=not result.added_special, special_in_content=False,

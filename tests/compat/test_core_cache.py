@@ -11,6 +11,7 @@ import pytest
 import llama_cpp
 from llama_cpp import Llama, LlamaDiskCache, LlamaRAMCache, LlamaState
 from llama_cpp._errors import CacheError
+from llama_cpp._safety.state_integrity import model_fingerprint
 
 PROMPT = "The quick brown fox jumps over"
 
@@ -210,4 +211,4 @@ def test_a_shared_disk_cache_never_serves_another_models_state(spm_model, tmp_pa
         with make(twin) as fresh:
             expected = fresh(PROMPT, max_tokens=3, temperature=0)["choices"][0]["text"]
         assert reader(PROMPT, max_tokens=3, temperature=0)["choices"][0]["text"] == expected
-        assert len(calls) == 1 and calls[0].fingerprint != reader._state_fingerprint()  # offered, refused
+        assert len(calls) == 1 and calls[0].fingerprint != model_fingerprint(reader)  # offered, refused

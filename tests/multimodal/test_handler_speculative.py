@@ -58,7 +58,7 @@ def test_media_chats_speculate(spec_type, target, prompts, plain, mmproj_vision)
     handler = MTMDChatHandler(mmproj_vision, n_threads=1)
     try:
         with Llama(str(target), chat_handler=handler, speculative=_config(spec_type, target), **LLAMA_CTX) as llm:
-            assert isinstance(llm._spec, MediaHistory)
+            assert isinstance(llm.sequence.spec, MediaHistory)
             drafted = accepted = 0
             for i, msgs in enumerate(prompts):
                 assert _chat(llm, msgs) == replies[i], (spec_type, i)
@@ -91,7 +91,7 @@ def test_text_only_speculation(spec_type, draft, words, target, prompts, plain, 
     try:
         with caplog.at_level("INFO", logger="llama_cpp.mtmd_chat"), \
                 Llama(str(target), chat_handler=handler, speculative=cfg, **LLAMA_CTX) as llm:
-            assert not isinstance(llm._spec, MediaHistory)
+            assert not isinstance(llm.sequence.spec, MediaHistory)
             assert "media chats decode without speculation" in caplog.text and words in caplog.text
             assert llm(TEXT, max_tokens=N, temperature=0)["choices"][0]["text"] == text
             assert llm.last_speculative_stats.accepted > 0

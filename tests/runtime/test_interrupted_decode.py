@@ -19,14 +19,14 @@ def reference(spm_model) -> str:
 def _cut_after_decoding(llm: Llama, monkeypatch: pytest.MonkeyPatch) -> None:
     """The next prompt evaluation reaches memory, then stops before it is recorded (as a Ctrl-C between
     the two would)."""
-    decode = llm._decode_tokens
+    decode = llm.sequence.decode
 
     def cut(*args, **kwargs):
         decode(*args, **kwargs)
         monkeypatch.undo()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(llm, "_decode_tokens", cut)
+    monkeypatch.setattr(llm.sequence, "decode", cut)
 
 
 @pytest.mark.parametrize("first", ["hello world", "an unrelated prompt first", "hello"])

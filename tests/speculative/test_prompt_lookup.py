@@ -100,7 +100,7 @@ def test_each_step_verifies_the_objects_answer():
     lookup = Recording(2, 6)
     with Llama(_path("bpe"), draft_model=lookup, **KW) as m:
         ks: list[int] = []
-        st = m._spec.stats
+        st = m.sequence.spec.stats
         count = st._count_draft
 
         def counted(k, n_acc, kind=None):
@@ -161,8 +161,8 @@ def test_custom_draft_models_run_the_one_verify_loop(target):
 
     draft = Lookup()
     with Llama(_path(target), **KW) as plain, Llama(_path(target), draft_model=draft, **KW) as m:
-        assert isinstance(m._spec, DraftDecoder)
-        assert [type(d) for d in m._spec.drafters] == [LlamaDraftModelDrafter]
+        assert isinstance(m.sequence.spec, DraftDecoder)
+        assert [type(d) for d in m.sequence.spec.drafters] == [LlamaDraftModelDrafter]
         for p in (PROMPT, "Once upon a time"):
             ref = plain.create_completion(p, max_tokens=32, temperature=0)
             got = m.create_completion(p, max_tokens=32, temperature=0)
@@ -175,7 +175,7 @@ def test_custom_draft_models_run_the_one_verify_loop(target):
         assert draft.calls > 0 and st.drafted_by == {"llama-draft-model": st.drafted} and st.drafted > 0
     # combined with speculative=: both rows in one decoder, the object asked first
     with Llama(_path(target), draft_model=Lookup(), speculative=SpecConfig("ngram-simple", **SMALL), **KW) as m:
-        assert [d.kind for d in m._spec.drafters] == ["llama-draft-model", "ngram-simple"]
+        assert [d.kind for d in m.sequence.spec.drafters] == ["llama-draft-model", "ngram-simple"]
         assert _text(m.create_completion(PROMPT, max_tokens=32, temperature=0)) == _text(
             plain_completion(target, PROMPT, 32))
 
@@ -221,7 +221,7 @@ def test_replacing_the_draft_model_after_construction(target):
         assert lookup.calls and set(m.last_speculative_stats.drafted_by) <= {"prompt-lookup"}
         m.draft_model = None
         m.last_speculative_stats = None
-        assert m._running_spec() is None
+        assert m.sequence.spec is None
         assert _text(m.create_completion(PROMPT, max_tokens=20, temperature=0)) == ref
         assert m.last_speculative_stats is None
         with pytest.raises(TypeError, match="draft_model"):

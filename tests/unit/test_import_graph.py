@@ -290,6 +290,85 @@ def test_private_name_checker(tmp_path: Path) -> None:
     assert private_name_imports(tmp_path, "pkg") == ["pkg/_sub/__init__.py:1: _hidden from pkg._sub.a"]
 
 
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and not name.endswith("_")  # _fields_: ctypes'
+
+
+#: private attributes of other libraries' objects that have no public equivalent, with why
+FOREIGN_PRIVATE_ATTRIBUTES: dict[str, str] = {}
+
+
+def _defined_here(tree: ast.AST) -> set[str]:
+    """Names a module defines: functions, classes, module- and class-level assignments, ``self._x =``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) \
+                and node.value.id in ("self", "cls"):
+            names.add(node.attr)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(t, ast.Name):
+                    names.add(t.id)
+    return names
+
+
+def _external_names(tree: ast.AST, package: str) -> set[str]:
+    """Names bound to other distributions' modules and objects (``sys``, ``ctypes``...)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names if not a.name.startswith(package)}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and not (node.module or "").startswith(package):
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def private_attribute_uses(root: Path, package: str) -> list[str]:
+    """``obj._name`` (or ``getattr(obj, "_name")``) where ``obj`` is not ``self``/``cls`` and the module does
+    not define ``_name`` itself: another module's internals reached through an object. A module may
+    use the private attributes of the objects it defines (a class its own instances'); what another
+    module needs is a public, documented attribute or function."""
+    found = []
+    for path in sorted((root / package).rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"), rel)
+        own, external = _defined_here(tree), _external_names(tree, package)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                receiver, name = node.value, node.attr
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2 and \
+                    isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+                receiver, name = node.args[0], node.args[1].value
+            else:
+                continue
+            if not _is_private(name) or name in own or name in FOREIGN_PRIVATE_ATTRIBUTES:
+                continue
+            if isinstance(receiver, ast.Name) and (receiver.id in ("self", "cls") or receiver.id in external):
+                continue
+            if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
+                continue
+            found.append(f"{rel}:{node.lineno}: {ast.unparse(receiver)}.{name}")
+    return found
+
+
+def test_no_private_attributes_used_across_modules() -> None:
+    found = private_attribute_uses(REPO, "llama_cpp")
+    assert not found, "private attributes of another module's objects:\n" + "\n".join(found)
+
+
+def test_private_attribute_checker(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("class A:\n    def __init__(self):\n        self._state = 1\n\n"
+                              "    def merge(self, other):\n        return self._state + other._state\n")
+    (pkg / "b.py").write_text("import sys\n\ndef f(a):\n    sys._getframe()\n    a.public\n    a._fields_\n"
+                              "    return a._state, getattr(a, '_state', None)\n")
+    assert private_attribute_uses(tmp_path, "pkg") == ["pkg/b.py:7: a._state", "pkg/b.py:7: a._state"]
+
+
 def test_build_tools_and_package_never_import_tests() -> None:
     g, external = graph(REPO, PACKAGES)
     bad = {f"{where}: {module} imports {name}" for module, name, where in external

@@ -132,7 +132,7 @@ def test_grammar_constrained_equals_plain(pair, form):
     """Single-head draft-mtp under a grammar: drafts the grammar forbids are rejected (the grammar
     sees emitted tokens only); greedy and seeded output are plain decoding's."""
     plain, spec = pair(form)
-    assert spec._spec.n_heads == 1
+    assert spec.sequence.spec.n_heads == 1
     prompt = "the cat sat on the mat and the dog sat on the log and the cat sat on the"
 
     def drafted_by_mtp_and_streamed(temp, seed, text) -> None:
