@@ -315,10 +315,6 @@ class LlamaModel(Owned):
 
     # -- properties -------------------------------------------------------------------------
     @property
-    def ptr(self) -> Any:
-        return self._ptr()
-
-    @property
     def vocab(self) -> Any:
         self._ptr()
         return self._vocab
@@ -601,12 +597,8 @@ class LlamaLoraAdapter(Owned):
         ptr = C.llama_adapter_lora_init(model.ptr, os.fsencode(p))
         if not ptr:
             raise ModelLoadError(f"llama.cpp could not load the LoRA adapter {p} for this model")
-        self._own(ptr, C.llama_adapter_lora_free, [model._ref])
+        self._own(ptr, C.llama_adapter_lora_free, [model.native_ref])
         self.path = p
-
-    def _ptr_int(self) -> int:
-        p = self._ptr()
-        return p if isinstance(p, int) else ctypes.cast(p, ctypes.c_void_p).value
 
 
 # upstream's module path for these classes (reprs, pickles): llama_cpp._internals re-exports them
