@@ -37,14 +37,20 @@ class ModelHolder(Protocol):
     """What a ``Llama`` is to a tokenizer: the holder of a loaded model (this layer sits below
     :mod:`llama_cpp.llama` and does not import it)."""
 
-    _model: LlamaModel
+    def native_model(self) -> LlamaModel: ...
 
 
 class LlamaTokenizer(BaseLlamaTokenizer):
-    """The model's own llama.cpp vocabulary."""
+    """The model's own llama.cpp vocabulary: of a ``Llama`` (its ``native_model()``) or of a
+    :class:`~llama_cpp._core.model.LlamaModel`."""
 
     def __init__(self, llama: ModelHolder | LlamaModel) -> None:
-        self._model: LlamaModel = llama if isinstance(llama, LlamaModel) else llama._model  # type: ignore[assignment]
+        if isinstance(llama, LlamaModel):
+            self._model = llama
+        elif callable(getattr(llama, "native_model", None)):
+            self._model = llama.native_model()
+        else:
+            raise TypeError(f"LlamaTokenizer takes a Llama or a LlamaModel, not {type(llama).__name__}")
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> list[int]:
         return self._model.tokenize(text, add_special=add_bos, parse_special=special)
@@ -63,7 +69,7 @@ class LlamaTokenizer(BaseLlamaTokenizer):
                 return whole[len(head):]
             return b"".join(m.token_to_piece(t, special) for t in toks)
         out = m.detokenize(toks, special=special)
-        if toks[0] != m.token_bos() and m._space_prefix():
+        if toks[0] != m.token_bos() and m.adds_space_prefix():
             # llama.cpp drops the first piece's leading space (the tokenizer's added prefix); without
             # BOS these tokens need not start the text, so the space is kept, as upstream does
             raw = m.token_to_piece(toks[0], special)

@@ -212,10 +212,6 @@ class Bitmap(Owned):
         self.is_audio = bool(is_audio)
         self.source = source
 
-    @property
-    def ptr(self) -> int:
-        return self._ptr()
-
 
 @dataclass
 class Chunk:
@@ -250,10 +246,6 @@ class Chunks(Owned):
         self._own(ptr, M.mtmd_input_chunks_free, [ctx_ref])
         self._M = M
         self.items: list[Chunk] = []
-
-    @property
-    def ptr(self) -> int:
-        return self._ptr()
 
     def _read(self) -> None:
         M, p = self._M, self._ptr()
@@ -372,10 +364,6 @@ class MTMDContext(Owned):
         raw = M.mtmd_get_marker(ptr)
         self.marker = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
         self.n_pos_per_embd = 4 if self.use_mrope else 1
-
-    @property
-    def ptr(self) -> int:
-        return self._ptr()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("vision" if self.support_vision else "") + (
@@ -558,7 +546,7 @@ class MTMDContext(Owned):
                 continue
             batch = _MtmdBatch(M, self._ref)
             try:
-                bp = batch._ptr()
+                bp = batch.ptr
                 members = []
                 for ch in chunks[i:]:
                     rc = int(M.mtmd_batch_add_chunk(bp, ch.ptr))

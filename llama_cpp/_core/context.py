@@ -138,10 +138,10 @@ class LlamaContext(Owned):
                 else:
                     value = _checks.struct_field(type(cp), name, value)
                 setattr(cp, name, value)
-        parents = [model._ref]
+        parents = [model.native_ref]
         if ctx_other is not None:
-            cp.ctx_other = ctx_other._ptr()
-            parents.append(ctx_other._ref)
+            cp.ctx_other = ctx_other.ptr
+            parents.append(ctx_other.native_ref)
         n_seq_max = int(cp.n_seq_max)
         max_seq = int(C.llama_max_parallel_sequences())
         if not 1 <= n_seq_max <= max_seq:
@@ -163,17 +163,17 @@ class LlamaContext(Owned):
                 "llama.cpp could not create a context with these parameters (out of memory, or an "
                 "unsupported combination such as a quantized V cache without flash attention)")
         pools = self._threadpools(int(cp.n_threads), int(cp.n_threads_batch))
-        self._own(ptr, C.llama_free, parents + [p._ref for p in pools])
+        self._own(ptr, C.llama_free, parents + [p.native_ref for p in pools])
         if pools:
             tp, tpb = pools[0], (pools[1] if len(pools) > 1 else None)
-            C.llama_attach_threadpool(ptr, tp._ptr(), tpb._ptr() if tpb is not None else None)
+            C.llama_attach_threadpool(ptr, tp.ptr, tpb.ptr if tpb is not None else None)
         for p in pools:
             p.close()  # freed once this context (their last user) is freed
         self.bindings = C
         # llama_decode/llama_encode/llama_process calls that succeeded (the server's n_decode_total); raw
         # decodes elsewhere add theirs (the generation loop's)
         self.n_decode = 0
-        self.model = model._ref  # the native model; the wrapper may be closed by its owner
+        self.model = model.native_ref  # the native model; the wrapper may be closed by its owner
         self._model = model
         self.params = cp
         self._n_vocab = model.n_vocab
@@ -252,10 +252,6 @@ class LlamaContext(Owned):
         except LlamaError as exc:
             log.warning("running without a persistent CPU threadpool: %s", exc)
             return []
-
-    @property
-    def ptr(self) -> Any:
-        return self._ptr()
 
     # sizes, as the context resolved them
     def n_ctx(self) -> int:
@@ -457,7 +453,7 @@ class LlamaContext(Owned):
         if len(adapters) != len(scales):
             raise ValueError("one scale per LoRA adapter is required")
         n = len(adapters)
-        arr = (ctypes.c_void_p * max(n, 1))(*[a._ptr_int() for a in adapters])
+        arr = (ctypes.c_void_p * max(n, 1))(*[a.ptr for a in adapters])
         sc = (ctypes.c_float * max(n, 1))(*[float(s) for s in scales])
         # the array itself: ctypes passes a c_void_p *instance* for a pointer argument by its address
         rc = int(self.bindings.llama_set_adapters_lora(self._ptr(), arr if n else None, n, sc if n else None))
@@ -717,7 +713,8 @@ class LlamaBatch:
 
     # -- submission ---------------------------------------------------------------------------
     def validated_view(self, ctx: LlamaContext, start: int = 0, count: int | None = None) -> Any:
-        """A ``llama_batch`` over entries ``[start, start+count)``, checked against ``ctx``."""
+        """A ``llama_batch`` over entries ``[start, start+count)``, checked against ``ctx``. The struct
+        points into this batch's arrays; its ``owner`` attribute holds this batch so they outlive it."""
         self._check_open()
         if count is None:
             count = self.n_tokens - start
@@ -750,7 +747,7 @@ class LlamaBatch:
             raise ValueError(f"entry {start + j}: sequence id(s) {s} outside [0, n_seq_max={n_seq_max}) of this context")
         s = self.bindings.llama_batch()
         self._fill_struct(s, start, count)
-        s._keep = self  # the view must not outlive the buffers
+        s.owner = self
         return s
 
 
@@ -790,9 +787,9 @@ class LlamaBatchExtNative(Owned):
         ptr = C.llama_batch_ext_init(ctx.ptr)
         if not ptr:
             raise LlamaError("llama_batch_ext_init failed")
-        self._own(ptr, C.llama_batch_ext_free, [ctx._ref])
+        self._own(ptr, C.llama_batch_ext_free, [ctx.native_ref])
         self.bindings = C
-        self.context_ref = ctx._ref
+        self.context_ref = ctx.native_ref
         self.capacity = ctx.n_batch()
         self.n_vocab = ctx.n_vocab()
         self.n_seq_max = ctx.n_seq_max()
@@ -803,10 +800,6 @@ class LlamaBatchExtNative(Owned):
         self._is_embd: list[bool] = []
         self._outputs: list[bool] = []
         self._row_width = 0  # fixed by the first row attached (C requires one width per batch)
-
-    @property
-    def ptr(self) -> Any:
-        return self._ptr()
 
     def clear(self) -> None:
         self.bindings.llama_batch_ext_clear(self._ptr())

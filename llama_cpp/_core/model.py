@@ -315,10 +315,6 @@ class LlamaModel(Owned):
 
     # -- properties -------------------------------------------------------------------------
     @property
-    def ptr(self) -> Any:
-        return self._ptr()
-
-    @property
     def vocab(self) -> Any:
         self._ptr()
         return self._vocab
@@ -545,7 +541,9 @@ class LlamaModel(Owned):
         except ValueError:
             return -1
 
-    def _space_prefix(self) -> bool:
+    def adds_space_prefix(self) -> bool:
+        """Whether tokenizing adds a leading space to the text (an SPM vocabulary whose GGUF does not set
+        ``tokenizer.ggml.add_space_prefix`` to false): detokenizing drops it again after BOS."""
         if not hasattr(self, "_space_prefix_cache"):
             spm = int(self.bindings.llama_vocab_type(self.vocab)) == LLAMA_VOCAB_TYPE_SPM
             flag = self.metadata.get("tokenizer.ggml.add_space_prefix", "true").lower() != "false"
@@ -569,7 +567,7 @@ class LlamaModel(Owned):
         self.check_tokens(tokens)
         if not tokens:
             return b""
-        if len(tokens) > 1 and tokens[0] == self.token_bos() and self._space_prefix():
+        if len(tokens) > 1 and tokens[0] == self.token_bos() and self.adds_space_prefix():
             # llama.cpp keeps the tokenizer's added leading space when BOS comes first; drop it so
             # that detokenize(tokenize(text)) == text, as llama-cpp-python does
             return (self.detokenize(tokens[:1], special, remove_special)
@@ -601,12 +599,8 @@ class LlamaLoraAdapter(Owned):
         ptr = C.llama_adapter_lora_init(model.ptr, os.fsencode(p))
         if not ptr:
             raise ModelLoadError(f"llama.cpp could not load the LoRA adapter {p} for this model")
-        self._own(ptr, C.llama_adapter_lora_free, [model._ref])
+        self._own(ptr, C.llama_adapter_lora_free, [model.native_ref])
         self.path = p
-
-    def _ptr_int(self) -> int:
-        p = self._ptr()
-        return p if isinstance(p, int) else ctypes.cast(p, ctypes.c_void_p).value
 
 
 # upstream's module path for these classes (reprs, pickles): llama_cpp._internals re-exports them

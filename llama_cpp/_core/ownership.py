@@ -201,6 +201,13 @@ class Owned:
             raise ClosedError(f"this {self._kind} is closed; create a new one")
         return ref.ptr
 
+    @property
+    def ptr(self) -> Any:
+        """The raw native pointer, for a llama.cpp call on this object or a struct field that names it
+        (:class:`ClosedError` once closed). It does not keep the object alive: a dependent object holds
+        :attr:`native_ref` for that."""
+        return self._ptr()
+
     def pointer(self) -> NativePointer:
         """The native pointer as upstream exposes it (``Llama.model``, ``Llama.ctx``): see :class:`NativePointer`."""
         return NativePointer(self._ptr(), self)

@@ -43,10 +43,6 @@ class LlamaSampler(Owned):
         self.bindings = C
         self.names: list[str] = []
 
-    @property
-    def ptr(self) -> Any:
-        return self._ptr()
-
     def _add(self, name: str, smpl: Any) -> LlamaSampler:
         if not smpl:
             raise LlamaError(f"llama.cpp refused to create the {name} sampler")

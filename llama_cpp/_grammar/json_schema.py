@@ -61,18 +61,23 @@ STRING_FORMAT_RULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "date-time-string": (r'"\"" date-time "\""', ("date-time",)),
 }
 
-_RESERVED = frozenset({"root", *PRIMITIVE_RULES, *STRING_FORMAT_RULES})
-_INVALID_RULE_CHARS = re.compile(r"[^a-zA-Z0-9-]+")
-_LITERAL_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "\\": "\\\\"}
+#: rule names a schema's own names must not take (a clash gets a ``-`` suffix)
+RESERVED_NAMES = frozenset({"root", *PRIMITIVE_RULES, *STRING_FORMAT_RULES})
+#: the characters a GBNF rule name cannot hold (each run becomes ``-``)
+INVALID_RULE_CHARS_RE = re.compile(r"[^a-zA-Z0-9-]+")
+#: the escapes inside a quoted GBNF literal
+LITERAL_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "\\": "\\\\"}
 _CLASS_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "\\": "\\\\", "]": "\\]", "-": "\\-", "^": "\\^"}
-_NON_LITERAL = frozenset("|.()[]{}*+?^$")
-_ESCAPED_IN_REGEX_ONLY = frozenset("^$.[]()|{}*+?")
+#: the regular-expression characters that end a run of literal characters in a ``pattern``
+NON_LITERAL_CHARS = frozenset("|.()[]{}*+?^$")
+#: the characters a ``pattern`` escapes with a backslash that a GBNF literal takes as they are
+ESCAPED_IN_REGEX_ONLY = frozenset("^$.[]()|{}*+?")
 _MAX_PATTERN_DEPTH = 100
 
 
 def format_literal(text: str) -> str:
     """``text`` as a quoted GBNF literal."""
-    return '"' + "".join(_LITERAL_ESCAPES.get(c, c) for c in text) + '"'
+    return '"' + "".join(LITERAL_ESCAPES.get(c, c) for c in text) + '"'
 
 
 def _json_text(value: Any) -> str:
@@ -459,7 +464,7 @@ class Converter:
         self._resolving: set[str] = set()
 
     def add_rule(self, name: str, body: str) -> str:
-        key = _INVALID_RULE_CHARS.sub("-", name)
+        key = INVALID_RULE_CHARS_RE.sub("-", name)
         if key not in self.rules or self.rules[key] == body:
             self.rules[key] = body
             return key
@@ -602,8 +607,8 @@ class Converter:
                             if pos == n - 1:
                                 raise GrammarError(f"invalid JSON schema pattern {pattern!r}: trailing backslash")
                             nxt = sub[pos + 1]
-                            if nxt in _ESCAPED_IN_REGEX_ONLY:
-                                literal += _LITERAL_ESCAPES.get(nxt, nxt)
+                            if nxt in ESCAPED_IN_REGEX_ONLY:
+                                literal += LITERAL_ESCAPES.get(nxt, nxt)
                                 pos += 2
                             else:
                                 k = _escape_length(sub, pos)
@@ -614,9 +619,9 @@ class Converter:
                         elif ch == '"':
                             literal += '\\"'
                             pos += 1
-                        elif ch not in _NON_LITERAL and (pos == n - 1 or not literal or sub[pos + 1] == "."
-                                                         or sub[pos + 1] not in _NON_LITERAL):
-                            literal += _LITERAL_ESCAPES.get(ch, ch)
+                        elif ch not in NON_LITERAL_CHARS and (pos == n - 1 or not literal or sub[pos + 1] == "."
+                                                              or sub[pos + 1] not in NON_LITERAL_CHARS):
+                            literal += LITERAL_ESCAPES.get(ch, ch)
                             pos += 1
                         else:
                             break
@@ -738,7 +743,7 @@ class Converter:
 
     def _resolve_ref(self, node: Node) -> str:
         fragment = node.ref.split("#", 1)[1] if "#" in node.ref else node.ref
-        ref_name = "ref" + _INVALID_RULE_CHARS.sub("-", fragment)
+        ref_name = "ref" + INVALID_RULE_CHARS_RE.sub("-", fragment)
         if ref_name not in self.rules and node.ref not in self._resolving:
             if node.target is None:
                 raise GrammarError(f"JSON schema: unresolved $ref {node.ref}")
@@ -751,7 +756,7 @@ class Converter:
 
     def visit(self, node: Node, name: str) -> str:
         """The rule name matching ``node`` (``name`` "" is the root)."""
-        rule_name = f"{name}-" if name in _RESERVED else (name or "root")
+        rule_name = f"{name}-" if name in RESERVED_NAMES else (name or "root")
         sub_name = f"{name}-" if name else ""
         kind = node.kind
         if kind == "ref":

@@ -240,7 +240,7 @@ class MediaFeatureDrafter(DrafterBase):
     decodes reach the drafter through its own ``observe``."""
 
     def __init__(self, inner: Any, target: LlamaContext) -> None:
-        if target.n_pos_per_embd > 1 and not inner._mrope:
+        if target.n_pos_per_embd > 1 and not inner.mrope:
             raise MediaSpeculationError(
                 f"{inner.kind} in multimodal chat: the target uses M-RoPE and the draft does not, so the draft "
                 "memory cannot jump over an image's positions (llama.cpp's draft context refuses that batch): use "

@@ -171,14 +171,22 @@ def _dlopen(path: Path) -> tuple[ctypes.CDLL | None, str | None]:
         return None, str(exc)
 
 
+def _cdll_handle_and_name(handle: ctypes.CDLL) -> tuple[int, str]:
+    """The OS handle (``dlopen``/``LoadLibrary``) of a loaded library and the name it was opened with.
+
+    These are ctypes' own ``CDLL._handle`` and ``CDLL._name``: ctypes has no public accessor for either."""
+    return handle._handle, handle._name
+
+
 def _dlclose(handle: ctypes.CDLL) -> None:
     try:
         import _ctypes
 
+        native, _ = _cdll_handle_and_name(handle)
         if sys.platform == "win32":
-            _ctypes.FreeLibrary(handle._handle)  # type: ignore[attr-defined]
+            _ctypes.FreeLibrary(native)  # type: ignore[attr-defined]
         else:
-            _ctypes.dlclose(handle._handle)  # type: ignore[attr-defined]
+            _ctypes.dlclose(native)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001, S110 - closing is an optimisation only
         pass
 
@@ -241,8 +249,9 @@ def _fn(handle: ctypes.CDLL, name: str, argtypes: list[Any], restype: Any) -> An
     try:
         f = getattr(handle, name)
     except AttributeError:
+        _, lib = _cdll_handle_and_name(handle)
         raise LibraryLoadError(
-            f"{handle._name} does not export {name}: it is not a llama.cpp/ggml build that matches these "
+            f"{lib} does not export {name}: it is not a llama.cpp/ggml build that matches these "
             f"bindings (a foreign or older library?). Point {ENV_LIB_PATH} at the lib directory of a "
             "matching build, or unset it to use the bundled libraries") from None
     f.argtypes = argtypes

@@ -245,7 +245,7 @@ class SpeculativeDecoder:
                         accept(chain, t)  # as llama_sampler_sample does (the chain counts its tokens)
                 t2 = clock()
                 st.t_verify += t2 - t1
-                st._count_draft(k, n_acc, kind)
+                st.count_draft(k, n_acc, kind)
 
                 n_keep = len(out)  # the memory keeps [id_last] + out[:-1] at P..P+n_keep-1
                 if n_keep < k + 1:

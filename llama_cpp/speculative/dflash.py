@@ -111,7 +111,8 @@ def check_draft_header(path: str | os.PathLike[str], *, target_arch: str | None 
 
 class DFlashDrafter(FeatureDraftParts):
     """The ``draft-dflash`` (or, with ``dspark``, ``draft-dspark``) drafter over its own draft model and
-    context (owned by it)."""
+    context (owned by it). ``mrope`` tells whether the draft model uses M-RoPE positions (a draft for an
+    M-RoPE target, which multimodal chat needs to skip an image's positions)."""
 
     takes_limit = True  # draft() takes the step's token budget
     observes = True  # reads the target's layer features of every decode
@@ -153,7 +154,7 @@ class DFlashDrafter(FeatureDraftParts):
             C.llama_set_causal_attn(self.ctx.ptr, causal)
             self._batch = LlamaBatchExt(self.ctx)
             self._n_embd = int(self.model.n_embd())
-            self._mrope = self.model.n_pos_per_embd() > 1  # drafts for M-RoPE targets: (p, p, p, 0) per row
+            self.mrope = self.model.n_pos_per_embd() > 1  # drafts for M-RoPE targets: (p, p, p, 0) per row
             self._raw = RawExtBatch(self._batch, self.ctx, self._n_embd)
             self._tl = TargetLayers(C, target_ctx, layers, target_model.n_embd(), seq=seq)
             if self._conf:
@@ -215,7 +216,7 @@ class DFlashDrafter(FeatureDraftParts):
         feats = self._tl.rows(m, first)
         for s in range(0, m, self._n_ubatch):
             e = min(m, s + self._n_ubatch)
-            self._raw.rows(feats[s:e], pos0 + s, encode=False, mrope=self._mrope)
+            self._raw.rows(feats[s:e], pos0 + s, encode=False, mrope=self.mrope)
             self._n_mem = pos0 + e
         self._ktok[pos0:pos0 + m] = tokens
         self._k_end = max(self._k_end, pos0 + m)

@@ -240,7 +240,7 @@ class SlotSpeculation:
         for st in (sd.stats, self.stats):
             st.steps += 1
             st.generated += n_out
-            st._count_draft(n_drafted, n_accepted, kind)
+            st.count_draft(n_drafted, n_accepted, kind)
             if self.checkpoints is not None and n_drafted:
                 st.checkpoints += 1
             if rollback == "partial":

@@ -45,7 +45,9 @@ class SpeculativeStats:
         for f in dataclasses.fields(self):
             setattr(self, f.name, f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
 
-    def _count_draft(self, n_drafted: int, n_accepted: int, kind: str | None = None) -> None:
+    def count_draft(self, n_drafted: int, n_accepted: int, kind: str | None = None) -> None:
+        """Count one verified draft: ``n_drafted`` tokens proposed, the first ``n_accepted`` of them
+        taken by the target; ``kind`` is the drafter that proposed them (the per-type counts)."""
         if kind is not None and n_drafted:
             self.drafted_by[kind] = self.drafted_by.get(kind, 0) + n_drafted
             self.accepted_by[kind] = self.accepted_by.get(kind, 0) + n_accepted

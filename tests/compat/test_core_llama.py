@@ -155,6 +155,9 @@ def test_default_tokenizer_methods(spm_model):
         assert t.decode(ids) == "Hello World"
         other = llama_cpp.LlamaTokenizer.from_ggml_file(m.model_path)
         assert other.tokenize(b"Hello World") == m.tokenize(b"Hello World", special=True)
+        assert llama_cpp.LlamaTokenizer(m).tokenize(b"Hello World") == other.tokenize(b"Hello World")  # upstream's form
+    with pytest.raises(TypeError, match="takes a Llama or a LlamaModel, not object"):
+        llama_cpp.LlamaTokenizer(object())
 
 
 def test_hf_tokenizer_wrapper():

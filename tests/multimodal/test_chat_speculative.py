@@ -414,7 +414,7 @@ def test_media_rows_reach_a_dflash_draft_only_at_their_own_positions():
     from llama_cpp.mtmd_chat import MediaFeatureDrafter
 
     calls: list[tuple] = []
-    inner = SimpleNamespace(kind="draft-dflash", n_max=3, _mrope=True,
+    inner = SimpleNamespace(kind="draft-dflash", n_max=3, mrope=True,
                             observe=lambda toks, p0: calls.append(("observe", list(toks), p0)),
                             skip=lambda p0, n, tok: calls.append(("skip", p0, n, tok)))
     d = MediaFeatureDrafter(inner, SimpleNamespace(n_pos_per_embd=4))
@@ -424,4 +424,4 @@ def test_media_rows_reach_a_dflash_draft_only_at_their_own_positions():
     d.end_media(SimpleNamespace(p0=5, n_pos=7))
     assert calls == [("observe", [MEDIA_TOKEN, MEDIA_TOKEN], 5), ("skip", 5, 7, MEDIA_TOKEN)]
     with pytest.raises(SpeculativeError, match="M-RoPE and the draft does not"):
-        MediaFeatureDrafter(SimpleNamespace(kind="draft-dflash", _mrope=False), SimpleNamespace(n_pos_per_embd=4))
+        MediaFeatureDrafter(SimpleNamespace(kind="draft-dflash", mrope=False), SimpleNamespace(n_pos_per_embd=4))

@@ -41,14 +41,14 @@ def _drive(dec, prompt: list[int], n: int) -> tuple[list[int], dict[str, int]]:
     less; stop after the step that passes ``n``); returns the tokens and the drafts per type."""
     st = dec.stats
     drafts: dict[str, int] = {}
-    count = st._count_draft
+    count = st.count_draft
 
     def counted(k: int, n_acc: int, kind: str | None = None) -> None:
         if k:
             drafts[kind] = drafts.get(kind, 0) + 1
         count(k, n_acc, kind)
 
-    st._count_draft = counted
+    st.count_draft = counted
     dec.prefill(prompt)
     while st.generated <= n:
         budget = n - st.generated - 1

@@ -101,13 +101,13 @@ def test_each_step_verifies_the_objects_answer():
     with Llama(_path("bpe"), draft_model=lookup, **KW) as m:
         ks: list[int] = []
         st = m.sequence.spec.stats
-        count = st._count_draft
+        count = st.count_draft
 
         def counted(k, n_acc, kind=None):
             ks.append(k)
             count(k, n_acc, kind)
 
-        st._count_draft = counted
+        st.count_draft = counted
         m.create_completion(PROMPT, max_tokens=40, temperature=0)
     answers = [len(out) for _, out in lookup.calls]
     # a step with no budget left for a draft (the last) asks nobody
