@@ -189,7 +189,7 @@ class LlamaContext(Owned):
         self.ctx_type = int(cp.ctx_type)
         self.n_pos_per_embd = model.n_pos_per_embd()
         if params is not None:
-            getattr(model, "_upstream_contexts", set()).add(self)
+            model.close_with(self)
 
     # -- llama-cpp-python's names -------------------------------------------------------------
     @property

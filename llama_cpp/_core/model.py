@@ -306,6 +306,11 @@ class LlamaModel(Owned):
         """``llama_model_default_params()`` (llama-cpp-python's helper)."""
         return native_lib().llama_model_default_params()
 
+    def close_with(self, ctx: Any) -> None:
+        """Close ``ctx`` (a context of this model) when this model closes: llama-cpp-python's
+        ``LlamaContext(model=..., params=...)`` form, where the model owns its contexts."""
+        self._upstream_contexts.add(ctx)
+
     def close(self) -> None:
         """Free the model; contexts made in llama-cpp-python's form (``params=``) close with it, as
         there. Contexts made with keywords keep the native model alive until they close."""

@@ -153,7 +153,7 @@ class LlamaSampler(Owned):
         (llama-cpp-python's form, whose own root rule is used)."""
 
         if not isinstance(grammar, str):
-            text, start = getattr(grammar, "_grammar", None), getattr(grammar, "_root", None)
+            text, start = getattr(grammar, "grammar", None), getattr(grammar, "root", None)
             if not isinstance(text, str) or not isinstance(start, str):
                 raise TypeError(f"grammar must be GBNF text or a LlamaGrammar, not {type(grammar).__name__}")
             grammar, root = text, start
