@@ -40,10 +40,6 @@ class NativeChatSampler(Owned):
         self.address = int(ptr)
         self._own(ctypes.cast(ctypes.c_void_p(self.address), C.llama_sampler_p), C.llama_sampler_free)
 
-    @property
-    def ptr(self) -> Any:
-        return self._ptr()
-
     def apply(self, cur_p: Any) -> None:
         self.bindings.llama_sampler_apply(self._ptr(), cur_p)
 
