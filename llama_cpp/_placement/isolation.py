@@ -42,7 +42,8 @@ EMBEDDING_ATTRIBUTES = ("metadata", "pooling_type", "n_embd_out", "max_input_tok
 _IN_PROCESS = {"model": "llm.model (the native llama_model pointer)",
                "ctx": "llm.ctx (the native llama_context pointer)",
                "context_params": "context_params (the native llama_context_params)",
-               "model_params": "model_params (the native llama_model_params)"}
+               "model_params": "model_params (the native llama_model_params)",
+               "sequence": "llm.sequence (the context's generation state)"}
 
 
 def _opt_out(cls: type) -> str:
@@ -187,6 +188,9 @@ class InWorker:
 
     def tokenizer(self) -> Any:
         raise self._not_here("tokenizer() (the in-process tokenizer object; tokenize()/detokenize() work)")
+
+    def chat_formatter(self) -> Any:
+        raise self._not_here("chat_formatter() (the in-process template formatter; create_chat_completion() works)")
 
     def make_sampler(self, **kw: Any) -> Any:
         raise self._not_here("make_sampler()")

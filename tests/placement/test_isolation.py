@@ -113,7 +113,8 @@ def test_rpc_llama_runs_in_a_worker_and_equals_local(moe_path, start_rpc_server,
         for ep in eps:
             assert re.search(rf"RPC\d\[{re.escape(ep)}\] model buffer size", log)
         # in-process handles are refused by name, with the opt-out
-        for get in (lambda: llm.model, lambda: llm.ctx, llm.native_model, llm.native_context, lambda: llm._ctx):
+        for get in (lambda: llm.model, lambda: llm.ctx, llm.native_model, llm.native_context, lambda: llm._ctx,
+                    lambda: llm.sequence, llm.chat_formatter):
             with pytest.raises(NotInProcessError, match="runs its model in a worker process.*rpc_isolation=False"):
                 get()
         assert not hasattr(llm, "ctx")  # an AttributeError too, for duck typing
