@@ -13,8 +13,10 @@ each becomes the projector's media marker where upstream's template writes the U
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .._chat.base import Jinja2ChatFormatter, validate_messages
@@ -198,9 +200,6 @@ class Llava15ChatHandler(MTMDChatHandler):
                         **kwargs: Any) -> Llava15ChatHandler:
         """The projector ``filename`` (a glob) of a Hugging Face repo, through ``huggingface_hub``
         (offline, with ``HF_HUB_OFFLINE=1``, from the files already in the cache)."""
-        import fnmatch
-        from pathlib import Path
-
         try:
             from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
         except ImportError as exc:

@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._chat import native_chat
 from .._errors import LibraryLoadError, ModelLoadError
+from .devices import all_devices, buffer_types
 
 MiB = 1024 * 1024
 #: common_params::fit_params_target and fit_params_min_ctx
@@ -96,8 +98,6 @@ def _function() -> Any:
     global _fn
     with _fn_lock:
         if _fn is None:
-            from .._chat import native_chat
-
             lib = native_chat.load_library()
             try:
                 f = lib.cdll.llama_cpp_ext_fit_params
@@ -111,8 +111,6 @@ def _function() -> Any:
 
 def _device_handles(names: Sequence[str]) -> list[int]:
     """Device names -> handles (an RPC server's devices are outside ggml's registry, see .rpc)."""
-    from .devices import all_devices
-
     by_name = {d.name: d.handle for d in all_devices()}
     unknown = [n for n in names if n not in by_name]
     if unknown:
@@ -121,8 +119,6 @@ def _device_handles(names: Sequence[str]) -> list[int]:
 
 
 def _buft_handles(overrides: Sequence[tuple[str, str]]) -> list[list[Any]]:
-    from .devices import buffer_types
-
     bufts = buffer_types()
     unknown = [b for _p, b in overrides if b not in bufts]
     if unknown:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._core.context import LlamaBatch, LlamaBatchExtNative
 from ..._errors import DecodeError
 from ..._generation import sampling as _sampling
 from ..._generation.loop import Logprobs, TextStream, char_len
@@ -67,8 +68,6 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         self.n_ctx_slot = n_ctx_slot
         self.max_queue = max_queue
         self.n_batch = self.ctx.n_batch()
-        from ..._core.context import LlamaBatch
-
         self._batch = LlamaBatch(self.n_batch, 0, 1)
         # one struct over the batch's buffers, decoded with a raw llama_decode each step: the tokens
         # come from the samplers and from prompts checked against the vocabulary before they queue
@@ -548,8 +547,6 @@ class SlotEngine(SlotSpeculating, Lifecycle):
         try:
             while s.prefilling and (span := span_at(s.req.media, s.n_fed)) is not None:
                 if self._ext_batch is None:
-                    from ..._core.context import LlamaBatchExtNative
-
                     self._ext_batch = LlamaBatchExtNative(self.ctx)
                 self.steps += decode_span(self.ctx, self._ext_batch, s.seq, span)
                 s.n_fed = span.end
