@@ -23,6 +23,8 @@ from build_tools.stages.native import cross_toolchain
 from ..build_tools.fake_tree import make_fake_tree
 from ..syspkgs import require_cross
 
+pytestmark = pytest.mark.aarch64
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:

@@ -8,6 +8,8 @@ import pytest
 from build_tools.errors import ToolNotFoundError
 from build_tools.stages.smoke import emulated
 
+pytestmark = pytest.mark.aarch64
+
 DEBIAN_LINE = (r":qemu-aarch64:M::\x7f\x45\x4c\x46\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00"
                r":\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff"
                r":/usr/libexec/qemu-binfmt/aarch64-binfmt-P:OPF")

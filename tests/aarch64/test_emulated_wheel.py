@@ -19,6 +19,8 @@ from build_tools.stages.native import build as native
 from build_tools.stages.vendor import current_tree
 from build_tools.stages.wheels import build as wheels
 
+pytestmark = pytest.mark.aarch64
+
 
 def _finished(name: str) -> native.NativeBuild | None:
     try:

@@ -17,6 +17,8 @@ from build_tools.stages.wheels.inwheel import read_entries
 from ..abi.fake_binaries import macho_dylib, macho_fat
 from .conftest import LIBRARIES, SYSTEM, delocated, dylib
 
+pytestmark = pytest.mark.macos
+
 LIB = "llama_cpp/lib"
 
 

@@ -10,6 +10,8 @@ from build_tools.stages.wheels import inwheel
 
 from .conftest import LIBRARIES, dylib
 
+pytestmark = pytest.mark.macos
+
 
 def _check(ws, native, config, repo):
     return validate.validate(ws, native.manifest, config, version=wheels.expected_version(config, repo),

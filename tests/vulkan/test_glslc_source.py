@@ -13,6 +13,8 @@ from build_tools.common import debfile, syspkg
 from build_tools.inputs.configs import load_matrix
 from build_tools.stages.native import vulkan_toolchain as vt
 
+pytestmark = pytest.mark.vulkan
+
 REPO = Path(__file__).resolve().parents[2]
 
 

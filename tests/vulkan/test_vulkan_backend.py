@@ -27,6 +27,8 @@ from build_tools.stages.smoke.workload import CPU_ONLY_ENV, FIXTURE_GPU_STAGES
 
 from .builds import lavapipe_env, vulkan_build
 
+pytestmark = pytest.mark.vulkan
+
 REPO = Path(__file__).resolve().parents[2]
 # The loader's wording for a Vulkan loader without a driver or device (llama_cpp/_native/loader.py):
 # either the loader refuses to create an instance, or the backend registers with no device.

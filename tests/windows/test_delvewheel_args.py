@@ -12,6 +12,8 @@ import pytest
 from build_tools.common import pe
 from build_tools.stages.wheels import repair_windows
 
+pytestmark = pytest.mark.windows
+
 
 def _parsed_by_delvewheel(args: list[str], pathsep: str, monkeypatch) -> dict[str, set[str]]:
     """What delvewheel's own ``main`` makes of ``args`` on a machine whose ``os.pathsep`` is ``pathsep``."""

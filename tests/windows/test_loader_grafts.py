@@ -3,11 +3,15 @@ named correctly instead of the grafted runtime being reported missing."""
 
 from __future__ import annotations
 
+import pytest
+
 from build_tools.stages.wheels.build import read_project
 from build_tools.stages.wheels.repair_windows import libs_dir
 from llama_cpp._native import dll_search as _dll_search
 
 from .fake_pe import make_pe
+
+pytestmark = pytest.mark.windows
 
 
 def _installed(tmp_path, grafted: bool):

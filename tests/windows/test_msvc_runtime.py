@@ -20,6 +20,8 @@ from ..native_fakes import fake_native_build
 from .conftest import LIBS, graft
 from .fake_pe import make_pe
 
+pytestmark = pytest.mark.windows
+
 CRT = ("api-ms-win-crt-runtime-l1-1-0.dll", "api-ms-win-crt-heap-l1-1-0.dll", "api-ms-win-crt-string-l1-1-0.dll")
 MSVC = ("MSVCP140.dll", "VCRUNTIME140.dll", "VCRUNTIME140_1.dll", *CRT, "KERNEL32.dll")
 # The import graph of a clang build against the MSVC toolchain with /MD (llama.cpp's Windows release).

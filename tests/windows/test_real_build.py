@@ -22,6 +22,8 @@ from build_tools.stages.wheels.inwheel import read_entries, write_wheel
 
 from .conftest import CONFIG, LIBS, RUNTIME
 
+pytestmark = pytest.mark.windows
+
 EPOCH = 1_700_000_000
 
 

@@ -13,6 +13,8 @@ from build_tools.stages.wheels.repair_windows import INIT
 from .conftest import GRAFTS, LIBS, graft, patch_block
 from .fake_pe import ARM64, make_pe
 
+pytestmark = pytest.mark.windows
+
 
 def _check(fake_native, win_config, win_repo, wheel_paths, originals):
     built = [replace(w, path=p) for w, p in zip(originals, wheel_paths)]

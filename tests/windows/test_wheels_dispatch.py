@@ -11,6 +11,8 @@ from build_tools.stages import wheels as stage
 from build_tools.stages.wheels import build as wheels
 from build_tools.stages.wheels import repair_windows
 
+pytestmark = pytest.mark.windows
+
 
 def _options(tmp_path, win_repo):
     return wheels.WheelOptions(out_dir=tmp_path / "dist", python_tags=("cp312",), repo=win_repo, epoch=315532800)

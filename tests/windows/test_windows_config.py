@@ -28,6 +28,8 @@ from ..syspkgs import require_apt, require_cross
 from .conftest import patch_block
 from .fake_pe import make_pe
 
+pytestmark = pytest.mark.windows
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:

@@ -23,6 +23,8 @@ from build_tools.stages.native import build as native
 from ..build_tools.fake_tree import make_fake_tree
 from .test_wine import _wine, _wineserver
 
+pytestmark = pytest.mark.windows
+
 # What llama.cpp's CMake files ask (ggml/CMakeLists.txt, cmake/build-info.cmake, cmake/git-vars.cmake,
 # CMake's FindGit) and what the pinned answers are.
 QUESTIONS = {

@@ -32,6 +32,8 @@ from build_tools.stages.wheels.repair_windows import runtime_dirs
 
 from .conftest import CONFIG
 
+pytestmark = pytest.mark.windows
+
 PROMPT = "Once upon a time the little cat"
 TIMEOUT = 300
 POLL = 0.5
