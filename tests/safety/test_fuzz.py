@@ -1,4 +1,4 @@
-"""The bounded, seeded fuzz run of issue 29 (the longer run: ``python -m tests.hostile.fuzz``)."""
+"""The bounded, seeded fuzz run of issue 29 (the longer run: ``python -m tests.safety.fuzz``)."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ result or a :class:`~llama_cpp.LlamaError` (a ``KeyError`` miss for cache lookup
 time limit. A signal death kills the run (it is the failure this looks for); a hang trips the
 per-mutant limit; a state or cache entry that is accepted must reproduce a fresh run exactly.
 
-    python -m tests.hostile.fuzz --seed 1 --count 2000      # the longer run (about 15 min here)
+    python -m tests.safety.fuzz --seed 1 --count 2000      # the longer run (about 15 min here)
 
-``tests/hostile/test_fuzz.py`` runs a bounded, seeded share of it in the test suite.
+``tests/safety/test_fuzz.py`` runs a bounded, seeded share of it in the test suite.
 """
 
 from __future__ import annotations

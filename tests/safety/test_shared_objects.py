@@ -14,7 +14,7 @@ import pytest
 from build_tools.fixtures import fixture_path
 from llama_cpp import Llama, LlamaEmbedding
 from llama_cpp._errors import BusyError
-from tests.boundaries.probe import run_python
+from tests.safety.probe import run_python
 
 PROMPTS = ["hello there", "once upon a time", "the quick brown fox", "in a galaxy far away"]
 
