@@ -116,7 +116,7 @@ def windows(session: nox.Session) -> None:
     session.run("python", "-m", "build_tools", "validate", config)
     # the Windows tests sit in the folders of the code they test (build_tools stages, the loader)
     session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "windows",
-                "tests/build_tools", "tests/native", env={"LLAMA_CPP_WINDOWS_CONFIG": config})
+                "tests/unit", "tests/build_tools", "tests/native", env={"LLAMA_CPP_WINDOWS_CONFIG": config})
 
 
 @nox.session

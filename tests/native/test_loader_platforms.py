@@ -19,6 +19,7 @@ from .fake_binaries import macho_dylib, macho_fat, pe_dll
 WIN_ERROR = "Could not find module '{}' (or one of its dependencies). Try using the full path with constructor syntax."
 
 
+@pytest.mark.windows
 def test_pe_import_and_delay_tables_are_read():
     data = pe_dll(["ggml-base.dll", "KERNEL32.dll", "nvcuda.dll"], delay=["cublas64_12.dll"])
     deps = _binfmt.pe_dependencies(data)
@@ -27,6 +28,7 @@ def test_pe_import_and_delay_tables_are_read():
     assert deps.weak == ("cublas64_12.dll",)
 
 
+@pytest.mark.macos
 def test_macho_load_commands_are_read_from_thin_and_fat_files():
     arm = macho_dylib(["@rpath/libggml-base.dylib", "/usr/lib/libc++.1.dylib"], weak=["@rpath/libomp.dylib"],
                       install_name="@rpath/libllama.dylib", rpaths=["@loader_path"])
@@ -40,8 +42,9 @@ def test_macho_load_commands_are_read_from_thin_and_fat_files():
     assert _binfmt.macho_dependencies(fat, prefer_cpu=0x01000007).needed == ("/usr/lib/libSystem.B.dylib",)
 
 
-@pytest.mark.parametrize("make", [lambda: pe_dll(["a.dll", "b.dll"], delay=["c.dll"]),
-                                  lambda: macho_dylib(["@rpath/liba.dylib"], rpaths=["@loader_path/x"])])
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: pe_dll(["a.dll", "b.dll"], delay=["c.dll"]), marks=pytest.mark.windows),
+    pytest.param(lambda: macho_dylib(["@rpath/liba.dylib"], rpaths=["@loader_path/x"]), marks=pytest.mark.macos)])
 def test_truncated_headers_raise_value_error_never_read_past_the_end(make, tmp_path):
     data = make()
     f = tmp_path / "cut"
@@ -62,6 +65,7 @@ def _site(tmp_path: Path, layout: dict[str, list[str]]) -> Path:
     return root
 
 
+@pytest.mark.windows
 def test_nvidia_dll_dirs_cover_cuda12_and_cuda13_layouts(tmp_path):
     # the pinned CUDA 13.0 wheels' folder (nvidia-cuda-runtime 13.0.96: nvidia/cu13/bin/x86_64)
     site = _site(tmp_path, {"nvidia/cu13/bin/x86_64": ["cudart64_13.dll", "cublas64_13.dll"],
@@ -71,6 +75,7 @@ def test_nvidia_dll_dirs_cover_cuda12_and_cuda13_layouts(tmp_path):
                                                    site / "nvidia/cublas/bin"]
 
 
+@pytest.mark.windows
 def test_dll_directories_are_ours_then_nvidias_and_never_the_cwd(tmp_path, monkeypatch):
     lib = tmp_path / "pkg" / "lib"
     lib.mkdir(parents=True)
@@ -88,6 +93,7 @@ def test_dll_directories_are_ours_then_nvidias_and_never_the_cwd(tmp_path, monke
     assert added == [str(d.resolve()) for d in dirs] and handles == added and all(os.path.isabs(a) for a in added)
 
 
+@pytest.mark.windows
 def test_windows_load_adds_dll_directories_before_loading_anything(tmp_path, monkeypatch):
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -115,6 +121,7 @@ def test_windows_load_adds_dll_directories_before_loading_anything(tmp_path, mon
     assert calls == [("add", [lib.resolve(), site / "nvidia/cuda_runtime/bin"]), "load_core"]
 
 
+@pytest.mark.windows
 def test_windows_core_lookup_is_the_package_lib_only(tmp_path, monkeypatch):
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -155,16 +162,19 @@ def _explain(t) -> str:
                                           system=[t.system])
 
 
+@pytest.mark.windows
 def test_a_missing_nvcuda_dll_is_reported_as_no_driver(windows_tree):
     assert _explain(windows_tree) == "nvcuda.dll not found (NVIDIA driver not installed)"
 
 
+@pytest.mark.windows
 def test_a_missing_cuda_runtime_dll_names_the_wheels(windows_tree):
     (windows_tree.site / "nvidia/cuda_runtime/bin/cudart64_12.dll").unlink()
     assert _explain(windows_tree) == ("cudart64_12.dll not found (CUDA runtime not installed: install the "
                                       "package's nvidia-* wheels)")
 
 
+@pytest.mark.windows
 def test_a_dependency_of_our_own_dll_is_followed(windows_tree):
     (windows_tree.system / "MSVCP140.dll").unlink()
     assert _explain(windows_tree).startswith("MSVCP140.dll not found (Microsoft Visual C++ runtime not installed")
@@ -194,6 +204,7 @@ def _vcruntime(folder: Path) -> None:
         (folder / name).write_bytes(pe_dll(["KERNEL32.dll"]))
 
 
+@pytest.mark.windows
 @pytest.mark.parametrize("where", ["executable", "base_prefix"])
 def test_the_interpreters_vcruntime_is_found_so_the_driver_is_named(tmp_path, monkeypatch, where):
     """No VC++ redistributable in System32: CPython's own vcruntime140.dll (beside python.exe, which
@@ -210,6 +221,7 @@ def test_the_interpreters_vcruntime_is_found_so_the_driver_is_named(tmp_path, mo
     assert python in _dll_search._system_dirs()
 
 
+@pytest.mark.windows
 def test_the_interpreter_folder_is_never_the_current_directory(tmp_path, monkeypatch):
     cwd = tmp_path / "cwd"
     _vcruntime(cwd)
@@ -223,6 +235,7 @@ def test_the_interpreter_folder_is_never_the_current_directory(tmp_path, monkeyp
     assert all(d.is_absolute() for d in _dll_search._system_dirs())
 
 
+@pytest.mark.windows
 def test_the_interpreter_folder_is_searched_by_the_explainer_only(tmp_path, monkeypatch):
     python = tmp_path / "Python312"
     _vcruntime(python)
@@ -230,6 +243,7 @@ def test_the_interpreter_folder_is_searched_by_the_explainer_only(tmp_path, monk
     assert python not in _dll_search.dll_directories(t.lib, cuda=True, sites=[])
 
 
+@pytest.mark.macos
 def test_macos_loader_errors_name_the_missing_dylib():
     msg = ("dlopen(/site/llama_cpp/lib/libggml-vulkan.so, 0x0006): Library not loaded: @rpath/libvulkan.1.dylib\n"
            "  Referenced from: <UUID> /site/llama_cpp/lib/libggml-vulkan.so\n  Reason: tried: '/x/libvulkan.1.dylib'")
