@@ -97,13 +97,14 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def windows(session: nox.Session) -> None:
     """The Windows branch checked here (MinGW-w64 cross build, Wine): native --tools -> wheels with
-    delvewheel's graft -> validate -> tests/windows (programs under Wine): nox -s windows [-- CONFIG]."""
+    delvewheel's graft -> validate -> the tests marked ``windows`` (programs under Wine):
+    nox -s windows [-- CONFIG]."""
     config = session.posargs[0] if session.posargs else "cpu-windows-dev"
     session.install("--require-hashes", "-r", RELEASE_LOCK)
     session.install("-r", TEST_REQS)
     # What the session's tests use beyond the native step's cross compiler, installed as that step
     # installs it (as root or through passwordless sudo, else the fix is printed): Wine runs the
-    # cross-built programs; clang-19 is cpu-windows' compiler, which tests/windows plans and probes.
+    # cross-built programs; clang-19 is cpu-windows' compiler, which the Windows tests plan and probe.
     session.run("python", "-c", "from build_tools.common import syspkg; syspkg.ensure('apt', "
                 "['wine64', 'clang-19'], why='running the Windows programs under Wine and planning cpu-windows')")
     session.run("python", "-m", "build_tools", "vendor")
@@ -113,8 +114,9 @@ def windows(session: nox.Session) -> None:
     session.run("python", "-m", "build_tools", "native", reference, "--tools")
     session.run("python", "-m", "build_tools", "wheels", config)
     session.run("python", "-m", "build_tools", "validate", config)
-    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/windows",
-                env={"LLAMA_CPP_WINDOWS_CONFIG": config})
+    # the Windows tests sit in the folders of the code they test (build_tools stages, the loader)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "windows",
+                "tests/unit", "tests/build_tools", "tests/native", env={"LLAMA_CPP_WINDOWS_CONFIG": config})
 
 
 @nox.session

@@ -58,6 +58,11 @@ def _only_unit_tests(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "realmodel: needs a real small model from a PyPI package")
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    # the platform a test checks (all run here, on stand-ins, cross builds or emulators): `pytest -m windows`
+    config.addinivalue_line("markers", "windows: checks the Windows branch (MinGW/MSVC builds, PE DLLs, delvewheel, Wine)")
+    config.addinivalue_line("markers", "macos: checks the macOS branch (Metal builds, Mach-O dylibs, delocate)")
+    config.addinivalue_line("markers", "aarch64: checks the arm64 Linux branch (cross build, qemu-user userlands)")
+    config.addinivalue_line("markers", "vulkan: checks the Vulkan backend and its toolchain (glslc, lavapipe)")
     if _only_unit_tests(config):
         return  # the unit tier needs no native build: `pytest tests/unit` runs without a compiler
     if "LLAMA_CPP_LIB_PATH" not in os.environ and (REPO / "vendor" / "llama.cpp" / "CMakeLists.txt").exists():

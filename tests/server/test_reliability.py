@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.hostile._rewrite_gguf import rewrite_gguf
+from tests.safety._rewrite_gguf import rewrite_gguf
 
 #: the documented bound on what one hostile render may add to the server's peak memory (MiB)
 RENDER_PEAK_LIMIT_MIB = 512

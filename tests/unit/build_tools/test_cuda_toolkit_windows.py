@@ -32,6 +32,8 @@ from build_tools.stages.native import build as native
 from build_tools.stages.native import cuda_stub, cuda_toolkit
 from build_tools.stages.vendor import VendoredTree
 
+pytestmark = pytest.mark.windows
+
 MINGW = shutil.which("x86_64-w64-mingw32-gcc")
 DLLTOOL = next((t for t in ("llvm-dlltool", *(f"llvm-dlltool-{v}" for v in range(22, 13, -1))) if shutil.which(t)), None)
 needs_mingw = pytest.mark.skipif(MINGW is None or DLLTOOL is None,

@@ -6,7 +6,7 @@ import pytest
 
 from build_tools.errors import ManifestError
 from build_tools.stages.native.manifest import describe_library
-from tests.abi.fake_binaries import macho_dylib, macho_fat, pe_dll
+from tests.native.fake_binaries import macho_dylib, macho_fat, pe_dll
 
 
 def test_a_dll_records_its_imports_and_delay_loads(tmp_path):

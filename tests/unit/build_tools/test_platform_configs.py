@@ -19,7 +19,7 @@ from build_tools.stages.native.manifest import LibraryRecord
 from build_tools.stages.smoke import target as smoke_target
 from build_tools.stages.smoke.runner import STAGES
 from build_tools.stages.wheels import build as wheels
-from tests.abi.fake_binaries import macho_dylib
+from tests.native.fake_binaries import macho_dylib
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -22,7 +22,9 @@ from build_tools.inputs.lock import load_lock
 from build_tools.stages.native import build as native
 from build_tools.stages.wheels import repair_macos
 from llama_cpp._native.binfmt import macho_dependencies
-from tests.abi.fake_binaries import macho_dylib
+from tests.native.fake_binaries import macho_dylib
+
+pytestmark = pytest.mark.macos
 
 SYSTEM = ("/usr/lib/libc++.1.dylib", "/usr/lib/libSystem.B.dylib")
 # The Metal build's libraries and which of them each loads (dylibs by install name; modules have none).
