@@ -38,7 +38,7 @@ class Report:
                 out += [f"## {title} ({len(items)})", *(f"- [ ] {i}" for i in items), ""]
         out += ["## Then", "- [ ] update EXCLUDED/GGML_* in build_tools/bindgen/generate.py if needed",
                 "- [ ] python -m build_tools.bindgen   (regenerates llama_cpp/{ggml,llama,mtmd}_cpp.py)",
-                "- [ ] python -m pytest tests/abi      (layout probe, coverage, symbols)"]
+                "- [ ] python -m pytest tests/native    (layout probe, coverage, symbols)"]
         return "\n".join(out) + "\n"
 
 

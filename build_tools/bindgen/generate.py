@@ -36,7 +36,7 @@ GGML_STRUCTS = (
     "ggml_opt_optimizer_params",
 )
 
-# Declared functions deliberately not bound, with the reason (checked by tests/abi).
+# Declared functions deliberately not bound, with the reason (checked by tests/native).
 EXCLUDED: dict[str, str] = {
     "mtmd_get_memory_usage": "C++ only (declared under __cplusplus, returns std::map)",
     "llama_get_memory_breakdown": "C++ only (returns std::map)",

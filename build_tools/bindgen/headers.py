@@ -659,7 +659,7 @@ def ctypes_key(t: object) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# comparing bindings with declarations (tests/abi and the bump tool)
+# comparing bindings with declarations (tests/native and the bump tool)
 # --------------------------------------------------------------------------------------------
 
 

@@ -33,7 +33,7 @@ SYSTEM_DLLS = frozenset({
 _API_SET = re.compile(r"^(api|ext)-ms-", re.I)
 # What CPython's own Windows builds (3.9 and later, free-threaded too) ship beside python.exe, by the
 # wheel's platform tag: delvewheel never grafts these for a cpXY wheel (its _dll_list
-# ignore_by_abi_platform; tests/windows checks this table against the installed delvewheel), and
+# ignore_by_abi_platform; tests/build_tools/wheels/test_msvc_runtime.py checks this table against the installed delvewheel), and
 # Windows finds them in the interpreter's folder, which the DLL search of every process includes.
 # MSVCP140.dll is not among them: delvewheel grafts it.
 _PYTHON_DLLS = {
