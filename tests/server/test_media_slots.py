@@ -74,18 +74,37 @@ def test_projector_models_are_served_in_slots(srv):
     assert httpx.get(srv.url + "/health").json()["models"]["vision"]["engine"] == "slots"
 
 
-def test_four_concurrent_image_chats_equal_one_at_a_time(srv):
+def _queued_together(monkeypatch, engine: SlotEngine, n: int) -> None:
+    """The engine's next ``n`` requests are queued at once, after the last of them arrives: one admission
+    (each image is encoded before its request queues, one encode at a time, so clients sent together
+    would otherwise reach the scheduler apart, and a 16-token answer can end before the next arrives)."""
+    real, held, lock = engine.submit_many, [], threading.Lock()
+
+    def submit_many(items: list) -> None:
+        with lock:
+            held.extend(items)
+            if len(held) < n:
+                return
+            together = list(held)
+        monkeypatch.setattr(engine, "submit_many", real)
+        real(together)
+
+    monkeypatch.setattr(engine, "submit_many", submit_many)
+
+
+def test_four_concurrent_image_chats_equal_one_at_a_time(srv, monkeypatch):
     chats = [_chat("what is in the picture?", _png(1)), _chat("describe", _png(2)),
              _chat("two pictures:", _png(3), _png(1)), _chat("no picture here, just text")]
     want = [_ask(srv, "vision-serial", c) for c in chats]
     steps = srv.engine("vision").steps
+    _queued_together(monkeypatch, srv.engine("vision"), len(chats))
     got = _concurrently(srv, "vision", chats)
     for g, w in zip(got, want):
         assert g["choices"][0]["message"]["content"] == w["choices"][0]["message"]["content"]
         assert g["usage"]["completion_tokens"] == w["usage"]["completion_tokens"] == 16
         assert g["usage"]["prompt_tokens"] == w["usage"]["prompt_tokens"]
     assert want[0]["usage"]["prompt_tokens"] > 16 and want[2]["usage"]["prompt_tokens"] > 32  # 16 rows an image
-    # the four shared decode steps: fewer than one request after another would take
+    # the four requests share their decode steps: fewer than one request after another would take
     assert srv.engine("vision").steps - steps < sum(w["usage"]["completion_tokens"] for w in want)
     stream = list(srv.client().chat.completions.create(model="vision", messages=chats[2], max_tokens=16,
                                                        temperature=0, stream=True))
