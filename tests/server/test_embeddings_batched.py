@@ -6,7 +6,6 @@ differs from it alone by up to about 2e-5 here, as inputs of one request packed 
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import httpx
 import numpy as np
@@ -18,6 +17,7 @@ from llama_cpp.server.engine import Job, SerialEngine
 from llama_cpp.server.engine.embeddings import EmbeddingEngine, EmbedRequest
 
 from .conftest import THREADS
+from .together import run_together
 
 TEXTS = [["hello there", "the cat sat on the mat"], ["a dog ran"], ["cats and dogs", "x", "one more input here"],
          ["hello there"]]
@@ -33,22 +33,6 @@ def srv(start_server, embed_path):
         {"model": rank, "model_alias": "rank-serial", "embedding": True, "n_ctx": 256, "n_parallel": 0}])
 
 
-def _together(fn, args: list) -> list:
-    out: list = [None] * len(args)
-    go = threading.Barrier(len(args))
-
-    def run(i: int) -> None:
-        go.wait()
-        out[i] = fn(args[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
-
-
 def test_engines(srv):
     assert isinstance(srv.engine("embed"), EmbeddingEngine) and srv.engine("embed").n_slots == 4
     assert isinstance(srv.engine("embed-serial"), SerialEngine)
@@ -62,7 +46,7 @@ def test_concurrent_embeddings_equal_one_at_a_time(srv):
         return r.json()
 
     want = [embed("embed-serial", t) for t in TEXTS]
-    got = _together(lambda t: embed("embed", t), TEXTS)
+    got = run_together(lambda t: embed("embed", t), TEXTS)
     for g, w in zip(got, want):
         assert len(g["data"]) == len(w["data"])
         for a, b in zip(g["data"], w["data"]):
@@ -80,7 +64,7 @@ def test_concurrent_reranks_equal_one_at_a_time(srv):
         return r.json()
 
     want = [rank("rank-serial", q) for q in queries]
-    got = _together(lambda q: rank("rank", q), queries)
+    got = run_together(lambda q: rank("rank", q), queries)
     for g, w in zip(got, want):
         assert [x["index"] for x in g["results"]] == [x["index"] for x in w["results"]]
         np.testing.assert_allclose([x["relevance_score"] for x in g["results"]],

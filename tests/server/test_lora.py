@@ -3,7 +3,6 @@ a request's ``lora`` scales; slots with different adapter sets never share a dec
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import httpx
@@ -13,6 +12,7 @@ import pytest
 from llama_cpp import Llama
 
 from .conftest import THREADS
+from .together import run_together
 
 N_EMBD, N_FF, N_LAYER = 64, 128, 2  # build_tools.fixtures.models' llama_spm
 PROMPTS = ["hello there", "The capital of", "once upon a time in a land far away"]
@@ -111,23 +111,8 @@ def test_concurrent_requests_with_different_adapters(served, spm_path, adapters)
     n = 24
     want = [solo(spm_path, p, n, path, scale) for p, _, path, scale in cases]
     steps0 = served.engine("spm").steps
-    got: dict[int, str] = {}
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(len(cases))
-
-    def client(i: int) -> None:
-        try:
-            barrier.wait()
-            got[i] = text(complete(served, cases[i][0], n, cases[i][1]))
-        except BaseException as exc:  # noqa: BLE001 (reported below)
-            errors.append(exc)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(cases))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
+    got = dict(enumerate(run_together(lambda case: text(complete(served, case[0], n, case[1])), cases,
+                                      timeout=120)))
     assert [got[i] for i in range(len(cases))] == want
     assert served.engine("spm").steps - steps0 > 0
 
@@ -217,18 +202,7 @@ def test_speculating_slots_keep_each_adapter_set_apart(start_server, spm_path, a
     cases = [([{"id": 0, "scale": 1.0}], adapters[0]), ([{"id": 1, "scale": 1.0}], adapters[1]), ([], None)]
     n = 32
     want = [solo(spm_path, PROMPTS[2], n, path) for _, path in cases]
-    got: dict[int, str] = {}
-    barrier = threading.Barrier(len(cases))
-
-    def client(i: int) -> None:
-        barrier.wait()
-        got[i] = text(complete(srv, PROMPTS[2], n, cases[i][0]))
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(cases))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    got = dict(enumerate(run_together(lambda case: text(complete(srv, PROMPTS[2], n, case[0])), cases, timeout=120)))
     assert [got.get(i) for i in range(len(cases))] == want
 
 

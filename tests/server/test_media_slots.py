@@ -13,6 +13,8 @@ import pytest
 from build_tools.fixtures import fixture_path, png_bytes
 from llama_cpp.server.engine import SerialEngine, SlotEngine
 
+from .together import run_together
+
 CTX = {"n_ctx": 512, "n_batch": 64, "n_ubatch": 64}
 
 
@@ -53,19 +55,7 @@ def _ask(srv, model: str, messages: list[dict], n: int = 16) -> dict:
 
 
 def _concurrently(srv, model: str, chats: list[list[dict]]) -> list[dict]:
-    out: list = [None] * len(chats)
-    go = threading.Barrier(len(chats))
-
-    def run(i: int) -> None:
-        go.wait()
-        out[i] = _ask(srv, model, chats[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(chats))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    return run_together(lambda chat: _ask(srv, model, chat), chats)
 
 
 def test_projector_models_are_served_in_slots(srv):

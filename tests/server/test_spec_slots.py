@@ -23,6 +23,7 @@ from tests.speculative.util import always_prompt, echo_cycle, partial_prompt
 
 # each free sequence holds exactly the tokens the engine caches: no rejected draft row is left
 from .test_slots import assert_kv_matches_bookkeeping, wait_for
+from .together import run_together
 
 SMALL = {"spec_ngram_simple": {"size_n": 2, "size_m": 8}, "spec_ngram_map_k": {"size_n": 2, "size_m": 8},
          "spec_ngram_map_k4v": {"size_n": 2, "size_m": 8, "min_hits": 1},
@@ -128,24 +129,7 @@ def complete(srv, model: str, prompt: Any, stream: bool = False, **kw: Any) -> d
 
 def concurrently(srv, model: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Run ``complete(srv, model, **call)`` for every call at once (threads released together)."""
-    out: dict[int, dict[str, Any]] = {}
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(len(calls))
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait()
-            out[i] = complete(srv, model, **calls[i])
-        except BaseException as exc:  # noqa: BLE001 (reported below)
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(180)
-    assert not errors, errors
-    return [out[i] for i in range(len(calls))]
+    return run_together(lambda call: complete(srv, model, **call), calls)
 
 
 def alone(srv, calls: list[dict[str, Any]], plain: str = "plain") -> list[dict[str, Any]]:

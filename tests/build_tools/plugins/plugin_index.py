@@ -11,13 +11,17 @@ import os
 import shutil
 import subprocess
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from build_tools.inputs.configs import BuildConfig, load_matrix
 from build_tools.inputs.lock import load_lock
-from build_tools.stages import sdist
+from build_tools.stages import plugins, sdist
 from build_tools.stages.smoke import runner
+from build_tools.stages.smoke.models import fixture_models
 
 # pip and the programs run in the venv see none of this process's package or library settings, nor
 # the machine's pip configuration files (an extra index there would offer other NVIDIA wheels).
@@ -80,3 +84,26 @@ def pip_venv(interp, index_url: str, spec: str, venv: Path, core_wheel: Path, *,
                           capture_output=True, text=True, timeout=timeout, env=ENV, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     return py
+
+
+@dataclass(frozen=True)
+class PluginBuild:
+    """A plugin built from a native build, beside the core wheel of the smoke's interpreter."""
+
+    models: Any  # the fixture models the smoke runs
+    wheel: Any  # the core wheel
+    config: BuildConfig
+    plugin: Any  # plugins.build's result
+
+
+def plugin_beside_the_core(nb: Any, built: Any, repo: Path, out: Path, interpreter: Any) -> PluginBuild:
+    """Build ``nb``'s plugin for the core wheel of ``interpreter`` (skips without fixture models or that wheel)."""
+    models = fixture_models()
+    if models.reason:
+        pytest.skip(models.reason)
+    wheel = next((w for w in built.wheels if w.python_tag == interpreter.tag), None)
+    if wheel is None:
+        pytest.skip(f"no wheel for {interpreter.tag}")
+    config = load_matrix().get(nb.config.name)
+    p = plugins.build(config, nb.manifest, nb.root, out, platform_tag=wheel.platform_tag, repo=repo)
+    return PluginBuild(models, wheel, config, p)

@@ -24,13 +24,12 @@ from build_tools.inputs.configs import load_matrix
 from build_tools.stages import plugins
 from build_tools.stages.plugins.build import BASE_LIBRARY
 from build_tools.stages.smoke import runner
-from build_tools.stages.smoke.models import fixture_models
 from build_tools.stages.smoke.workload import FIXTURE_GPU_STAGES
 from build_tools.stages.wheels import build as wheels
 
 from ...native_fakes import fake_native_build
 from ..vulkan_builds import lavapipe_env, vulkan_build
-from .plugin_index import ENV, pip_venv
+from .plugin_index import ENV, pip_venv, plugin_beside_the_core
 
 
 def _cpu_module(native_build) -> str:
@@ -224,14 +223,8 @@ def test_the_real_vulkan_plugin_from_a_local_index_offloads_every_layer_on_lavap
     module, greedy tokens, logits and embeddings equal to a CPU-only process's."""
     vk = vulkan_build()
     env = {**ENV, **lavapipe_env()}
-    models = fixture_models()
-    if models.reason:
-        pytest.skip(models.reason)
-    wheel = next((w for w in built.wheels if w.python_tag == smoke_interpreter.tag), None)
-    if wheel is None:
-        pytest.skip(f"no wheel for {smoke_interpreter.tag}")
-    config = load_matrix().get(vk.config.name)
-    p = plugins.build(config, vk.manifest, vk.root, tmp_path / "plugin", platform_tag=wheel.platform_tag, repo=repo)
+    pb = plugin_beside_the_core(vk, built, repo, tmp_path / "plugin", smoke_interpreter)
+    models, wheel, p = pb.models, pb.wheel, pb.plugin
     report = plugins.check(p.path, wheel.path)
     assert report.ok, report.render()
     index_url = serve_index({"llama-cpp-python": [wheel.path, sdist_file], "llama-cpp-python-vulkan": [p.path]})

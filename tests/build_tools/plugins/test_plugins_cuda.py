@@ -40,11 +40,10 @@ from build_tools.stages import plugins
 from build_tools.stages.plugins import fatbin
 from build_tools.stages.plugins.build import BASE_LIBRARY
 from build_tools.stages.smoke import runner
-from build_tools.stages.smoke.models import fixture_models
 from build_tools.stages.smoke.workload import FIXTURE_GPU_STAGES, RELEASE_STAGES
 
 from ...native_fakes import fake_native_build
-from .plugin_index import ENV, pip_venv
+from .plugin_index import ENV, pip_venv, plugin_beside_the_core
 
 # The release build, else the one that fits a 2-core machine (Hopper only, one CPU backend).
 CONFIGS = ("cuda-13.0", "cuda-13.0-dev")
@@ -219,14 +218,8 @@ def test_cuda_plugin_requires_nvidia_runtime_and_names_device_code_over_the_limi
 def test_the_real_cuda13_plugin_from_a_local_index_names_the_missing_driver(
         cuda13_build, built, repo, tmp_path, smoke_interpreter, sdist_file, serve_index):
     nb = cuda13_build
-    models = fixture_models()
-    if models.reason:
-        pytest.skip(models.reason)
-    wheel = next((w for w in built.wheels if w.python_tag == smoke_interpreter.tag), None)
-    if wheel is None:
-        pytest.skip(f"no wheel for {smoke_interpreter.tag}")
-    config = load_matrix().get(nb.config.name)
-    p = plugins.build(config, nb.manifest, nb.root, tmp_path / "plugin", platform_tag=wheel.platform_tag, repo=repo)
+    pb = plugin_beside_the_core(nb, built, repo, tmp_path / "plugin", smoke_interpreter)
+    models, wheel, config, p = pb.models, pb.wheel, pb.config, pb.plugin
     assert (p.name, p.key, p.family) == (PLUGIN, "cuda13", "cuda")
     report = plugins.check(p.path, wheel.path)  # base libraries byte for byte the core's, under PyPI's limit
     assert report.ok, report.render()
